@@ -1,0 +1,15 @@
+//! tidemill's wire protocol, free of I/O in the manner of quinn-proto: the message
+//! types that edges and the coordinator exchange, and the size-capped frames that
+//! carry them. Drivers in `tidemill-runtime` move these frames over QUIC streams.
+#![warn(missing_docs, unreachable_pub)]
+
+mod codec;
+mod msg;
+mod version;
+
+pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
+pub use msg::{
+    Accelerator, AcceleratorKind, Assignment, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
+    Hello, Report, ReportBody, Sample, TaskEvent, TaskStatus, Welcome, WireError,
+};
+pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -1,0 +1,232 @@
+//! The messages. Each stream carries frames of one direction's enum: [`EdgeMsg`]
+//! from an edge, [`CloudMsg`] from the coordinator.
+//!
+//! * The edge opens one connection and, on its first bidirectional stream, sends
+//!   [`EdgeMsg::Hello`] and receives [`CloudMsg::Welcome`].
+//! * Each [`Report`] travels on a fresh bidirectional stream opened by the edge and
+//!   is answered by [`CloudMsg::Ack`]. Reports carry a per-node sequence number, so
+//!   the edge can resend whatever was not acknowledged and the coordinator can drop
+//!   duplicates.
+//! * Each [`Command`] travels on a fresh bidirectional stream opened by the
+//!   coordinator and is answered by [`EdgeMsg::CommandAck`].
+//! * Any stream may be answered by [`CloudMsg::Error`] or [`EdgeMsg::Error`]
+//!   when its frame cannot be accepted.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What an edge sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum EdgeMsg {
+    /// Registration, first on every connection.
+    Hello(Hello),
+    /// One durable report from the edge's journal.
+    Report(Report),
+    /// The edge has taken a command and journaled what it will do about it.
+    CommandAck {
+        /// The task the command named.
+        task_id: u64,
+    },
+    /// The edge refuses a frame it was sent.
+    Error(WireError),
+}
+
+/// What the coordinator sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CloudMsg {
+    /// Accepts a [`Hello`].
+    Welcome(Welcome),
+    /// Acknowledges every report of this node up to and including `seq`.
+    Ack {
+        /// The highest sequence number the coordinator has durably stored.
+        seq: u64,
+    },
+    /// Work for the edge.
+    Command(Command),
+    /// The coordinator refuses a frame it was sent.
+    Error(WireError),
+}
+
+/// Registration. Sent again after every reconnect, so capabilities stay current.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The node's stable identity, chosen by the operator.
+    pub node_id: String,
+    /// What the node offers.
+    pub capabilities: Capabilities,
+    /// A join token, reserved for authenticated joins; unchecked in protocol 1.
+    pub token: Option<String>,
+}
+
+/// The coordinator's answer to [`Hello`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The highest report sequence number stored for this node (0 for none): the
+    /// edge resends every journaled report above it.
+    pub acked_seq: u64,
+    /// The coordinator's build version, for operators reading logs.
+    pub coordinator_version: String,
+}
+
+/// A node's hardware and software, as registered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Logical CPU cores.
+    pub cpu_cores: u32,
+    /// Physical memory in bytes.
+    pub mem_bytes: u64,
+    /// GPUs and NPUs the node can offer.
+    pub accelerators: Vec<Accelerator>,
+    /// Operating system, for example `linux`.
+    pub os: String,
+    /// CPU architecture, for example `x86_64`.
+    pub arch: String,
+    /// The tidemill-edge version.
+    pub daemon_version: String,
+}
+
+/// One accelerator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accelerator {
+    /// How the accelerator was found and is read.
+    pub kind: AcceleratorKind,
+    /// Model name, for example `Tesla T4`; the scheduler maps it to a device class.
+    pub model: String,
+    /// Device memory in bytes, where known.
+    pub mem_bytes: Option<u64>,
+}
+
+/// How an accelerator is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcceleratorKind {
+    /// An NVIDIA GPU read through NVML (`nvidia-smi`).
+    NvidiaGpu,
+    /// An SoC GPU or NPU read through a sysfs load file.
+    SocLoad,
+}
+
+/// One utilisation sample. Percentages are 0 to 100.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// When the sample was taken, in Unix milliseconds.
+    pub t_ms: i64,
+    /// Overall CPU utilisation, percent.
+    pub cpu_pct: f32,
+    /// Per-core CPU utilisation, percent.
+    pub per_core_pct: Vec<f32>,
+    /// Memory in use, percent of physical memory.
+    pub mem_pct: f32,
+    /// Bytes received on all interfaces since the previous sample.
+    pub net_rx_bytes: u64,
+    /// Bytes sent on all interfaces since the previous sample.
+    pub net_tx_bytes: u64,
+    /// Mean accelerator utilisation, percent; `None` when no accelerator could be
+    /// read, which is not the same as idle.
+    pub gpu_pct: Option<f32>,
+}
+
+/// One entry of an edge's journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Per-node sequence number, starting at 1 and without gaps.
+    pub seq: u64,
+    /// What is reported.
+    pub body: ReportBody,
+}
+
+/// The payload of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReportBody {
+    /// A batch of samples, oldest first.
+    Samples(Vec<Sample>),
+    /// A change in a task's life.
+    Task(TaskStatus),
+}
+
+/// A change in a task's life, as the edge saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// The task.
+    pub task_id: u64,
+    /// The job the task belongs to.
+    pub job_id: u64,
+    /// When it happened, in Unix milliseconds.
+    pub t_ms: i64,
+    /// What happened.
+    pub event: TaskEvent,
+    /// The last lines of the task's combined stdout and stderr.
+    pub output_tail: Vec<String>,
+}
+
+/// What happened to a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TaskEvent {
+    /// The process is running.
+    Started {
+        /// Its process id on the edge.
+        pid: u32,
+    },
+    /// The process ended.
+    Exited {
+        /// Its exit code, if it exited normally.
+        exit_code: Option<i32>,
+        /// The signal that ended it, if any.
+        signal: Option<i32>,
+        /// Whether it ended because the coordinator cancelled it.
+        cancelled: bool,
+    },
+    /// The task never ran or was lost; the reason says why and what to do.
+    Failed {
+        /// A sentence for the operator.
+        reason: String,
+    },
+}
+
+/// Work the coordinator gives an edge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Run a task. Idempotent: an edge that already has the task ignores it.
+    Assign(Assignment),
+    /// Stop a task: SIGTERM, then SIGKILL after the grace period.
+    Cancel {
+        /// The task to stop.
+        task_id: u64,
+    },
+}
+
+/// A task to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The task, unique across the cluster.
+    pub task_id: u64,
+    /// The job it belongs to.
+    pub job_id: u64,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A refusal, sent in place of the expected reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireError {
+    /// What kind of refusal.
+    pub code: ErrorCode,
+    /// A sentence for the operator: what was wrong and how to fix it.
+    pub message: String,
+}
+
+/// Kinds of refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame's declared length is over the cap.
+    FrameTooLarge,
+    /// The frame could not be decoded.
+    MalformedFrame,
+    /// The message was valid but not expected here, for example a report before
+    /// a hello.
+    UnexpectedMessage,
+    /// The receiver failed to handle a valid message; the sender should retry.
+    Internal,
+}

@@ -1,0 +1,94 @@
+//! The one clock that everything which waits or sleeps reads, so the same daemon
+//! code runs in real time, in accelerated time for demos, and under simulation.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A source of time and of sleeps measured in that time.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time, in Unix milliseconds of this clock.
+    fn now_ms(&self) -> i64;
+    /// Sleeps for `d` of this clock's time.
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// A clock shared between tasks.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// Wall-clock time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// Time that runs `speed` times faster than the wall clock from a chosen origin,
+/// for replaying a day of traces in minutes.
+///
+/// `now = origin_ms + speed × (wall time elapsed since creation)`, in ms.
+#[derive(Debug, Clone)]
+pub struct ScaledClock {
+    start: tokio::time::Instant,
+    origin_ms: i64,
+    speed: f64,
+}
+
+impl ScaledClock {
+    /// A clock reading `origin_ms` now and advancing `speed` ms per wall ms.
+    /// `speed` must be positive and finite; callers validate user input first.
+    pub fn new(origin_ms: i64, speed: f64) -> Self {
+        assert!(
+            speed.is_finite() && speed > 0.0,
+            "clock speed must be positive"
+        );
+        ScaledClock {
+            start: tokio::time::Instant::now(),
+            origin_ms,
+            speed,
+        }
+    }
+}
+
+impl Clock for ScaledClock {
+    fn now_ms(&self) -> i64 {
+        let wall = self.start.elapsed().as_secs_f64() * 1000.0;
+        self.origin_ms + (wall * self.speed) as i64
+    }
+
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep(d.div_f64(self.speed)))
+    }
+}
+
+/// Picks the clock for a speed-up factor: the wall clock at 1, else a
+/// [`ScaledClock`] that starts at the current wall time.
+pub fn for_speed(speed: f64) -> SharedClock {
+    if speed == 1.0 {
+        Arc::new(SystemClock)
+    } else {
+        Arc::new(ScaledClock::new(SystemClock.now_ms(), speed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn scaled_clock_runs_fast() {
+        let clock = ScaledClock::new(1_000, 60.0);
+        assert_eq!(clock.now_ms(), 1_000);
+        // One virtual minute passes in one (paused, auto-advanced) wall second.
+        clock.sleep(Duration::from_secs(60)).await;
+        assert_eq!(clock.now_ms(), 1_000 + 60_000);
+    }
+}

@@ -1,0 +1,86 @@
+//! Moving [`tidemill_proto`] frames over QUIC streams.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tidemill_proto::{CodecError, HEADER_LEN, decode, encode, payload_len};
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The frame itself is bad: oversized or undecodable.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The stream ended inside a frame.
+    #[error("stream ended {got} bytes into a {want}-byte frame; the sender was cut off or buggy")]
+    Truncated {
+        /// Bytes received.
+        got: usize,
+        /// Bytes the frame needed.
+        want: usize,
+    },
+    /// The peer finished the stream without answering.
+    #[error("the peer closed the stream without a reply")]
+    NoReply,
+    /// Reading failed at the QUIC layer.
+    #[error("stream read failed: {0}")]
+    Read(#[from] quinn::ReadError),
+    /// Writing failed at the QUIC layer.
+    #[error("stream write failed: {0}")]
+    Write(#[from] quinn::WriteError),
+    /// The stream was already closed.
+    #[error("stream closed: {0}")]
+    Closed(#[from] quinn::ClosedStream),
+    /// The connection is gone.
+    #[error("connection lost: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+}
+
+async fn read_exact(recv: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<bool, FrameError> {
+    match recv.read_exact(buf).await {
+        Ok(()) => Ok(true),
+        Err(quinn::ReadExactError::FinishedEarly(0)) => Ok(false),
+        Err(quinn::ReadExactError::FinishedEarly(got)) => Err(FrameError::Truncated {
+            got,
+            want: buf.len(),
+        }),
+        Err(quinn::ReadExactError::ReadError(e)) => Err(e.into()),
+    }
+}
+
+/// Reads one message; `Ok(None)` when the stream ended cleanly before a frame.
+pub async fn read_msg<T: DeserializeOwned>(
+    recv: &mut quinn::RecvStream,
+) -> Result<Option<T>, FrameError> {
+    let mut header = [0u8; HEADER_LEN];
+    if !read_exact(recv, &mut header).await? {
+        return Ok(None);
+    }
+    let mut payload = vec![0u8; payload_len(header)?];
+    if !read_exact(recv, &mut payload).await? && !payload.is_empty() {
+        return Err(FrameError::Truncated {
+            got: HEADER_LEN,
+            want: HEADER_LEN + payload.len(),
+        });
+    }
+    Ok(Some(decode(&payload)?))
+}
+
+/// Writes one message.
+pub async fn write_msg<T: Serialize>(
+    send: &mut quinn::SendStream,
+    msg: &T,
+) -> Result<(), FrameError> {
+    send.write_all(&encode(msg)?).await?;
+    Ok(())
+}
+
+/// Sends `msg` on a new bidirectional stream and waits for the one reply.
+pub async fn request<Req: Serialize, Resp: DeserializeOwned>(
+    conn: &quinn::Connection,
+    msg: &Req,
+) -> Result<Resp, FrameError> {
+    let (mut send, mut recv) = conn.open_bi().await?;
+    write_msg(&mut send, msg).await?;
+    send.finish()?;
+    read_msg(&mut recv).await?.ok_or(FrameError::NoReply)
+}

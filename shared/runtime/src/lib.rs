@@ -1,0 +1,11 @@
+//! The I/O layer that tidemill's daemons share. Protocol logic lives in
+//! `tidemill-proto`; this crate drives it over QUIC, reads the clock, and loads
+//! configuration.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod backoff;
+pub mod clock;
+pub mod config_file;
+pub mod frames;
+pub mod quic;
+pub mod tls;

@@ -1,0 +1,132 @@
+//! QUIC endpoints for both daemons, with the protocol's ALPN, TLS 1.3 against the
+//! coordinator's CA, and explicit keep-alive and idle timeout (quinn's keep-alive
+//! is off by default, which would let NAT bindings on edge links expire).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tidemill_proto::ALPN;
+
+use crate::tls::{ServerIdentity, TlsError, read_certs};
+
+/// TLS alert 120, `no_application_protocol`: the peers share no ALPN token, which
+/// for tidemill means they speak different protocol versions.
+const NO_APPLICATION_PROTOCOL: u8 = 120;
+
+/// Connection timing, shared by both ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// How often an otherwise silent connection sends a keep-alive.
+    pub keep_alive: Duration,
+    /// How long a silent connection lives before it is declared dead.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            keep_alive: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why an endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// TLS set-up failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound.
+    #[error("cannot bind UDP {addr}: {source}; is another process using the port?")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The idle timeout is beyond what QUIC can encode.
+    #[error("idle timeout {0:?} is too large")]
+    IdleTimeout(Duration),
+}
+
+fn transport(timing: Timing) -> Result<Arc<quinn::TransportConfig>, EndpointError> {
+    let mut t = quinn::TransportConfig::default();
+    t.keep_alive_interval(Some(timing.keep_alive));
+    t.max_idle_timeout(Some(
+        quinn::IdleTimeout::try_from(timing.idle_timeout)
+            .map_err(|_| EndpointError::IdleTimeout(timing.idle_timeout))?,
+    ));
+    Ok(Arc::new(t))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server endpoint that accepts only peers speaking this protocol version.
+pub fn server(
+    addr: SocketAddr,
+    identity: ServerIdentity,
+    timing: Timing,
+) -> Result<quinn::Endpoint, EndpointError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain, identity.key)
+        .map_err(TlsError::from)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicServerConfig::try_from(tls)
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(transport(timing)?);
+    quinn::Endpoint::server(config, addr).map_err(|source| EndpointError::Bind { addr, source })
+}
+
+/// A client endpoint that trusts only the coordinator CA in `ca_path`.
+pub fn client(ca_path: &Path, timing: Timing) -> Result<quinn::Endpoint, EndpointError> {
+    client_with_alpn(ca_path, timing, ALPN)
+}
+
+/// Like [`client`] but offering another ALPN token; tests use it to play a peer
+/// of another protocol version.
+pub fn client_with_alpn(
+    ca_path: &Path,
+    timing: Timing,
+    alpn: &[u8],
+) -> Result<quinn::Endpoint, EndpointError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(ca_path)? {
+        roots.add(cert).map_err(TlsError::from)?;
+    }
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    let crypto = QuicClientConfig::try_from(tls)
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport(timing)?);
+    let addr = SocketAddr::from(([0, 0, 0, 0], 0));
+    let mut endpoint =
+        quinn::Endpoint::client(addr).map_err(|source| EndpointError::Bind { addr, source })?;
+    endpoint.set_default_client_config(config);
+    Ok(endpoint)
+}
+
+/// Whether a connection failed because the peers speak different protocol
+/// versions (their ALPN tokens do not match).
+pub fn is_version_mismatch(err: &quinn::ConnectionError) -> bool {
+    let code = quinn::TransportErrorCode::crypto(NO_APPLICATION_PROTOCOL);
+    match err {
+        quinn::ConnectionError::TransportError(e) => e.code == code,
+        quinn::ConnectionError::ConnectionClosed(c) => c.error_code == code,
+        _ => false,
+    }
+}
