@@ -8,4 +8,5 @@ pub mod clock;
 pub mod config_file;
 pub mod frames;
 pub mod quic;
+pub mod sqlite;
 pub mod tls;

@@ -1,0 +1,149 @@
+//! The command line: `tidemill-edge run` and `tidemill-edge print-default-config`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{DEFAULT_CONFIG, EdgeConfig, ReplayConfig};
+
+/// tidemill-edge: harvests this box's idle capacity for deadline-bound training.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the daemon: sample, journal, report, and run assigned tasks.
+    Run(RunArgs),
+    /// Print the default configuration, every key documented.
+    PrintDefaultConfig,
+}
+
+/// Flags of `run`; each overrides the config file.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// TOML config file; without it the documented defaults apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Coordinator QUIC address, HOST:PORT.
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// This node's id.
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Where the journal lives.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The coordinator's CA certificate (its <data_dir>/ca.pem).
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Seconds between samples.
+    #[arg(long)]
+    sample_interval: Option<f64>,
+    /// Replay this utilisation trace (CSV, optionally gzip) instead of sampling the host.
+    #[arg(long, requires = "replay_node")]
+    replay: Option<PathBuf>,
+    /// The trace's node to replay.
+    #[arg(long, requires = "replay")]
+    replay_node: Option<String>,
+    /// Replay speed-up: trace seconds per wall second.
+    #[arg(long, requires = "replay")]
+    speed: Option<f64>,
+}
+
+impl RunArgs {
+    /// The config file overlaid with the flags.
+    pub fn resolve(&self) -> Result<EdgeConfig, tidemill_runtime::config_file::ConfigError> {
+        let mut cfg = EdgeConfig::load(self.config.as_deref())?;
+        if let Some(v) = &self.coordinator {
+            cfg.coordinator = v.clone();
+        }
+        if let Some(v) = &self.node_id {
+            cfg.node_id = v.clone();
+        }
+        if let Some(v) = &self.data_dir {
+            cfg.data_dir = v.clone();
+        }
+        if let Some(v) = &self.ca {
+            cfg.ca = v.clone();
+        }
+        if let Some(v) = self.sample_interval {
+            cfg.sample_interval_secs = v;
+        }
+        if let (Some(file), Some(node)) = (&self.replay, &self.replay_node) {
+            let speed = self
+                .speed
+                .or(cfg.replay.as_ref().map(|r| r.speed))
+                .unwrap_or(1.0);
+            cfg.replay = Some(ReplayConfig {
+                file: file.clone(),
+                node: node.clone(),
+                speed,
+            });
+        } else if let (Some(speed), Some(r)) = (self.speed, cfg.replay.as_mut()) {
+            r.speed = speed;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Parses the command line, runs it, and reports any error without a panic.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::PrintDefaultConfig => {
+            print!("{DEFAULT_CONFIG}");
+            ExitCode::SUCCESS
+        }
+        Cmd::Run(args) => {
+            init_logging();
+            let cfg = match args.resolve() {
+                Ok(cfg) => cfg,
+                Err(e) => return fail(&e),
+            };
+            // One thread keeps the daemon's footprint small; tasks are separate processes.
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&e),
+            };
+            match rt.block_on(crate::daemon::run(cfg, shutdown_signal())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("tidemill-edge: error: {e}");
+    ExitCode::FAILURE
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The edge daemon's configuration: TOML with every key documented in
+//! `configs/edge.toml`, which is embedded as the default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tidemill_runtime::config_file::{self, ConfigError};
+
+/// The documented default configuration, printed by `print-default-config`.
+pub const DEFAULT_CONFIG: &str = include_str!("../../configs/edge.toml");
+
+/// Everything the edge daemon can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeConfig {
+    /// Stable node identity; empty means the host name.
+    pub node_id: String,
+    /// The coordinator's QUIC address.
+    pub coordinator: String,
+    /// The name checked against the coordinator's certificate.
+    pub server_name: String,
+    /// The coordinator's CA certificate.
+    pub ca: PathBuf,
+    /// Where the journal lives.
+    pub data_dir: PathBuf,
+    /// Seconds between samples.
+    pub sample_interval_secs: f64,
+    /// Connection settings.
+    pub link: LinkConfig,
+    /// Task execution settings.
+    pub tasks: TaskConfig,
+    /// How accelerators are found.
+    pub accelerators: AcceleratorConfig,
+    /// Replaces detected hardware.
+    #[serde(default)]
+    pub capabilities: Option<CapabilityOverride>,
+    /// Replays a trace instead of sampling the host.
+    #[serde(default)]
+    pub replay: Option<ReplayConfig>,
+}
+
+/// Connection settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Seconds between keep-alives.
+    pub keep_alive_secs: u64,
+    /// Seconds of silence before the connection is dead.
+    pub idle_timeout_secs: u64,
+    /// First reconnect delay, ms.
+    pub reconnect_min_ms: u64,
+    /// Largest reconnect delay, s.
+    pub reconnect_max_secs: u64,
+}
+
+/// Task execution settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    /// Seconds between SIGTERM and SIGKILL.
+    pub grace_secs: u64,
+    /// Output lines kept and reported.
+    pub output_tail_lines: usize,
+    /// Where tasks run; empty means under the data dir.
+    pub work_dir: PathBuf,
+}
+
+/// How accelerators are found.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceleratorConfig {
+    /// The nvidia-smi program.
+    pub nvidia_smi: String,
+    /// SoC load files.
+    #[serde(default)]
+    pub sysfs: Vec<SysfsLoad>,
+}
+
+/// One SoC accelerator load file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SysfsLoad {
+    /// The load file.
+    pub path: PathBuf,
+    /// The model name to register.
+    pub model: String,
+    /// How the file's number maps to percent.
+    pub scale: LoadScale,
+}
+
+/// How a load file's number maps to percent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadScale {
+    /// 0 to 1000.
+    Permille,
+    /// 0 to 100.
+    Percent,
+}
+
+/// Hardware to pose as.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilityOverride {
+    /// Logical cores.
+    pub cpu_cores: Option<u32>,
+    /// Memory in bytes.
+    pub mem_bytes: Option<u64>,
+    /// Accelerators.
+    pub accelerators: Option<Vec<AcceleratorOverride>>,
+}
+
+/// One accelerator to pose as.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceleratorOverride {
+    /// Model name, for example `Tesla T4`.
+    pub model: String,
+    /// Device memory in bytes.
+    pub mem_bytes: Option<u64>,
+}
+
+/// A trace to replay as if it were the host.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// The CSV file, optionally gzip.
+    pub file: PathBuf,
+    /// The node whose rows are replayed.
+    pub node: String,
+    /// Time compression factor.
+    #[serde(default = "one")]
+    pub speed: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        config_file::parse(DEFAULT_CONFIG, Path::new("<embedded default>"))
+            .expect("the embedded default config parses (checked by a unit test)")
+    }
+}
+
+impl EdgeConfig {
+    /// Loads a config file, or the default when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        match path {
+            Some(p) => config_file::load(p),
+            None => Ok(EdgeConfig::default()),
+        }
+    }
+
+    /// Checks values that TOML types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
+        if !(self.sample_interval_secs.is_finite() && self.sample_interval_secs >= 0.01) {
+            return invalid(
+                "sample_interval_secs",
+                self.sample_interval_secs.to_string(),
+                "must be at least 0.01 seconds",
+            );
+        }
+        if self.coordinator_addr().is_err() {
+            return invalid(
+                "coordinator",
+                format!("{:?}", self.coordinator),
+                "must be HOST:PORT, for example 10.0.0.5:7400 or coord.example:7400",
+            );
+        }
+        if self.link.keep_alive_secs == 0
+            || self.link.keep_alive_secs >= self.link.idle_timeout_secs
+        {
+            return invalid(
+                "link.keep_alive_secs",
+                self.link.keep_alive_secs.to_string(),
+                "must be at least 1 and below link.idle_timeout_secs",
+            );
+        }
+        if self.link.reconnect_min_ms == 0 {
+            return invalid("link.reconnect_min_ms", "0".into(), "must be at least 1");
+        }
+        if let Some(r) = &self.replay {
+            if !(r.speed.is_finite() && r.speed > 0.0) {
+                return invalid(
+                    "replay.speed",
+                    r.speed.to_string(),
+                    "must be a positive number",
+                );
+            }
+            if r.node.is_empty() {
+                return invalid(
+                    "replay.node",
+                    "\"\"".into(),
+                    "must name a node in the trace",
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The coordinator's address, resolved.
+    pub fn coordinator_addr(&self) -> std::io::Result<SocketAddr> {
+        use std::net::ToSocketAddrs;
+        self.coordinator.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no address for the coordinator",
+            )
+        })
+    }
+
+    /// The TLS name to verify: `server_name`, else the host part of `coordinator`.
+    pub fn tls_name(&self) -> String {
+        if !self.server_name.is_empty() {
+            return self.server_name.clone();
+        }
+        let host = self
+            .coordinator
+            .rsplit_once(':')
+            .map_or(&*self.coordinator, |(h, _)| h);
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string()
+    }
+
+    /// The node id: configured, else the host name.
+    pub fn resolved_node_id(&self) -> String {
+        if !self.node_id.is_empty() {
+            return self.node_id.clone();
+        }
+        sysinfo::System::host_name().unwrap_or_else(|_| "edge".to_string())
+    }
+
+    /// Time between samples.
+    pub fn sample_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.sample_interval_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_parses_and_validates() {
+        let cfg = EdgeConfig::default();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.sample_interval_secs, 10.0);
+        assert_eq!(cfg.accelerators.sysfs.len(), 2);
+        assert!(cfg.replay.is_none());
+    }
+
+    #[test]
+    fn commented_examples_in_the_default_parse() {
+        let uncommented: String = DEFAULT_CONFIG
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.starts_with('[') || rest.contains(" = ") => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let cfg: EdgeConfig = config_file::parse(&uncommented, Path::new("x")).unwrap();
+        assert_eq!(cfg.capabilities.unwrap().cpu_cores, Some(4));
+        assert_eq!(cfg.replay.unwrap().speed, 60.0);
+    }
+
+    #[test]
+    fn tls_name_defaults_to_the_coordinator_host() {
+        let mut cfg = EdgeConfig {
+            coordinator: "[::1]:7400".into(),
+            ..EdgeConfig::default()
+        };
+        assert_eq!(cfg.tls_name(), "::1");
+        cfg.server_name = "coord.example".into();
+        assert_eq!(cfg.tls_name(), "coord.example");
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cfg = EdgeConfig {
+            coordinator: "nope".into(),
+            ..EdgeConfig::default()
+        };
+        assert!(
+            cfg.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("`coordinator`")
+        );
+        let cfg = EdgeConfig {
+            sample_interval_secs: 0.0,
+            ..EdgeConfig::default()
+        };
+        assert!(
+            cfg.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("sample_interval_secs")
+        );
+    }
+}

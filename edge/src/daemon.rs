@@ -1,0 +1,146 @@
+//! `tidemill-edge run`: wires the sampler, journal, executor and link together.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tidemill_proto::ReportBody;
+use tidemill_runtime::backoff::Backoff;
+use tidemill_runtime::clock::{self, SharedClock, SystemClock};
+use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::quic::{self, EndpointError, Timing};
+use tokio::sync::Notify;
+
+use crate::config::EdgeConfig;
+use crate::executor::Executor;
+use crate::journal::{Journal, JournalError};
+use crate::link::Link;
+use crate::sampler::{Sampler, SamplerError};
+
+/// Why the daemon stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The data dir cannot be created.
+    #[error("cannot create data dir {path}: {source}; pass a writable --data-dir")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The coordinator's address does not resolve.
+    #[error("cannot resolve coordinator address {addr:?}: {source}")]
+    Resolve {
+        /// The configured address.
+        addr: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// The QUIC endpoint or TLS set-up failed (often: a wrong `--ca`).
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// Sampling cannot start.
+    #[error(transparent)]
+    Sampler(#[from] SamplerError),
+    /// The journal failed; the daemon stops rather than lose reports.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+/// Runs the edge daemon until `shutdown` resolves, then cancels running tasks
+/// (journaling their end) and returns.
+pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
+    cfg.validate()?;
+    let node_id = cfg.resolved_node_id();
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| EdgeError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
+    })?;
+    let addr = cfg
+        .coordinator_addr()
+        .map_err(|source| EdgeError::Resolve {
+            addr: cfg.coordinator.clone(),
+            source,
+        })?;
+    let timing = Timing {
+        keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
+        idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
+    };
+    let endpoint = quic::client(&cfg.ca, timing)?;
+
+    // Samples follow the trace clock (accelerated under replay); process control
+    // and networking stay on the wall clock.
+    let speed = cfg.replay.as_ref().map_or(1.0, |r| r.speed);
+    let sample_clock: SharedClock = clock::for_speed(speed);
+    let wall: SharedClock = Arc::new(SystemClock);
+
+    let mut sampler = Sampler::open(&cfg, sample_clock.now_ms()).await?;
+    let capabilities = sampler.capabilities(cfg.capabilities.as_ref());
+    tracing::info!(
+        node_id = %node_id,
+        cores = capabilities.cpu_cores,
+        mem_bytes = capabilities.mem_bytes,
+        accelerators = capabilities.accelerators.len(),
+        replay = cfg.replay.as_ref().map(|r| r.file.display().to_string()),
+        "tidemill-edge starting"
+    );
+
+    let journal = Arc::new(Mutex::new(Journal::open(&cfg.data_dir)?));
+    let outbox = Arc::new(Notify::new());
+    let executor = Executor::new(
+        journal.clone(),
+        outbox.clone(),
+        cfg.tasks.clone(),
+        cfg.data_dir.clone(),
+        node_id.clone(),
+        wall.clone(),
+    );
+    executor.recover()?;
+
+    let link = Link {
+        node_id: node_id.clone(),
+        addr,
+        server_name: cfg.tls_name(),
+        endpoint: endpoint.clone(),
+        capabilities,
+        journal: journal.clone(),
+        outbox: outbox.clone(),
+        executor: executor.clone(),
+        clock: wall,
+        backoff: Backoff::new(
+            Duration::from_millis(cfg.link.reconnect_min_ms),
+            Duration::from_secs(cfg.link.reconnect_max_secs),
+        ),
+    };
+    let mut link = tokio::spawn(link.run());
+
+    let sampling = async {
+        let interval = cfg.sample_interval();
+        loop {
+            let sample = sampler.sample(sample_clock.now_ms()).await;
+            journal
+                .lock()
+                .unwrap()
+                .append(&ReportBody::Samples(vec![sample]))?;
+            outbox.notify_one();
+            sample_clock.sleep(interval).await;
+        }
+    };
+    let outcome: Result<(), EdgeError> = tokio::select! {
+        r = sampling => r,
+        r = &mut link => match r {
+            Ok(Err(e)) => Err(e.into()),
+            Ok(Ok(())) | Err(_) => unreachable!("the link runs until its journal fails"),
+        },
+        () = shutdown => Ok(()),
+    };
+    tracing::info!(node_id = %node_id, "stopping: cancelling running tasks");
+    executor.stop_all().await;
+    // Reports not yet acknowledged stay in the journal and go out on the next start.
+    link.abort();
+    endpoint.close(0u32.into(), b"edge stopping");
+    outcome
+}

@@ -1,0 +1,538 @@
+//! Runs assigned tasks as child processes and reports their lives through the
+//! journal. Each task gets its own process group, so cancelling it (SIGTERM,
+//! a grace period, then SIGKILL) reaches every process it started.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tidemill_proto::{Assignment, Command, ReportBody, TaskEvent, TaskStatus};
+use tidemill_runtime::clock::SharedClock;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{Notify, watch};
+
+use crate::config::TaskConfig;
+use crate::journal::{Journal, JournalError};
+
+/// Longest output line kept, in bytes; longer lines are cut.
+const MAX_LINE: usize = 1000;
+
+/// How long output readers may run on after the task's main process exits,
+/// when a leftover child still holds its pipes.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs tasks and journals what happens to them.
+pub struct Executor {
+    journal: Arc<Mutex<Journal>>,
+    outbox: Arc<Notify>,
+    cfg: TaskConfig,
+    data_dir: PathBuf,
+    node_id: String,
+    clock: SharedClock,
+    running: Mutex<HashMap<u64, watch::Sender<bool>>>,
+    idle: Notify,
+}
+
+impl Executor {
+    /// An executor journaling into `journal` and waking `outbox` after each entry.
+    /// `clock` times the grace period.
+    pub fn new(
+        journal: Arc<Mutex<Journal>>,
+        outbox: Arc<Notify>,
+        cfg: TaskConfig,
+        data_dir: PathBuf,
+        node_id: String,
+        clock: SharedClock,
+    ) -> Arc<Self> {
+        Arc::new(Executor {
+            journal,
+            outbox,
+            cfg,
+            data_dir,
+            node_id,
+            clock,
+            running: Mutex::new(HashMap::new()),
+            idle: Notify::new(),
+        })
+    }
+
+    /// Reports tasks that a previous run of the daemon left unfinished, and kills
+    /// any of their processes that survived it.
+    pub fn recover(&self) -> Result<(), JournalError> {
+        let mut journal = self.journal.lock().unwrap();
+        for (a, pid) in journal.unfinished_tasks()? {
+            if let Some(pid) = pid {
+                // The process group may be gone already; that is the common case.
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            let reason = match pid {
+                Some(pid) => format!(
+                    "the edge daemon on {} stopped while the task ran (pid {pid}); the task was killed and may be resubmitted",
+                    self.node_id
+                ),
+                None => format!(
+                    "the edge daemon on {} stopped before the task started; it may be resubmitted",
+                    self.node_id
+                ),
+            };
+            tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
+            journal.finish_task(
+                a.task_id,
+                &self.status(&a, TaskEvent::Failed { reason }, vec![]),
+            )?;
+        }
+        drop(journal);
+        self.outbox.notify_one();
+        Ok(())
+    }
+
+    /// Takes a command. Assignments are idempotent; cancelling a task that is not
+    /// running does nothing.
+    pub fn handle(self: &Arc<Self>, cmd: Command) -> Result<(), JournalError> {
+        match cmd {
+            Command::Assign(a) => {
+                if !self.journal.lock().unwrap().accept_task(&a)? {
+                    tracing::debug!(
+                        job_id = a.job_id,
+                        task_id = a.task_id,
+                        "assignment already known"
+                    );
+                    return Ok(());
+                }
+                let (cancel_tx, cancel_rx) = watch::channel(false);
+                self.running.lock().unwrap().insert(a.task_id, cancel_tx);
+                let this = Arc::clone(self);
+                tokio::spawn(async move {
+                    let task_id = a.task_id;
+                    let job_id = a.job_id;
+                    if let Err(e) = this.run(a, cancel_rx).await {
+                        tracing::error!(job_id, task_id, error = %e, "cannot journal the task's status");
+                    }
+                    let mut running = this.running.lock().unwrap();
+                    running.remove(&task_id);
+                    if running.is_empty() {
+                        this.idle.notify_waiters();
+                    }
+                });
+            }
+            Command::Cancel { task_id } => match self.running.lock().unwrap().get(&task_id) {
+                Some(cancel) => {
+                    tracing::info!(node_id = %self.node_id, task_id, "cancelling task");
+                    cancel.send_replace(true);
+                }
+                None => tracing::debug!(task_id, "cancel for a task that is not running"),
+            },
+        }
+        Ok(())
+    }
+
+    /// Cancels every running task and waits until each has ended and been
+    /// journaled.
+    pub async fn stop_all(&self) {
+        loop {
+            let idle = self.idle.notified();
+            {
+                let running = self.running.lock().unwrap();
+                if running.is_empty() {
+                    return;
+                }
+                for cancel in running.values() {
+                    cancel.send_replace(true);
+                }
+            }
+            idle.await;
+        }
+    }
+
+    fn status(&self, a: &Assignment, event: TaskEvent, output_tail: Vec<String>) -> ReportBody {
+        ReportBody::Task(TaskStatus {
+            task_id: a.task_id,
+            job_id: a.job_id,
+            t_ms: chrono_now_ms(),
+            event,
+            output_tail,
+        })
+    }
+
+    fn journal_event(&self, a: &Assignment, event: TaskEvent) -> Result<(), JournalError> {
+        self.journal
+            .lock()
+            .unwrap()
+            .append(&self.status(a, event, vec![]))?;
+        self.outbox.notify_one();
+        Ok(())
+    }
+
+    fn finish(
+        &self,
+        a: &Assignment,
+        event: TaskEvent,
+        tail: Vec<String>,
+    ) -> Result<(), JournalError> {
+        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, ?event, "task ended");
+        self.journal
+            .lock()
+            .unwrap()
+            .finish_task(a.task_id, &self.status(a, event, tail))?;
+        self.outbox.notify_one();
+        Ok(())
+    }
+
+    async fn run(
+        &self,
+        a: Assignment,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<(), JournalError> {
+        let Some((program, args)) = a.command.split_first() else {
+            let reason = "the job's command is empty; give at least the program to run".to_string();
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+        };
+        let work_dir = if self.cfg.work_dir.as_os_str().is_empty() {
+            self.data_dir.join("tasks").join(a.task_id.to_string())
+        } else {
+            self.cfg.work_dir.clone()
+        };
+        if let Err(e) = std::fs::create_dir_all(&work_dir) {
+            let reason = format!("cannot create work dir {}: {e}", work_dir.display());
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+        }
+        let spawned = tokio::process::Command::new(program)
+            .args(args)
+            .envs(&a.env)
+            .env("TIDEMILL_NODE_ID", &self.node_id)
+            .env("TIDEMILL_JOB_ID", a.job_id.to_string())
+            .env("TIDEMILL_TASK_ID", a.task_id.to_string())
+            .current_dir(&work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let reason = format!(
+                    "cannot start `{program}` on node {}: {e}; check the job's command and that the program is installed there",
+                    self.node_id
+                );
+                return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+            }
+        };
+        let pid = child.id().expect("a just-spawned child has a pid");
+        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, "task started");
+        self.journal.lock().unwrap().task_started(a.task_id, pid)?;
+        self.journal_event(&a, TaskEvent::Started { pid })?;
+
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let readers = [
+            tokio::spawn(collect(
+                child.stdout.take().expect("piped"),
+                tail.clone(),
+                self.cfg.output_tail_lines,
+            )),
+            tokio::spawn(collect(
+                child.stderr.take().expect("piped"),
+                tail.clone(),
+                self.cfg.output_tail_lines,
+            )),
+        ];
+        let group = Pid::from_raw(pid as i32);
+        let mut cancelled = false;
+        let status = tokio::select! {
+            status = child.wait() => status,
+            () = async { let _ = cancel.wait_for(|c| *c).await; } => {
+                cancelled = true;
+                let _ = killpg(group, Signal::SIGTERM);
+                let grace = self.clock.sleep(Duration::from_secs(self.cfg.grace_secs));
+                tokio::select! {
+                    status = child.wait() => status,
+                    _ = grace => {
+                        tracing::warn!(job_id = a.job_id, task_id = a.task_id, "task ignored SIGTERM for the grace period; killing it");
+                        let _ = killpg(group, Signal::SIGKILL);
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        // Whatever the task left behind in its group goes with it.
+        let _ = killpg(group, Signal::SIGKILL);
+        let drain = self.clock.sleep(DRAIN_TIMEOUT);
+        tokio::pin!(drain);
+        for reader in readers {
+            tokio::select! { _ = reader => {}, _ = &mut drain => {} }
+        }
+        let tail: Vec<String> = tail.lock().unwrap().iter().cloned().collect();
+        let event = match status {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                TaskEvent::Exited {
+                    exit_code: status.code(),
+                    signal: status.signal(),
+                    cancelled,
+                }
+            }
+            Err(e) => TaskEvent::Failed {
+                reason: format!("lost track of the task's process: {e}"),
+            },
+        };
+        self.finish(&a, event, tail)
+    }
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes.
+async fn collect(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>, keep: usize) {
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line[..line.len().min(MAX_LINE)]);
+                let mut tail = tail.lock().unwrap();
+                tail.push_back(text.trim_end_matches(['\n', '\r']).to_string());
+                while tail.len() > keep {
+                    tail.pop_front();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_runtime::clock::SystemClock;
+
+    struct Harness {
+        dir: tempfile::TempDir,
+        journal: Arc<Mutex<Journal>>,
+        exec: Arc<Executor>,
+    }
+
+    fn harness(grace_secs: u64) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(Mutex::new(Journal::open(dir.path()).unwrap()));
+        let cfg = TaskConfig {
+            grace_secs,
+            output_tail_lines: 3,
+            work_dir: PathBuf::new(),
+        };
+        let exec = Executor::new(
+            journal.clone(),
+            Arc::new(Notify::new()),
+            cfg,
+            dir.path().to_owned(),
+            "n1".into(),
+            Arc::new(SystemClock),
+        );
+        Harness { dir, journal, exec }
+    }
+
+    fn assign(task_id: u64, cmd: &[&str]) -> Command {
+        Command::Assign(Assignment {
+            task_id,
+            job_id: 100 + task_id,
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            env: [("GREETING".to_string(), "hi".to_string())].into(),
+        })
+    }
+
+    /// Waits (bounded) until no task runs, then returns the journaled task events.
+    async fn finished(h: &Harness) -> Vec<TaskStatus> {
+        tokio::time::timeout(Duration::from_secs(20), h.exec.stop_when_idle())
+            .await
+            .expect("tasks end");
+        h.journal
+            .lock()
+            .unwrap()
+            .pending(100)
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| match r.body {
+                ReportBody::Task(t) => Some(t),
+                ReportBody::Samples(_) => None,
+            })
+            .collect()
+    }
+
+    impl Executor {
+        async fn stop_when_idle(&self) {
+            loop {
+                let idle = self.idle.notified();
+                if self.running.lock().unwrap().is_empty() {
+                    return;
+                }
+                idle.await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn reports_exit_code_env_and_output_tail() {
+        let h = harness(5);
+        h.exec
+            .handle(assign(
+                1,
+                &[
+                    "sh",
+                    "-c",
+                    "for i in 1 2 3 4; do echo line$i; done; echo $GREETING >&2; exit 3",
+                ],
+            ))
+            .unwrap();
+        let events = finished(&h).await;
+        assert!(matches!(events[0].event, TaskEvent::Started { .. }));
+        let last = events.last().unwrap();
+        assert_eq!(
+            last.event,
+            TaskEvent::Exited {
+                exit_code: Some(3),
+                signal: None,
+                cancelled: false
+            }
+        );
+        assert_eq!(last.output_tail.len(), 3);
+        assert!(
+            last.output_tail.contains(&"hi".to_string()),
+            "{:?}",
+            last.output_tail
+        );
+        assert!(
+            last.output_tail.contains(&"line4".to_string()),
+            "{:?}",
+            last.output_tail
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_fails_with_the_reason() {
+        let h = harness(5);
+        h.exec
+            .handle(assign(2, &["/nonexistent/train.py"]))
+            .unwrap();
+        let events = finished(&h).await;
+        let TaskEvent::Failed { reason } = &events[0].event else {
+            panic!("{events:?}")
+        };
+        assert!(
+            reason.contains("/nonexistent/train.py") && reason.contains("No such file"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn cancel_terminates_then_kills_after_the_grace_period() {
+        let h = harness(1);
+        // The task ignores SIGTERM, so only SIGKILL ends it.
+        h.exec
+            .handle(assign(
+                3,
+                &[
+                    "sh",
+                    "-c",
+                    "trap '' TERM; touch armed; while :; do sleep 0.1; done",
+                ],
+            ))
+            .unwrap();
+        h.exec.handle(assign(3, &["sh", "-c", "exit 0"])).unwrap();
+        wait_armed(&h, 3).await;
+        h.exec.handle(Command::Cancel { task_id: 3 }).unwrap();
+        let events = finished(&h).await;
+        let last = events.last().unwrap();
+        assert_eq!(
+            last.event,
+            TaskEvent::Exited {
+                exit_code: None,
+                signal: Some(9),
+                cancelled: true
+            }
+        );
+        assert_eq!(
+            events.len(),
+            2,
+            "the repeated assignment was ignored: {events:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn cancel_lets_a_cooperative_task_exit_on_sigterm() {
+        let h = harness(30);
+        h.exec.handle(assign(4, &["sh", "-c", "trap 'echo checkpointed; exit 0' TERM; touch armed; while :; do sleep 0.1; done"])).unwrap();
+        wait_armed(&h, 4).await;
+        h.exec.handle(Command::Cancel { task_id: 4 }).unwrap();
+        let events = finished(&h).await;
+        let last = events.last().unwrap();
+        assert_eq!(
+            last.event,
+            TaskEvent::Exited {
+                exit_code: Some(0),
+                signal: None,
+                cancelled: true
+            }
+        );
+        assert_eq!(
+            last.output_tail.last().map(String::as_str),
+            Some("checkpointed")
+        );
+    }
+
+    #[tokio::test]
+    async fn recover_reports_tasks_interrupted_by_a_crash() {
+        let h = harness(5);
+        let a = Assignment {
+            task_id: 5,
+            job_id: 6,
+            command: vec!["true".into()],
+            env: Default::default(),
+        };
+        h.journal.lock().unwrap().accept_task(&a).unwrap();
+        h.exec.recover().unwrap();
+        let events = finished(&h).await;
+        let TaskEvent::Failed { reason } = &events[0].event else {
+            panic!("{events:?}")
+        };
+        assert!(
+            reason.contains("stopped before the task started"),
+            "{reason}"
+        );
+        assert!(
+            h.journal
+                .lock()
+                .unwrap()
+                .unfinished_tasks()
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    /// Waits (bounded) until the task has installed its signal handling, which
+    /// it shows by creating `armed` in its work dir.
+    async fn wait_armed(h: &Harness, task_id: u64) {
+        let marker = h
+            .dir
+            .path()
+            .join("tasks")
+            .join(task_id.to_string())
+            .join("armed");
+        let armed = async {
+            while !marker.exists() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), armed)
+            .await
+            .expect("task arms its trap");
+    }
+}

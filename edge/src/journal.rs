@@ -1,0 +1,365 @@
+//! The edge's durable outbox. Every report is written here, with the next
+//! per-node sequence number, before it is sent; it is deleted only once the
+//! coordinator acknowledges it. A coordinator restart, a WAN outage or an edge
+//! crash therefore loses nothing that was journaled.
+//!
+//! It also records the tasks the edge accepted, so that commands are idempotent
+//! and a task interrupted by a daemon crash is reported, not forgotten.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tidemill_proto::{Assignment, Report, ReportBody};
+use tidemill_runtime::sqlite::{self, DbError};
+
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    INSERT INTO meta (key, value) VALUES ('last_seq', 0);
+    CREATE TABLE outbox (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
+    CREATE TABLE tasks (
+        task_id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        assignment BLOB NOT NULL,
+        pid INTEGER,
+        finished INTEGER NOT NULL DEFAULT 0
+    );
+"];
+
+/// The journal file name inside the data dir.
+pub const JOURNAL_FILE: &str = "edge-journal.db";
+
+/// Why the journal failed. Journal failures are fatal: the daemon must not run
+/// on without durability.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// Opening or migrating failed.
+    #[error(transparent)]
+    Open(#[from] DbError),
+    /// A query failed.
+    #[error("journal {path}: {source}")]
+    Sql {
+        /// The journal file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// A stored entry cannot be decoded; the file is corrupt.
+    #[error(
+        "journal {path}: entry {seq} is corrupt ({detail}); move the file aside to start afresh"
+    )]
+    Corrupt {
+        /// The journal file.
+        path: PathBuf,
+        /// The entry.
+        seq: u64,
+        /// The decoder's complaint.
+        detail: String,
+    },
+}
+
+/// The journal.
+#[derive(Debug)]
+pub struct Journal {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Journal {
+    /// Opens the journal in `data_dir`, creating it if needed.
+    pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
+        let path = data_dir.join(JOURNAL_FILE);
+        let conn = sqlite::open(&path, MIGRATIONS)?;
+        Ok(Journal { conn, path })
+    }
+
+    fn sql(&self) -> impl Fn(rusqlite::Error) -> JournalError + '_ {
+        |source| JournalError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The highest sequence number ever assigned.
+    pub fn last_seq(&self) -> Result<u64, JournalError> {
+        let v: i64 = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'last_seq'", [], |r| {
+                r.get(0)
+            })
+            .map_err(self.sql())?;
+        Ok(v as u64)
+    }
+
+    /// Durably appends a report and returns its sequence number.
+    pub fn append(&mut self, body: &ReportBody) -> Result<u64, JournalError> {
+        self.in_transaction(|tx| append_in(tx, body))
+    }
+
+    fn in_transaction<T>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T, JournalError> {
+        let sql = |source| JournalError::Sql {
+            path: self.path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        let out = f(&tx).map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        Ok(out)
+    }
+
+    /// Up to `limit` unacknowledged reports, oldest first.
+    pub fn pending(&self, limit: usize) -> Result<Vec<Report>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT seq, body FROM outbox ORDER BY seq LIMIT ?1")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(self.sql())?;
+        rows.map(|row| {
+            let (seq, blob) = row.map_err(self.sql())?;
+            let body = rmp_serde::from_slice(&blob).map_err(|e| JournalError::Corrupt {
+                path: self.path.clone(),
+                seq,
+                detail: e.to_string(),
+            })?;
+            Ok(Report { seq, body })
+        })
+        .collect()
+    }
+
+    /// Number of unacknowledged reports.
+    pub fn pending_count(&self) -> Result<u64, JournalError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM outbox", [], |r| r.get(0))
+            .map_err(self.sql())?;
+        Ok(n as u64)
+    }
+
+    /// Forgets every report up to and including `seq`: the coordinator has it.
+    pub fn ack(&mut self, seq: u64) -> Result<(), JournalError> {
+        self.conn
+            .execute("DELETE FROM outbox WHERE seq <= ?1", [seq as i64])
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Reconciles with the coordinator's `acked_seq` after a (re)connect.
+    ///
+    /// Normally `acked_seq ≤ last_seq` and it is an acknowledgement. If the
+    /// coordinator knows a higher sequence than this journal ever issued, the
+    /// journal was lost or replaced; pending reports are renumbered to follow
+    /// `acked_seq`, so the coordinator does not drop them as duplicates.
+    pub fn reconcile(&mut self, acked_seq: u64) -> Result<(), JournalError> {
+        let last = self.last_seq()?;
+        if acked_seq <= last {
+            return self.ack(acked_seq);
+        }
+        tracing::warn!(
+            journal = %self.path.display(),
+            journal_seq = last,
+            coordinator_seq = acked_seq,
+            "the coordinator has seen later reports than this journal: it was reset; continuing after the coordinator's sequence"
+        );
+        self.in_transaction(|tx| {
+            let first: Option<i64> =
+                tx.query_row("SELECT MIN(seq) FROM outbox", [], |r| r.get(0))?;
+            let shift = acked_seq as i64 + 1 - first.unwrap_or(0);
+            // Through negative numbers, so the primary key never collides.
+            tx.execute("UPDATE outbox SET seq = -(seq + ?1)", [shift])?;
+            tx.execute("UPDATE outbox SET seq = -seq", [])?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 + (SELECT COUNT(*) FROM outbox) WHERE key = 'last_seq'",
+                [acked_seq as i64],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records an accepted task; returns false if it was already known, which
+    /// makes a repeated assignment a no-op.
+    pub fn accept_task(&mut self, a: &Assignment) -> Result<bool, JournalError> {
+        let blob = rmp_serde::to_vec_named(a).expect("assignments always serialise");
+        let n = self
+            .conn
+            .execute(
+                "INSERT OR IGNORE INTO tasks (task_id, job_id, assignment) VALUES (?1, ?2, ?3)",
+                params![a.task_id as i64, a.job_id as i64, blob],
+            )
+            .map_err(self.sql())?;
+        Ok(n == 1)
+    }
+
+    /// Records the process id of a started task.
+    pub fn task_started(&mut self, task_id: u64, pid: u32) -> Result<(), JournalError> {
+        self.conn
+            .execute(
+                "UPDATE tasks SET pid = ?2 WHERE task_id = ?1",
+                params![task_id as i64, pid],
+            )
+            .map_err(self.sql())?;
+        Ok(())
+    }
+
+    /// Journals a task's last report and marks it finished, atomically, so a
+    /// crash cannot leave the task both finished and unreported.
+    pub fn finish_task(&mut self, task_id: u64, last: &ReportBody) -> Result<u64, JournalError> {
+        self.in_transaction(|tx| {
+            let seq = append_in(tx, last)?;
+            tx.execute(
+                "UPDATE tasks SET finished = 1 WHERE task_id = ?1",
+                [task_id as i64],
+            )?;
+            Ok(seq)
+        })
+    }
+
+    /// Tasks accepted but not finished, with their process ids if they started.
+    pub fn unfinished_tasks(&self) -> Result<Vec<(Assignment, Option<u32>)>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT task_id, assignment, pid FROM tasks WHERE finished = 0 ORDER BY task_id",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, Option<u32>>(2)?,
+                ))
+            })
+            .map_err(self.sql())?;
+        rows.map(|row| {
+            let (task_id, blob, pid) = row.map_err(self.sql())?;
+            let a = rmp_serde::from_slice(&blob).map_err(|e| JournalError::Corrupt {
+                path: self.path.clone(),
+                seq: task_id,
+                detail: e.to_string(),
+            })?;
+            Ok((a, pid))
+        })
+        .collect()
+    }
+
+    /// Whether a task is known and unfinished.
+    pub fn task_running(&self, task_id: u64) -> Result<bool, JournalError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT finished FROM tasks WHERE task_id = ?1",
+                [task_id as i64],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map_err(self.sql())?
+            == Some(0))
+    }
+}
+
+fn append_in(tx: &rusqlite::Transaction<'_>, body: &ReportBody) -> rusqlite::Result<u64> {
+    let blob = rmp_serde::to_vec_named(body).expect("report bodies always serialise");
+    let seq: i64 = tx.query_row(
+        "UPDATE meta SET value = value + 1 WHERE key = 'last_seq' RETURNING value",
+        [],
+        |r| r.get(0),
+    )?;
+    tx.execute(
+        "INSERT INTO outbox (seq, body) VALUES (?1, ?2)",
+        params![seq, blob],
+    )?;
+    Ok(seq as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_proto::{TaskEvent, TaskStatus};
+
+    fn body(n: i64) -> ReportBody {
+        ReportBody::Task(TaskStatus {
+            task_id: 1,
+            job_id: 1,
+            t_ms: n,
+            event: TaskEvent::Started { pid: 1 },
+            output_tail: vec![],
+        })
+    }
+
+    fn t_ms(r: &Report) -> i64 {
+        match &r.body {
+            ReportBody::Task(t) => t.t_ms,
+            ReportBody::Samples(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn sequences_survive_reopen_and_acks_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        assert_eq!(
+            (j.append(&body(1)).unwrap(), j.append(&body(2)).unwrap()),
+            (1, 2)
+        );
+        j.ack(1).unwrap();
+        drop(j);
+        let mut j = Journal::open(dir.path()).unwrap();
+        assert_eq!(j.append(&body(3)).unwrap(), 3);
+        let pending: Vec<u64> = j.pending(10).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(pending, vec![2, 3]);
+        j.reconcile(3).unwrap();
+        assert_eq!(j.pending_count().unwrap(), 0);
+        assert_eq!(
+            j.append(&body(4)).unwrap(),
+            4,
+            "acks never reset the sequence"
+        );
+    }
+
+    #[test]
+    fn a_reset_journal_continues_after_the_coordinator() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        j.append(&body(10)).unwrap();
+        j.append(&body(11)).unwrap();
+        j.reconcile(50).unwrap();
+        let pending = j.pending(10).unwrap();
+        assert_eq!(
+            pending.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![51, 52]
+        );
+        assert_eq!(
+            pending.iter().map(t_ms).collect::<Vec<_>>(),
+            vec![10, 11],
+            "order kept"
+        );
+        assert_eq!(j.append(&body(12)).unwrap(), 53);
+    }
+
+    #[test]
+    fn tasks_are_accepted_once_and_tracked_until_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        let a = Assignment {
+            task_id: 9,
+            job_id: 4,
+            command: vec!["true".into()],
+            env: Default::default(),
+        };
+        assert!(j.accept_task(&a).unwrap());
+        assert!(!j.accept_task(&a).unwrap());
+        j.task_started(9, 1234).unwrap();
+        assert_eq!(j.unfinished_tasks().unwrap(), vec![(a, Some(1234))]);
+        assert!(j.task_running(9).unwrap());
+        j.finish_task(9, &body(5)).unwrap();
+        assert!(j.unfinished_tasks().unwrap().is_empty());
+        assert!(!j.task_running(9).unwrap());
+        assert_eq!(j.pending_count().unwrap(), 1);
+    }
+}

@@ -1,0 +1,14 @@
+//! tidemill-edge: the daemon on each edge box. It samples utilisation (or
+//! replays a trace), journals every report durably, reports over QUIC, and runs
+//! the training tasks it is assigned.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod accel;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod executor;
+pub mod journal;
+pub mod link;
+pub mod replay;
+pub mod sampler;

@@ -1,0 +1,195 @@
+//! The edge's one connection to the coordinator. It connects (with jittered
+//! exponential backoff), registers, resends every unacknowledged journal entry
+//! in order, keeps sending new ones as they are journaled, and takes commands
+//! on streams the coordinator opens.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, WireError};
+use tidemill_runtime::backoff::Backoff;
+use tidemill_runtime::clock::SharedClock;
+use tidemill_runtime::frames::{self, FrameError};
+use tidemill_runtime::quic;
+use tokio::sync::Notify;
+
+use crate::executor::Executor;
+use crate::journal::{Journal, JournalError};
+
+/// Reports sent per journal read.
+const BATCH: usize = 64;
+
+/// Why a session with the coordinator ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("cannot connect: {0}")]
+    Connect(#[from] quinn::ConnectError),
+    #[error(
+        "the coordinator speaks another protocol version (this edge speaks {}); run the same tidemill release on both",
+        String::from_utf8_lossy(tidemill_proto::ALPN)
+    )]
+    VersionMismatch,
+    #[error("{0}")]
+    Connection(quinn::ConnectionError),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("the coordinator refused {what}: {message}")]
+    Refused { what: &'static str, message: String },
+    #[error("unexpected reply to {0}")]
+    Unexpected(&'static str),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+impl From<quinn::ConnectionError> for SessionError {
+    fn from(e: quinn::ConnectionError) -> Self {
+        if quic::is_version_mismatch(&e) {
+            SessionError::VersionMismatch
+        } else {
+            SessionError::Connection(e)
+        }
+    }
+}
+
+/// What a link needs to know.
+pub struct Link {
+    /// The node id.
+    pub node_id: String,
+    /// The coordinator's address.
+    pub addr: SocketAddr,
+    /// The name its certificate must carry.
+    pub server_name: String,
+    /// The client endpoint.
+    pub endpoint: quinn::Endpoint,
+    /// What to register.
+    pub capabilities: Capabilities,
+    /// The journal to drain.
+    pub journal: Arc<Mutex<Journal>>,
+    /// Woken whenever the journal gains an entry.
+    pub outbox: Arc<Notify>,
+    /// Where commands go.
+    pub executor: Arc<Executor>,
+    /// Times reconnect delays.
+    pub clock: SharedClock,
+    /// Reconnect delays.
+    pub backoff: Backoff,
+}
+
+impl Link {
+    /// Runs until the journal fails, reconnecting whenever the connection drops.
+    pub async fn run(mut self) -> Result<(), JournalError> {
+        let mut rng: rand::rngs::StdRng = rand::make_rng();
+        loop {
+            match self.session().await {
+                Err(SessionError::Journal(e)) => return Err(e),
+                Err(e) => {
+                    let delay = self.backoff.next_delay(&mut rng);
+                    tracing::warn!(
+                        node_id = %self.node_id,
+                        coordinator = %self.addr,
+                        error = %e,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "link to coordinator down"
+                    );
+                    self.clock.sleep(delay).await;
+                }
+                Ok(()) => unreachable!("a session only ends in an error"),
+            }
+        }
+    }
+
+    async fn session(&mut self) -> Result<(), SessionError> {
+        let conn = self.endpoint.connect(self.addr, &self.server_name)?.await?;
+        let hello = EdgeMsg::Hello(Hello {
+            node_id: self.node_id.clone(),
+            capabilities: self.capabilities.clone(),
+            token: None,
+        });
+        let acked = match frames::request(&conn, &hello).await? {
+            CloudMsg::Welcome(w) => w.acked_seq,
+            CloudMsg::Error(e) => return Err(refused("registration", e)),
+            _ => return Err(SessionError::Unexpected("hello")),
+        };
+        self.journal.lock().unwrap().reconcile(acked)?;
+        self.backoff.reset();
+        tracing::info!(node_id = %self.node_id, coordinator = %self.addr, acked_seq = acked, "connected");
+
+        let commands = tokio::spawn(serve_commands(conn.clone(), self.executor.clone()));
+        let result = self.drain(&conn).await;
+        commands.abort();
+        conn.close(0u32.into(), b"session ended");
+        result
+    }
+
+    /// Sends journal entries in order, each acknowledged before the next.
+    async fn drain(&self, conn: &quinn::Connection) -> Result<(), SessionError> {
+        loop {
+            let wake = self.outbox.notified();
+            let pending = self.journal.lock().unwrap().pending(BATCH)?;
+            if pending.is_empty() {
+                tokio::select! {
+                    _ = wake => continue,
+                    e = conn.closed() => return Err(e.into()),
+                }
+            }
+            for report in pending {
+                let seq = report.seq;
+                match frames::request(conn, &EdgeMsg::Report(report)).await? {
+                    CloudMsg::Ack { seq: acked } if acked >= seq => {
+                        self.journal.lock().unwrap().ack(acked)?;
+                    }
+                    CloudMsg::Error(e) => return Err(refused("a report", e)),
+                    _ => return Err(SessionError::Unexpected("report")),
+                }
+            }
+        }
+    }
+}
+
+fn refused(what: &'static str, e: WireError) -> SessionError {
+    SessionError::Refused {
+        what,
+        message: e.message,
+    }
+}
+
+/// Accepts the coordinator's command streams for the life of the connection.
+async fn serve_commands(conn: quinn::Connection, executor: Arc<Executor>) {
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        let executor = executor.clone();
+        tokio::spawn(async move {
+            let reply = match frames::read_msg::<CloudMsg>(&mut recv).await {
+                Ok(Some(CloudMsg::Command(cmd))) => {
+                    let task_id = match &cmd {
+                        tidemill_proto::Command::Assign(a) => a.task_id,
+                        tidemill_proto::Command::Cancel { task_id } => *task_id,
+                    };
+                    match executor.handle(cmd) {
+                        Ok(()) => EdgeMsg::CommandAck { task_id },
+                        Err(e) => {
+                            tracing::error!(task_id, error = %e, "cannot journal a command");
+                            wire_error(ErrorCode::Internal, format!("edge journal failed: {e}"))
+                        }
+                    }
+                }
+                Ok(Some(other)) => wire_error(
+                    ErrorCode::UnexpectedMessage,
+                    format!("expected a command, got {other:?}"),
+                ),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "bad command frame from the coordinator");
+                    wire_error(ErrorCode::MalformedFrame, e.to_string())
+                }
+            };
+            if let Err(e) = frames::write_msg(&mut send, &reply).await {
+                tracing::debug!(error = %e, "cannot reply to a command");
+            }
+            let _ = send.finish();
+        });
+    }
+}
+
+fn wire_error(code: ErrorCode, message: String) -> EdgeMsg {
+    EdgeMsg::Error(WireError { code, message })
+}

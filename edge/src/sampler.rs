@@ -1,0 +1,175 @@
+//! Turns the host, or a replayed trace posing as the host, into [`Sample`]s and
+//! [`Capabilities`].
+
+use sysinfo::{Networks, System};
+use tidemill_proto::{Accelerator, AcceleratorKind, Capabilities, Sample};
+
+use crate::accel::Accelerators;
+use crate::config::{CapabilityOverride, EdgeConfig};
+use crate::replay::{Replay, ReplayError};
+
+/// Why the host cannot be sampled.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// sysinfo cannot read this platform.
+    #[error("cannot read host statistics: {0}; tidemill-edge supports Linux with /proc mounted")]
+    Host(String),
+    /// The replay trace is unusable.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+}
+
+/// The sampling source.
+#[derive(Debug)]
+pub struct Sampler {
+    system: System,
+    networks: Networks,
+    accel: Accelerators,
+    replay: Option<(Replay, i64)>,
+}
+
+impl Sampler {
+    /// Opens the host, and the replay trace if one is configured. `now_ms` is the
+    /// replay's origin on the sampling clock.
+    pub async fn open(cfg: &EdgeConfig, now_ms: i64) -> Result<Self, SamplerError> {
+        let host = |e: sysinfo::Error| SamplerError::Host(e.to_string());
+        let mut system = System::new().map_err(host)?;
+        system.refresh_memory();
+        system.refresh_cpu_usage();
+        let networks = Networks::new_with_refreshed_list().map_err(host)?;
+        let accel = Accelerators::discover(&cfg.accelerators).await;
+        let replay = match &cfg.replay {
+            Some(r) => Some((Replay::load(&r.file, &r.node)?, now_ms)),
+            None => None,
+        };
+        Ok(Sampler {
+            system,
+            networks,
+            accel,
+            replay,
+        })
+    }
+
+    /// What this node offers: detected, then overridden by the config.
+    pub fn capabilities(&self, overrides: Option<&CapabilityOverride>) -> Capabilities {
+        let mut caps = Capabilities {
+            cpu_cores: self.system.cpus().len() as u32,
+            mem_bytes: self.system.total_memory(),
+            accelerators: self.accel.devices().to_vec(),
+            os: System::long_os_version().unwrap_or_else(|_| std::env::consts::OS.to_string()),
+            arch: std::env::consts::ARCH.to_string(),
+            daemon_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        if let Some(o) = overrides {
+            caps.cpu_cores = o.cpu_cores.unwrap_or(caps.cpu_cores);
+            caps.mem_bytes = o.mem_bytes.unwrap_or(caps.mem_bytes);
+            if let Some(accs) = &o.accelerators {
+                caps.accelerators = accs
+                    .iter()
+                    .map(|a| Accelerator {
+                        kind: AcceleratorKind::NvidiaGpu,
+                        model: a.model.clone(),
+                        mem_bytes: a.mem_bytes,
+                    })
+                    .collect();
+            }
+        }
+        caps
+    }
+
+    /// Takes one sample stamped `now_ms`. Under replay, utilisation comes from the
+    /// trace at `now_ms − origin` and network counters are 0.
+    pub async fn sample(&mut self, now_ms: i64) -> Sample {
+        if let Some((replay, origin_ms)) = &self.replay {
+            let r = replay.at((now_ms - origin_ms) as f64 / 1000.0);
+            return Sample {
+                t_ms: now_ms,
+                cpu_pct: r.cpu,
+                per_core_pct: Vec::new(),
+                mem_pct: r.mem,
+                net_rx_bytes: 0,
+                net_tx_bytes: 0,
+                gpu_pct: r.gpu,
+            };
+        }
+        self.system.refresh_cpu_usage();
+        self.system.refresh_memory();
+        self.networks.refresh(true);
+        let total = self.system.total_memory().max(1);
+        let (rx, tx) = self.networks.values().fold((0, 0), |(rx, tx), n| {
+            (rx + n.received(), tx + n.transmitted())
+        });
+        Sample {
+            t_ms: now_ms,
+            cpu_pct: self.system.global_cpu_usage(),
+            per_core_pct: self.system.cpus().iter().map(|c| c.usage()).collect(),
+            mem_pct: (self.system.used_memory() as f64 / total as f64 * 100.0) as f32,
+            net_rx_bytes: rx,
+            net_tx_bytes: tx,
+            gpu_pct: self.accel.mean_load().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ReplayConfig;
+
+    fn no_accelerators() -> EdgeConfig {
+        let mut cfg = EdgeConfig::default();
+        cfg.accelerators.nvidia_smi = "/nonexistent/nvidia-smi".into();
+        cfg.accelerators.sysfs.clear();
+        cfg
+    }
+
+    #[tokio::test]
+    async fn samples_the_real_host() {
+        let mut sampler = Sampler::open(&no_accelerators(), 0).await.unwrap();
+        let caps = sampler.capabilities(None);
+        let cores = std::thread::available_parallelism().unwrap().get() as u32;
+        assert!(
+            caps.cpu_cores >= cores,
+            "{} cores, {cores} available",
+            caps.cpu_cores
+        );
+        assert!(caps.mem_bytes > 0);
+        let s = sampler.sample(42).await;
+        assert_eq!(s.t_ms, 42);
+        assert_eq!(s.per_core_pct.len(), caps.cpu_cores as usize);
+        assert!((0.0..=100.0).contains(&s.mem_pct) && s.mem_pct > 0.0);
+        assert_eq!(s.gpu_pct, None);
+    }
+
+    #[tokio::test]
+    async fn replays_a_trace_and_honours_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        std::fs::write(
+            &path,
+            "node,time_s,cpu,mem,gpu\nn1,0,5,50,\nn1,60,80,60,70\n",
+        )
+        .unwrap();
+        let mut cfg = no_accelerators();
+        cfg.replay = Some(ReplayConfig {
+            file: path,
+            node: "n1".into(),
+            speed: 60.0,
+        });
+        let mut sampler = Sampler::open(&cfg, 1_000_000).await.unwrap();
+        assert_eq!(sampler.sample(1_000_000).await.cpu_pct, 5.0);
+        let later = sampler.sample(1_000_000 + 61_000).await;
+        assert_eq!((later.cpu_pct, later.gpu_pct), (80.0, Some(70.0)));
+        let o = CapabilityOverride {
+            cpu_cores: Some(4),
+            mem_bytes: None,
+            accelerators: Some(vec![crate::config::AcceleratorOverride {
+                model: "Tesla T4".into(),
+                mem_bytes: Some(16 << 30),
+            }]),
+        };
+        let caps = sampler.capabilities(Some(&o));
+        assert_eq!(caps.cpu_cores, 4);
+        assert_eq!(caps.accelerators[0].model, "Tesla T4");
+    }
+}
