@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tidemill_runtime::lifecycle;
 
 use crate::config::{DEFAULT_CONFIG, EdgeConfig, ReplayConfig};
 
@@ -100,7 +101,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Run(args) => {
-            init_logging();
+            lifecycle::init_logging();
             let cfg = match args.resolve() {
                 Ok(cfg) => cfg,
                 Err(e) => return fail(&e),
@@ -113,7 +114,7 @@ pub fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
-            match rt.block_on(crate::daemon::run(cfg, shutdown_signal())) {
+            match rt.block_on(crate::daemon::run(cfg, lifecycle::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
@@ -124,26 +125,4 @@ pub fn main() -> ExitCode {
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("tidemill-edge: error: {e}");
     ExitCode::FAILURE
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

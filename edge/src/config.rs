@@ -49,6 +49,8 @@ pub struct LinkConfig {
     pub keep_alive_secs: u64,
     /// Seconds of silence before the connection is dead.
     pub idle_timeout_secs: u64,
+    /// Seconds to wait for an acknowledgement.
+    pub ack_timeout_secs: u64,
     /// First reconnect delay, ms.
     pub reconnect_min_ms: u64,
     /// Largest reconnect delay, s.
@@ -180,6 +182,9 @@ impl EdgeConfig {
                 self.link.keep_alive_secs.to_string(),
                 "must be at least 1 and below link.idle_timeout_secs",
             );
+        }
+        if self.link.ack_timeout_secs == 0 {
+            return invalid("link.ack_timeout_secs", "0".into(), "must be at least 1");
         }
         if self.link.reconnect_min_ms == 0 {
             return invalid("link.reconnect_min_ms", "0".into(), "must be at least 1");

@@ -114,6 +114,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             Duration::from_millis(cfg.link.reconnect_min_ms),
             Duration::from_secs(cfg.link.reconnect_max_secs),
         ),
+        ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
     };
     let mut link = tokio::spawn(link.run());
 

@@ -5,10 +5,11 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, WireError};
 use tidemill_runtime::backoff::Backoff;
-use tidemill_runtime::clock::SharedClock;
+use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::frames::{self, FrameError};
 use tidemill_runtime::quic;
 use tokio::sync::Notify;
@@ -37,6 +38,8 @@ enum SessionError {
     Refused { what: &'static str, message: String },
     #[error("unexpected reply to {0}")]
     Unexpected(&'static str),
+    #[error("no answer to {0} within the ack timeout; the coordinator may have restarted")]
+    Timeout(&'static str),
     #[error(transparent)]
     Journal(#[from] JournalError),
 }
@@ -73,6 +76,8 @@ pub struct Link {
     pub clock: SharedClock,
     /// Reconnect delays.
     pub backoff: Backoff,
+    /// How long to wait for any answer.
+    pub ack_timeout: Duration,
 }
 
 impl Link {
@@ -105,7 +110,7 @@ impl Link {
             capabilities: self.capabilities.clone(),
             token: None,
         });
-        let acked = match frames::request(&conn, &hello).await? {
+        let acked = match self.ask(&conn, &hello, "the hello").await? {
             CloudMsg::Welcome(w) => w.acked_seq,
             CloudMsg::Error(e) => return Err(refused("registration", e)),
             _ => return Err(SessionError::Unexpected("hello")),
@@ -121,6 +126,17 @@ impl Link {
         result
     }
 
+    /// Sends one message on a new stream and waits, bounded, for the answer.
+    async fn ask(
+        &self,
+        conn: &quinn::Connection,
+        msg: &EdgeMsg,
+        what: &'static str,
+    ) -> Result<CloudMsg, SessionError> {
+        let reply = clock::timeout(&*self.clock, self.ack_timeout, frames::request(conn, msg));
+        Ok(reply.await.map_err(|_| SessionError::Timeout(what))??)
+    }
+
     /// Sends journal entries in order, each acknowledged before the next.
     async fn drain(&self, conn: &quinn::Connection) -> Result<(), SessionError> {
         loop {
@@ -134,7 +150,7 @@ impl Link {
             }
             for report in pending {
                 let seq = report.seq;
-                match frames::request(conn, &EdgeMsg::Report(report)).await? {
+                match self.ask(conn, &EdgeMsg::Report(report), "a report").await? {
                     CloudMsg::Ack { seq: acked } if acked >= seq => {
                         self.journal.lock().unwrap().ack(acked)?;
                     }

@@ -69,6 +69,23 @@ impl Clock for ScaledClock {
     }
 }
 
+/// The deadline passed before the future finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("timed out")]
+pub struct Elapsed;
+
+/// Runs `fut`, giving up after `d` of `clock`'s time.
+pub async fn timeout<F: Future>(
+    clock: &dyn Clock,
+    d: Duration,
+    fut: F,
+) -> Result<F::Output, Elapsed> {
+    tokio::select! {
+        out = fut => Ok(out),
+        () = clock.sleep(d) => Err(Elapsed),
+    }
+}
+
 /// Picks the clock for a speed-up factor: the wall clock at 1, else a
 /// [`ScaledClock`] that starts at the current wall time.
 pub fn for_speed(speed: f64) -> SharedClock {
@@ -90,5 +107,21 @@ mod tests {
         // One virtual minute passes in one (paused, auto-advanced) wall second.
         clock.sleep(Duration::from_secs(60)).await;
         assert_eq!(clock.now_ms(), 1_000 + 60_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_reads_the_given_clock() {
+        let fast = ScaledClock::new(0, 1000.0);
+        let never = std::future::pending::<()>();
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            timeout(&fast, Duration::from_secs(10), never).await,
+            Err(Elapsed)
+        );
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
+        assert_eq!(
+            timeout(&SystemClock, Duration::from_secs(1), async { 7 }).await,
+            Ok(7)
+        );
     }
 }

@@ -68,10 +68,17 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// A server endpoint that accepts only peers speaking this protocol version.
+///
+/// `reset_key` signs QUIC stateless resets and keys the connection-id hash.
+/// Keeping it across restarts (see [`load_or_create_reset_key`]) lets a
+/// restarted coordinator recognise the connection ids its previous run issued
+/// and answer them with valid stateless resets, so edges reconnect at their next
+/// packet instead of waiting out the idle timeout.
 pub fn server(
     addr: SocketAddr,
     identity: ServerIdentity,
     timing: Timing,
+    reset_key: &[u8; RESET_KEY_LEN],
 ) -> Result<quinn::Endpoint, EndpointError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -84,7 +91,50 @@ pub fn server(
         .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(transport(timing)?);
-    quinn::Endpoint::server(config, addr).map_err(|source| EndpointError::Bind { addr, source })
+    let bind = |source| EndpointError::Bind { addr, source };
+    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
+    let cid_key = ring::hmac::sign(&key, b"tidemill connection-id key");
+    let cid_key = u64::from_le_bytes(
+        cid_key.as_ref()[..8]
+            .try_into()
+            .expect("HMAC-SHA256 has 32 bytes"),
+    );
+    let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(key));
+    endpoint_config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| bind(std::io::Error::other("no async runtime is running")))?;
+    quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(bind)
+}
+
+/// Bytes in a stateless-reset key.
+pub const RESET_KEY_LEN: usize = 32;
+
+/// Reads the stateless-reset key from `path`, creating a random one on first use.
+pub fn load_or_create_reset_key(path: &Path) -> Result<[u8; RESET_KEY_LEN], EndpointError> {
+    let io = |source| {
+        EndpointError::Tls(TlsError::Io {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => bytes.try_into().map_err(|_| {
+            io(std::io::Error::other(format!(
+                "expected {RESET_KEY_LEN} bytes; delete the file to create a new key"
+            )))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut key = [0u8; RESET_KEY_LEN];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+                .map_err(|_| io(std::io::Error::other("the system random source failed")))?;
+            crate::tls::write_private(path, &key).map_err(EndpointError::Tls)?;
+            Ok(key)
+        }
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// A client endpoint that trusts only the coordinator CA in `ca_path`.

@@ -44,23 +44,36 @@ pub enum DbError {
 /// it lacks, each in its own transaction. `migrations[i]` takes the schema from
 /// version `i` to `i + 1`; entries are only ever appended.
 pub fn open(path: &Path, migrations: &[&str]) -> Result<Connection, DbError> {
-    let open_err = |source| DbError::Open { path: path.to_owned(), source };
+    let open_err = |source| DbError::Open {
+        path: path.to_owned(),
+        source,
+    };
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
     )
     .map_err(open_err)?;
-    let found: i64 =
-        conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(open_err)?;
+    let found: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(open_err)?;
     let found = usize::try_from(found).unwrap_or(usize::MAX);
     if found > migrations.len() {
-        return Err(DbError::TooNew { path: path.to_owned(), found, known: migrations.len() });
+        return Err(DbError::TooNew {
+            path: path.to_owned(),
+            found,
+            known: migrations.len(),
+        });
     }
     for (version, sql) in migrations.iter().enumerate().skip(found) {
-        let step = |source| DbError::Migrate { path: path.to_owned(), version: version + 1, source };
+        let step = |source| DbError::Migrate {
+            path: path.to_owned(),
+            version: version + 1,
+            source,
+        };
         let tx = conn.transaction().map_err(step)?;
         tx.execute_batch(sql).map_err(step)?;
-        tx.pragma_update(None, "user_version", (version + 1) as i64).map_err(step)?;
+        tx.pragma_update(None, "user_version", (version + 1) as i64)
+            .map_err(step)?;
         tx.commit().map_err(step)?;
     }
     Ok(conn)
@@ -77,12 +90,18 @@ mod tests {
     fn applies_only_missing_migrations() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
-        open(&path, &[V1]).unwrap().execute("INSERT INTO a (x) VALUES (1)", []).unwrap();
+        open(&path, &[V1])
+            .unwrap()
+            .execute("INSERT INTO a (x) VALUES (1)", [])
+            .unwrap();
         let conn = open(&path, &[V1, V2]).unwrap();
-        let (x, y): (i64, Option<i64>) =
-            conn.query_row("SELECT x, y FROM a", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        let (x, y): (i64, Option<i64>) = conn
+            .query_row("SELECT x, y FROM a", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap();
         assert_eq!((x, y), (1, None));
-        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
     }
 
@@ -92,6 +111,16 @@ mod tests {
         let path = dir.path().join("t.db");
         open(&path, &[V1, V2]).unwrap();
         let err = open(&path, &[V1]).unwrap_err();
-        assert!(matches!(err, DbError::TooNew { found: 2, known: 1, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                DbError::TooNew {
+                    found: 2,
+                    known: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -157,21 +157,29 @@ fn create(dir: &Path, names: &[String]) -> Result<(), TlsError> {
     let server_cert = server_params.signed_by(&server_key, &issuer)?;
 
     // The CA certificate is written last: its presence means the set is complete.
-    write_file(
+    write_private(
         &dir.join(SERVER_KEY_FILE),
-        &server_key.serialize_pem(),
-        0o600,
+        server_key.serialize_pem().as_bytes(),
     )?;
-    write_file(&dir.join(SERVER_CERT_FILE), &server_cert.pem(), 0o644)?;
-    write_file(&dir.join(CA_KEY_FILE), &ca_key_pem, 0o600)?;
-    write_file(&dir.join(CA_CERT_FILE), &ca_cert.pem(), 0o644)?;
+    write_file(
+        &dir.join(SERVER_CERT_FILE),
+        server_cert.pem().as_bytes(),
+        0o644,
+    )?;
+    write_private(&dir.join(CA_KEY_FILE), ca_key_pem.as_bytes())?;
+    write_file(&dir.join(CA_CERT_FILE), ca_cert.pem().as_bytes(), 0o644)?;
     tracing::info!(dir = %dir.display(), ?names, "created a new CA and server certificate");
     Ok(())
 }
 
+/// Writes a secret readable only by its owner, atomically.
+pub(crate) fn write_private(path: &Path, contents: &[u8]) -> Result<(), TlsError> {
+    write_file(path, contents, 0o600)
+}
+
 /// Writes through a temporary file and a rename, so a crash leaves either the old
 /// file or the new one.
-fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), TlsError> {
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
     let io = |source| TlsError::Io {
         path: path.to_owned(),
         source,
@@ -184,7 +192,7 @@ fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), TlsError> {
         .mode(mode)
         .open(&tmp)
         .map_err(io)?;
-    file.write_all(contents.as_bytes()).map_err(io)?;
+    file.write_all(contents).map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
 }

@@ -1,0 +1,227 @@
+//! The command line: the coordinator (`serve`) and the operator's client
+//! commands (`nodes`, `jobs ...`), which talk to the API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use tidemill_runtime::clock::SystemClock;
+use tidemill_runtime::lifecycle;
+
+use crate::client::Client;
+use crate::config::{CloudConfig, DEFAULT_CONFIG};
+use crate::job::{JobRecord, JobSpec};
+
+/// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the coordinator.
+    Serve(ServeArgs),
+    /// Print the default configuration, every key documented.
+    PrintDefaultConfig,
+    /// List nodes.
+    Nodes(ApiArgs),
+    /// Submit, list, show and cancel jobs.
+    #[command(subcommand)]
+    Jobs(JobsCmd),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// TOML config file; without it the documented defaults apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// UDP address for edges.
+    #[arg(long)]
+    quic_listen: Option<SocketAddr>,
+    /// TCP address for the operator API.
+    #[arg(long)]
+    api_listen: Option<SocketAddr>,
+    /// Database and PKI directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ApiArgs {
+    /// The coordinator's API.
+    #[arg(long, env = "TIDEMILL_API", default_value = "http://127.0.0.1:7480")]
+    api: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum JobsCmd {
+    /// Submit a job file (TOML); prints the new job's id.
+    Submit {
+        /// The job file.
+        #[arg(long)]
+        file: PathBuf,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// List jobs, newest first.
+    List(ApiArgs),
+    /// Show one job.
+    Show {
+        /// The job id.
+        id: u64,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job id.
+        id: u64,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// Parses the command line, runs it, and reports any error without a panic.
+pub fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tidemill-cloud: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Outcome {
+    match cli.command {
+        Cmd::PrintDefaultConfig => {
+            print!("{DEFAULT_CONFIG}");
+            Ok(())
+        }
+        Cmd::Serve(args) => serve(args),
+        Cmd::Nodes(a) => {
+            let nodes = Client::new(&a.api).nodes()?;
+            if a.json {
+                return print_json(&nodes);
+            }
+            println!(
+                "{:<20} {:<7} {:>5} {:>9} {:>6} {:>6} {:>6} {:>8}",
+                "NODE", "ONLINE", "CORES", "MEM(GiB)", "CPU%", "MEM%", "GPU%", "LAST_SEQ"
+            );
+            for n in nodes {
+                let pct = |v: Option<f32>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                println!(
+                    "{:<20} {:<7} {:>5} {:>9.1} {:>6} {:>6} {:>6} {:>8}",
+                    n.id,
+                    if n.online { "yes" } else { "no" },
+                    n.cpu_cores,
+                    n.mem_bytes as f64 / (1u64 << 30) as f64,
+                    pct(n.cpu_util),
+                    pct(n.mem_util),
+                    pct(n.gpu_util),
+                    n.last_seq
+                );
+            }
+            Ok(())
+        }
+        Cmd::Jobs(JobsCmd::Submit { file, api }) => {
+            let spec = JobSpec::from_file(&file)?;
+            let id = Client::new(&api.api).submit(&spec)?;
+            if api.json {
+                return print_json(&serde_json::json!({ "id": id }));
+            }
+            println!("{id}");
+            Ok(())
+        }
+        Cmd::Jobs(JobsCmd::List(a)) => {
+            let jobs = Client::new(&a.api).jobs()?;
+            if a.json {
+                return print_json(&jobs);
+            }
+            println!(
+                "{:>6} {:<24} {:<10} {:<16} {:<25} REASON",
+                "ID", "NAME", "STATE", "NODE", "DEADLINE"
+            );
+            for j in jobs {
+                println!(
+                    "{:>6} {:<24} {:<10} {:<16} {:<25} {}",
+                    j.id,
+                    j.name,
+                    j.state.as_str(),
+                    j.node.as_deref().unwrap_or("-"),
+                    j.deadline.to_rfc3339(),
+                    j.reason.as_deref().unwrap_or("")
+                );
+            }
+            Ok(())
+        }
+        Cmd::Jobs(JobsCmd::Show { id, api }) => show(&Client::new(&api.api).job(id)?, api.json),
+        Cmd::Jobs(JobsCmd::Cancel { id, api }) => {
+            show(&Client::new(&api.api).cancel(id)?, api.json)
+        }
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> Outcome {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn show(job: &JobRecord, json: bool) -> Outcome {
+    if json {
+        return print_json(job);
+    }
+    println!("id:         {}", job.id);
+    println!("name:       {}", job.name);
+    println!("state:      {}", job.state.as_str());
+    println!("node:       {}", job.node.as_deref().unwrap_or("-"));
+    println!(
+        "exit code:  {}",
+        job.exit_code.map_or("-".to_string(), |c| c.to_string())
+    );
+    println!("reason:     {}", job.reason.as_deref().unwrap_or("-"));
+    println!("command:    {:?}", job.command);
+    println!("deadline:   {}", job.deadline.to_rfc3339());
+    println!("submitted:  {}", job.submitted_at.to_rfc3339());
+    if !job.output_tail.is_empty() {
+        println!("output (last {} lines):", job.output_tail.len());
+        for line in &job.output_tail {
+            println!("  {line}");
+        }
+    }
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> Outcome {
+    lifecycle::init_logging();
+    let mut cfg = CloudConfig::load(args.config.as_deref())?;
+    if let Some(v) = args.quic_listen {
+        cfg.quic_listen = v;
+    }
+    if let Some(v) = args.api_listen {
+        cfg.api_listen = v;
+    }
+    if let Some(v) = args.data_dir {
+        cfg.data_dir = v;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let server = crate::server::start(cfg, Arc::new(SystemClock)).await?;
+        lifecycle::shutdown_signal().await;
+        tracing::info!("stopping");
+        server.stop().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,100 @@
+//! The coordinator's shared state: the store, the live edge connections, and
+//! the trigger for scheduling rounds.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tidemill_runtime::clock::SharedClock;
+use tokio::sync::Notify;
+
+use crate::config::CloudConfig;
+use crate::store::Store;
+
+/// Counters for the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections refused during or right after the handshake.
+    pub refused_connections: AtomicU64,
+    /// Frames refused as oversized, malformed or unexpected.
+    pub refused_frames: AtomicU64,
+}
+
+impl Counters {
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the ingest, the rounds and the API.
+pub struct Coordinator {
+    /// The durable state.
+    pub store: Mutex<Store>,
+    /// Live connections by node id.
+    sessions: Mutex<HashMap<String, quinn::Connection>>,
+    /// Wakes the scheduling loop early.
+    pub wake: Notify,
+    /// The configuration in force.
+    pub cfg: CloudConfig,
+    /// The coordinator's clock.
+    pub clock: SharedClock,
+    /// Operational counters.
+    pub counters: Counters,
+}
+
+impl Coordinator {
+    /// Shared state over an opened store.
+    pub fn new(store: Store, cfg: CloudConfig, clock: SharedClock) -> Self {
+        Coordinator {
+            store: Mutex::new(store),
+            sessions: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            cfg,
+            clock,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Records `conn` as the node's connection, closing any older one it replaces.
+    pub fn connect(&self, node_id: &str, conn: quinn::Connection) {
+        if let Some(old) = self
+            .sessions
+            .lock()
+            .unwrap()
+            .insert(node_id.to_string(), conn)
+        {
+            old.close(
+                0u32.into(),
+                b"replaced by a newer connection from the same node",
+            );
+        }
+        self.wake.notify_one();
+    }
+
+    /// Forgets the node's connection if it is still `conn`.
+    pub fn disconnect(&self, node_id: &str, conn: &quinn::Connection) {
+        let mut sessions = self.sessions.lock().unwrap();
+        if sessions
+            .get(node_id)
+            .is_some_and(|c| c.stable_id() == conn.stable_id())
+        {
+            sessions.remove(node_id);
+        }
+    }
+
+    /// The ids of connected nodes.
+    pub fn connected(&self) -> HashSet<String> {
+        self.sessions.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// The live connections, for dispatch.
+    pub fn connections(&self) -> Vec<(String, quinn::Connection)> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}

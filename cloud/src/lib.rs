@@ -1,0 +1,15 @@
+//! tidemill-cloud: the coordinator. It accepts edges over QUIC, keeps durable
+//! state in SQLite, schedules jobs onto idle capacity, and serves the operator
+//! API that its own CLI uses.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod coordinator;
+pub mod ingest;
+pub mod job;
+pub mod round;
+pub mod server;
+pub mod store;

@@ -1,0 +1,109 @@
+//! Scheduling rounds: expire silent nodes, ask the policy for a plan on a fresh
+//! snapshot, commit it with re-checks, then deliver owed commands to connected
+//! edges. Rounds run on a timer and whenever something changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemill_proto::{CloudMsg, Command, EdgeMsg};
+use tidemill_runtime::clock;
+use tidemill_runtime::frames;
+use tidemill_sched::{FirstFit, first_fit};
+
+use crate::config::Policy;
+use crate::coordinator::Coordinator;
+use crate::store::{Owed, StoreError};
+
+/// Runs rounds forever.
+pub async fn run(coord: Arc<Coordinator>) {
+    let interval = Duration::from_secs_f64(coord.cfg.round_interval_secs);
+    loop {
+        if let Err(e) = round(&coord).await {
+            tracing::error!(error = %e, "scheduling round failed; retrying next round");
+        }
+        tokio::select! {
+            _ = coord.wake.notified() => {}
+            _ = coord.clock.sleep(interval) => {}
+        }
+    }
+}
+
+/// One round.
+pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
+    let now = coord.clock.now_ms();
+    let cutoff = now - coord.cfg.offline_after().as_millis() as i64;
+    let plan = {
+        let mut store = coord.store.lock().unwrap();
+        for node_id in store.expire(&coord.connected(), cutoff, now)? {
+            tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
+        }
+        let snapshot = store.snapshot(now)?;
+        let plan = match coord.cfg.scheduler.policy {
+            Policy::FirstFit => first_fit(
+                &snapshot,
+                &FirstFit {
+                    idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
+                    max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
+                },
+            ),
+        };
+        store.apply_plan(&plan, now)?;
+        plan
+    };
+    for p in &plan.placements {
+        tracing::info!(job_id = p.job_id, node_id = %p.node_id, "job placed");
+    }
+    for (node_id, conn) in coord.connections() {
+        deliver(coord, &node_id, &conn).await?;
+    }
+    Ok(())
+}
+
+/// Sends a node every command it has not acknowledged, stopping at the first
+/// failure; undelivered commands are retried next round or on reconnect.
+async fn deliver(
+    coord: &Coordinator,
+    node_id: &str,
+    conn: &quinn::Connection,
+) -> Result<(), StoreError> {
+    let owed = coord.store.lock().unwrap().owed(node_id)?;
+    let timeout = Duration::from_secs(coord.cfg.link.stream_timeout_secs);
+    for item in owed {
+        let (cmd, task_id) = match &item {
+            Owed::Assign(a) => (Command::Assign(a.clone()), a.task_id),
+            Owed::Cancel(id) => (Command::Cancel { task_id: *id }, *id),
+        };
+        let reply = clock::timeout(
+            &*coord.clock,
+            timeout,
+            frames::request::<_, EdgeMsg>(conn, &CloudMsg::Command(cmd)),
+        )
+        .await;
+        match reply {
+            Ok(Ok(EdgeMsg::CommandAck { task_id: acked })) if acked == task_id => {
+                coord.store.lock().unwrap().acknowledged(&item)?;
+                tracing::info!(node_id = %node_id, task_id, command = ?kind(&item), "command delivered");
+            }
+            Ok(Ok(other)) => {
+                tracing::warn!(node_id = %node_id, task_id, reply = ?other, "edge refused a command");
+                return Ok(());
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(node_id = %node_id, task_id, error = %e, "cannot deliver a command; will retry");
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::warn!(node_id = %node_id, task_id, "edge did not answer a command in time; will retry");
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn kind(o: &Owed) -> &'static str {
+    match o {
+        Owed::Assign(_) => "assign",
+        Owed::Cancel(_) => "cancel",
+    }
+}

@@ -1,0 +1,131 @@
+//! `tidemill-cloud serve`: opens the store and the PKI, binds the QUIC and HTTP
+//! listeners, and runs ingest, scheduling rounds and the API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemill_runtime::clock::SharedClock;
+use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::quic::{self, EndpointError, Timing};
+use tidemill_runtime::tls::{self, TlsError};
+use tokio::task::JoinSet;
+
+use crate::config::CloudConfig;
+use crate::coordinator::Coordinator;
+use crate::store::{Store, StoreError};
+use crate::{api, ingest, round};
+
+/// The stateless-reset key file inside the data dir.
+const RESET_KEY_FILE: &str = "quic-reset-key";
+
+/// Why the coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The data dir cannot be created.
+    #[error("cannot create data dir {path}: {source}; pass a writable --data-dir")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The store cannot be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The PKI cannot be loaded or created.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The QUIC endpoint cannot be set up.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The API address cannot be bound.
+    #[error("cannot listen for the API on {addr}: {source}; is another process using the port?")]
+    Api {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// A running coordinator.
+pub struct Server {
+    /// Where edges connect.
+    pub quic_addr: SocketAddr,
+    /// Where the API listens.
+    pub api_addr: SocketAddr,
+    /// The CA certificate edges need.
+    pub ca_path: PathBuf,
+    /// The shared state, for in-process embedding.
+    pub coordinator: Arc<Coordinator>,
+    endpoint: quinn::Endpoint,
+    tasks: JoinSet<()>,
+}
+
+/// Starts a coordinator and returns once it listens.
+pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, CloudError> {
+    cfg.validate()?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| CloudError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
+    })?;
+    let store = Store::open(&cfg.data_dir)?;
+    let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names)?;
+    let ca_path = identity.ca_path.clone();
+    let reset_key = quic::load_or_create_reset_key(&cfg.data_dir.join(RESET_KEY_FILE))?;
+    let timing = Timing {
+        keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
+        idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
+    };
+    let endpoint = quic::server(cfg.quic_listen, identity, timing, &reset_key)?;
+    let quic_addr = endpoint.local_addr().map_err(|source| {
+        CloudError::Endpoint(EndpointError::Bind {
+            addr: cfg.quic_listen,
+            source,
+        })
+    })?;
+    let listener = tokio::net::TcpListener::bind(cfg.api_listen)
+        .await
+        .map_err(|source| CloudError::Api {
+            addr: cfg.api_listen,
+            source,
+        })?;
+    let api_addr = listener.local_addr().map_err(|source| CloudError::Api {
+        addr: cfg.api_listen,
+        source,
+    })?;
+
+    let coordinator = Arc::new(Coordinator::new(store, cfg, clock));
+    let mut tasks = JoinSet::new();
+    tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
+    tasks.spawn(round::run(coordinator.clone()));
+    let app = api::router(coordinator.clone());
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "API server stopped");
+        }
+    });
+    tracing::info!(%quic_addr, %api_addr, ca = %ca_path.display(), "tidemill-cloud serving");
+    Ok(Server {
+        quic_addr,
+        api_addr,
+        ca_path,
+        coordinator,
+        endpoint,
+        tasks,
+    })
+}
+
+impl Server {
+    /// Stops serving: closes edge connections and ends every task.
+    pub async fn stop(mut self) {
+        self.endpoint.close(0u32.into(), b"coordinator stopping");
+        self.tasks.shutdown().await;
+        self.endpoint.wait_idle().await;
+    }
+}
