@@ -115,7 +115,7 @@ async fn cancel_job(
         .ok_or_else(|| not_found(id))?;
     tracing::info!(
         job_id = id,
-        state = job.state.as_str(),
+        state = %job.state.as_str(),
         "job cancel requested"
     );
     c.wake.notify_one();

@@ -203,7 +203,9 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
 }
 
 fn serve(args: ServeArgs) -> Outcome {
-    lifecycle::init_logging();
+    // quinn's endpoint logs, at debug, each datagram it refuses (garbage, unknown
+    // connections, unsupported versions): operators should see those.
+    lifecycle::init_logging("info,quinn_proto::endpoint=debug");
     let mut cfg = CloudConfig::load(args.config.as_deref())?;
     if let Some(v) = args.quic_listen {
         cfg.quic_listen = v;

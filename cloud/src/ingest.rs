@@ -188,7 +188,9 @@ async fn serve_stream(
                 .apply_report(&node_id, &report, now);
             match applied {
                 Ok(a) => {
-                    if a.job_changed {
+                    tracing::debug!(node_id = %node_id, seq = report.seq, duplicate = a.duplicate, "report stored");
+                    if let Some((job_id, state)) = a.job {
+                        tracing::info!(node_id = %node_id, job_id, state = %state.as_str(), "job state changed");
                         coord.wake.notify_one();
                     }
                     (None, Some(CloudMsg::Ack { seq: a.ack }))

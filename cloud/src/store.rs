@@ -153,8 +153,8 @@ pub struct Applied {
     pub ack: u64,
     /// Whether it was a duplicate and changed nothing.
     pub duplicate: bool,
-    /// Whether a job changed state, so a round should run.
-    pub job_changed: bool,
+    /// The job whose state this report changed, and its new state.
+    pub job: Option<(u64, JobState)>,
 }
 
 /// A command owed to a node.
@@ -254,14 +254,14 @@ impl Store {
             tx.execute("UPDATE nodes SET last_seen_ms = ?2 WHERE id = ?1", params![node_id, now_ms])
                 .map_err(&err)?;
             if report.seq <= last {
-                return Ok(Applied { ack: last, duplicate: true, job_changed: false });
+                return Ok(Applied { ack: last, duplicate: true, job: None });
             }
             if report.seq != last + 1 {
                 let detail = format!("sequence jumped from {last} to {}", report.seq);
                 tracing::warn!(node_id, %detail, "report sequence gap");
                 event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail).map_err(&err)?;
             }
-            let (kind, job_changed) = match &report.body {
+            let (kind, job) = match &report.body {
                 ReportBody::Samples(samples) => {
                     let mut insert = tx
                         .prepare_cached(
@@ -291,7 +291,7 @@ impl Store {
                         )
                         .map_err(&err)?;
                     }
-                    ("samples", false)
+                    ("samples", None)
                 }
                 ReportBody::Task(status) => ("task", apply_task_status(tx, node_id, status, now_ms).map_err(&err)?),
             };
@@ -302,7 +302,7 @@ impl Store {
             .map_err(&err)?;
             tx.execute("UPDATE nodes SET last_seq = ?2 WHERE id = ?1", params![node_id, report.seq as i64])
                 .map_err(&err)?;
-            Ok(Applied { ack: report.seq, duplicate: false, job_changed })
+            Ok(Applied { ack: report.seq, duplicate: false, job })
         })
     }
 
@@ -721,13 +721,14 @@ fn event(
     Ok(())
 }
 
-/// Applies a task's status to its task and job; returns whether the job changed.
+/// Applies a task's status to its task and job; returns the job's new state
+/// if it changed.
 fn apply_task_status(
     tx: &Transaction<'_>,
     node_id: &str,
     s: &TaskStatus,
     now_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> rusqlite::Result<Option<(u64, JobState)>> {
     let job = s.job_id as i64;
     let known: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3)",
@@ -743,57 +744,64 @@ fn apply_task_status(
             "unknown-task",
             &format!("{:?}", s.event),
         )?;
-        return Ok(false);
+        return Ok(None);
     }
     let tail = serde_json::to_string(&s.output_tail).expect("strings serialise");
-    let (task_state, job_update, reason): (&str, Option<(&str, Option<i32>)>, String) =
-        match &s.event {
-            TaskEvent::Started { pid } => {
-                ("running", None, format!("running on {node_id} (pid {pid})"))
-            }
-            TaskEvent::Exited {
-                exit_code,
-                signal,
-                cancelled,
-            } => {
-                let how = match (exit_code, signal) {
-                    (Some(c), _) => format!("exited with code {c}"),
-                    (None, Some(sig)) => format!("killed by signal {sig}"),
-                    (None, None) => "ended".to_string(),
-                };
-                let state = if *cancelled {
-                    "cancelled"
-                } else if *exit_code == Some(0) {
-                    "succeeded"
-                } else {
-                    "failed"
-                };
-                let reason = if *cancelled {
-                    format!("cancelled by an operator; {how}")
-                } else {
-                    how
-                };
-                ("done", Some((state, *exit_code)), reason)
-            }
-            TaskEvent::Failed { reason } => ("done", Some(("failed", None)), reason.clone()),
-        };
+    let (task_state, job_update, reason): (&str, Option<(JobState, Option<i32>)>, String) = match &s
+        .event
+    {
+        TaskEvent::Started { pid } => {
+            ("running", None, format!("running on {node_id} (pid {pid})"))
+        }
+        TaskEvent::Exited {
+            exit_code,
+            signal,
+            cancelled,
+        } => {
+            let how = match (exit_code, signal) {
+                (Some(c), _) => format!("exited with code {c}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, None) => "ended".to_string(),
+            };
+            let state = if *cancelled {
+                JobState::Cancelled
+            } else if *exit_code == Some(0) {
+                JobState::Succeeded
+            } else {
+                JobState::Failed
+            };
+            let reason = if *cancelled {
+                format!("cancelled by an operator; {how}")
+            } else {
+                how
+            };
+            ("done", Some((state, *exit_code)), reason)
+        }
+        TaskEvent::Failed { reason } => ("done", Some((JobState::Failed, None)), reason.clone()),
+    };
     tx.execute(
         "UPDATE tasks SET state = ?2 WHERE id = ?1",
         params![s.task_id as i64, task_state],
     )?;
-    let changed = match job_update {
-        None => tx.execute(
-            "UPDATE jobs SET state = 'running', started_ms = ?2, reason = ?3 WHERE id = ?1 AND state = 'queued'",
-            params![job, s.t_ms, reason],
-        )?,
-        Some((state, exit_code)) => tx.execute(
-            "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6
-             WHERE id = ?1 AND state IN ('queued', 'running')",
-            params![job, state, exit_code, tail, reason, s.t_ms],
-        )?,
+    let (new_state, changed) = match job_update {
+        None => (
+            JobState::Running,
+            tx.execute(
+                "UPDATE jobs SET state = 'running', started_ms = ?2, reason = ?3 WHERE id = ?1 AND state = 'queued'",
+                params![job, s.t_ms, reason],
+            )?,
+        ),
+        Some((state, exit_code)) => (
+            state,
+            tx.execute(
+                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6
+                 WHERE id = ?1 AND state IN ('queued', 'running')",
+                params![job, state.as_str(), exit_code, tail, reason, s.t_ms],
+            )?,
+        ),
     };
     event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
-    Ok(changed > 0)
+    Ok((changed > 0).then_some((s.job_id, new_state)))
 }
 
 #[cfg(test)]
@@ -869,7 +877,7 @@ mod tests {
             Applied {
                 ack: 1,
                 duplicate: true,
-                job_changed: false
+                job: None
             }
         );
         store.apply_report("n1", &samples(2, 30.0), 3).unwrap();
@@ -925,12 +933,10 @@ mod tests {
             signal: None,
             cancelled: false,
         };
-        assert!(
-            store
-                .apply_report("n1", &task(3, a.task_id, id, exit), 5)
-                .unwrap()
-                .job_changed
-        );
+        let applied = store
+            .apply_report("n1", &task(3, a.task_id, id, exit), 5)
+            .unwrap();
+        assert_eq!(applied.job, Some((id, JobState::Failed)));
         let job = store.job(id).unwrap().unwrap();
         assert_eq!(
             (job.state, job.exit_code, job.node.as_deref()),

@@ -101,7 +101,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Run(args) => {
-            lifecycle::init_logging();
+            lifecycle::init_logging("info");
             let cfg = match args.resolve() {
                 Ok(cfg) => cfg,
                 Err(e) => return fail(&e),

@@ -1,12 +1,15 @@
 //! What every tidemill daemon does at start and stop: set up logging and wait
 //! for a stop signal.
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG`, else by `default_filter`.
+pub fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colour only for a person at a terminal; log files and pipes get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
 }

@@ -1,0 +1,71 @@
+//! The edge daemon's command line: documented defaults, and clear errors
+//! without a panic.
+
+use std::process::Command;
+
+fn edge(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemill-edge"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn prints_the_documented_default_config() {
+    let (ok, out, _) = edge(&["print-default-config"]);
+    assert!(ok);
+    assert_eq!(out, include_str!("../../configs/edge.toml"));
+}
+
+#[test]
+fn a_missing_ca_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (ok, _, err) = edge(&[
+        "run",
+        "--ca",
+        "/nonexistent/ca.pem",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("/nonexistent/ca.pem") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_replay_node_lists_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "node,time_s,cpu,mem,gpu\na,0,1,1,\n").unwrap();
+    let ca = tidemill_runtime::tls::load_or_create(&dir.path().join("pki"), &["localhost".into()])
+        .unwrap()
+        .ca_path;
+    let data = dir.path().join("data");
+    let args = [
+        "run",
+        "--ca",
+        ca.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let (ok, _, err) = edge(
+        &[
+            &args[..],
+            &["--replay", trace.to_str().unwrap(), "--replay-node", "b"],
+        ]
+        .concat(),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("no rows for node \"b\"") && err.contains("include: a"),
+        "{err}"
+    );
+}

@@ -1,0 +1,313 @@
+//! Test support: runs the real `tidemill-cloud` and `tidemill-edge` entry points as
+//! child processes and synchronises on their log lines, never on sleeps.
+//! Each test binary uses a different part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The coordinator binary under test.
+pub const CLOUD: &str = env!("CARGO_BIN_EXE_harness-cloud");
+/// The edge binary under test.
+pub const EDGE: &str = env!("CARGO_BIN_EXE_harness-edge");
+
+/// A child process whose stderr lines are collected as they arrive.
+pub struct Proc {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Arc<Mutex<Vec<String>>>,
+    name: String,
+}
+
+impl Proc {
+    /// Starts `cmd` with stderr captured (stdout is discarded).
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Proc {
+            child,
+            lines: rx,
+            seen: Arc::default(),
+            name: name.to_string(),
+        }
+    }
+
+    fn drain(&self) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.extend(self.lines.try_iter());
+    }
+
+    /// Every line logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.drain();
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until `count` logged lines (past and future) satisfy `pred`, or
+    /// panics with the log after `timeout`.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        count: usize,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain();
+            let n = self.seen.lock().unwrap().iter().filter(|l| pred(l)).count();
+            if n >= count {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.lock().unwrap().push(line),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "{}: waited {timeout:?} for {count} × {what}; log:\n{}",
+                        self.name,
+                        self.log().join("\n")
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "{}: exited while waiting for {what}; log:\n{}",
+                        self.name,
+                        self.log().join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits for `count` lines containing `needle`.
+    pub fn wait_for(&self, needle: &str, count: usize, timeout: Duration) {
+        self.wait_until(needle, count, timeout, |l| l.contains(needle));
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().expect("process status").is_none()
+    }
+
+    /// Kills the process with SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A loopback port that was free a moment ago, for UDP and TCP alike.
+pub fn free_port() -> u16 {
+    loop {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind UDP");
+        let port = udp.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// How long a process may take to come up or react in these tests.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A coordinator's addresses and data dir, so it can be restarted in place.
+pub struct Coordinator {
+    /// QUIC address.
+    pub quic: SocketAddr,
+    /// API base URL.
+    pub api: String,
+    /// Data dir.
+    pub data_dir: PathBuf,
+}
+
+impl Coordinator {
+    /// Addresses on free loopback ports, data under `dir`.
+    pub fn new(dir: &Path) -> Self {
+        let quic: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let api = format!("http://127.0.0.1:{}", free_port());
+        Coordinator {
+            quic,
+            api,
+            data_dir: dir.join("cloud"),
+        }
+    }
+
+    /// Starts `tidemill-cloud serve` and waits until it serves.
+    pub fn start(&self) -> Proc {
+        let mut cmd = Command::new(CLOUD);
+        cmd.args(["serve", "--quic-listen", &self.quic.to_string()])
+            .args(["--api-listen", self.api.trim_start_matches("http://")])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .env(
+                "RUST_LOG",
+                "info,tidemill_cloud::ingest=debug,quinn_proto::endpoint=debug",
+            );
+        let p = Proc::spawn("tidemill-cloud", cmd);
+        p.wait_for("tidemill-cloud serving", 1, PATIENCE);
+        p
+    }
+
+    /// The CA certificate edges need.
+    pub fn ca(&self) -> PathBuf {
+        self.data_dir.join("ca.pem")
+    }
+
+    /// Runs a `tidemill-cloud` client command with `--api` and returns stdout,
+    /// panicking with stderr if it fails.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(CLOUD)
+            .args(args)
+            .args(["--api", &self.api])
+            .output()
+            .expect("run tidemill-cloud");
+        assert!(
+            out.status.success(),
+            "tidemill-cloud {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    /// `nodes --json`, parsed.
+    pub fn nodes(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.cli(&["nodes", "--json"])).expect("nodes JSON")
+    }
+
+    /// `jobs show ID --json`, parsed.
+    pub fn job(&self, id: u64) -> serde_json::Value {
+        serde_json::from_str(&self.cli(&["jobs", "show", &id.to_string(), "--json"]))
+            .expect("job JSON")
+    }
+
+    /// Writes a job file and submits it; returns the job id.
+    pub fn submit(&self, dir: &Path, name: &str, command: &[&str]) -> u64 {
+        let file = dir.join(format!("{name}.toml"));
+        let cmd = command
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        std::fs::write(
+            &file,
+            format!("name = {name:?}\ncommand = [{cmd}]\ndeadline = \"2099-01-01T00:00:00Z\"\n"),
+        )
+        .unwrap();
+        self.cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
+            .trim()
+            .parse()
+            .expect("job id")
+    }
+}
+
+/// Starts an edge. With `replay`, it replays that node of `trace` at 60×.
+pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&Path>) -> Proc {
+    let mut cmd = Command::new(EDGE);
+    cmd.args([
+        "run",
+        "--coordinator",
+        &coord.quic.to_string(),
+        "--node-id",
+        node,
+    ])
+    .arg("--ca")
+    .arg(coord.ca())
+    .arg("--data-dir")
+    .arg(dir.join(format!("edge-{node}")))
+    .args(["--sample-interval", "0.2"])
+    .env("RUST_LOG", "info");
+    if let Some(trace) = replay {
+        cmd.arg("--replay")
+            .arg(trace)
+            .args(["--replay-node", node, "--speed", "1"]);
+    }
+    Proc::spawn(node, cmd)
+}
+
+/// Writes a two-node tidal trace (`tidemill` CSV format) and returns its path.
+pub fn write_trace(dir: &Path, nodes: &[&str]) -> PathBuf {
+    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
+    for (k, node) in nodes.iter().enumerate() {
+        for i in 0..288 {
+            let hour = i as f64 / 12.0;
+            let cpu =
+                45.0 + 40.0 * ((hour - 14.0 + k as f64 * 3.0) / 24.0 * std::f64::consts::TAU).cos();
+            csv.push_str(&format!("{node},{},{cpu:.1},35.0,\n", i * 300));
+        }
+    }
+    let path = dir.join("trace.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+/// Logical CPUs and physical memory (bytes) of this host, read from /proc the
+/// way an operator would check them.
+pub fn host_cores_and_memory() -> (u64, u64) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count() as u64;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal in /proc/meminfo");
+    (cores, kib * 1024)
+}
+
+/// The report sequence numbers stored for each node, read from the coordinator's
+/// database (read-only, so the running coordinator is undisturbed).
+pub fn stored_report_seqs(data_dir: &Path) -> Vec<(String, u64, Vec<u64>)> {
+    let db = rusqlite::Connection::open_with_flags(
+        data_dir.join("tidemill.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the coordinator database");
+    let nodes: Vec<(String, i64)> = db
+        .prepare("SELECT id, last_seq FROM nodes ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    nodes
+        .into_iter()
+        .map(|(id, last)| {
+            let seqs: Vec<u64> = db
+                .prepare("SELECT seq FROM reports WHERE node_id = ?1 ORDER BY seq")
+                .unwrap()
+                .query_map([&id], |r| r.get::<_, i64>(0))
+                .unwrap()
+                .map(|s| s.unwrap() as u64)
+                .collect();
+            (id, last as u64, seqs)
+        })
+        .collect()
+}
