@@ -1,0 +1,93 @@
+//! Idle windows: runs of slots whose pessimistic (P90) utilisation stays under the
+//! threshold on every resource that matters, each with a confidence.
+
+use statrs::distribution::{ContinuousCDF, Normal};
+
+use crate::{IdleWindow, Quantiles};
+
+/// Smallest P50-to-P90 spread used when converting to a probability, percent.
+const MIN_SPREAD_PCT: f64 = 1e-6;
+
+/// Probability (0-1) that utilisation stays under `threshold_pct`, reading the
+/// upper half of the forecast as a normal distribution:
+///
+/// p = Φ(z₀.₉ · (threshold − P50) / (P90 − P50)), with z₀.₉ = Φ⁻¹(0.9) ≈ 1.2816
+///
+/// (all in percent; the spread is floored at 1e-6). p ≥ 0.9 exactly when P90 ≤ threshold.
+pub fn idle_probability(q: &Quantiles, threshold_pct: f64) -> f64 {
+    let std_normal = Normal::standard();
+    let z90 = std_normal.inverse_cdf(0.9);
+    let spread = (q.p90 - q.p50).max(MIN_SPREAD_PCT);
+    std_normal.cdf(z90 * (threshold_pct - q.p50) / spread)
+}
+
+/// Turns per-slot idle probabilities into windows: `per_slot[i]` is `Some(p)`
+/// when slot `i` is predicted idle (p its probability), `None` otherwise. A
+/// window's confidence is its least probable slot's.
+pub(crate) fn windows(
+    start_ms: i64,
+    slot_len_ms: i64,
+    per_slot: &[Option<f64>],
+) -> Vec<IdleWindow> {
+    let mut out: Vec<IdleWindow> = Vec::new();
+    let mut open = false;
+    for (i, p) in per_slot.iter().enumerate() {
+        let slot_start = start_ms + i as i64 * slot_len_ms;
+        match (p, open) {
+            (Some(p), true) => {
+                let w = out.last_mut().expect("an open window exists");
+                w.end_ms = slot_start + slot_len_ms;
+                w.confidence = w.confidence.min(*p);
+            }
+            (Some(p), false) => out.push(IdleWindow {
+                start_ms: slot_start,
+                end_ms: slot_start + slot_len_ms,
+                confidence: *p,
+            }),
+            (None, _) => {}
+        }
+        open = p.is_some();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(p50: f64, p90: f64) -> Quantiles {
+        Quantiles { p10: 0.0, p50, p90 }
+    }
+
+    #[test]
+    fn probability_by_hand() {
+        // P90 on the threshold → exactly 0.9.
+        assert!((idle_probability(&q(10.0, 30.0), 30.0) - 0.9).abs() < 1e-9);
+        // P50 on the threshold → 0.5.
+        assert!((idle_probability(&q(30.0, 40.0), 30.0) - 0.5).abs() < 1e-9);
+        // threshold = P50 + 2·(P90 − P50) → Φ(2·1.28155) = Φ(2.5631) ≈ 0.99481.
+        assert!((idle_probability(&q(10.0, 20.0), 30.0) - 0.994_81).abs() < 1e-4);
+        // No spread and under the threshold → certain.
+        assert!(idle_probability(&q(5.0, 5.0), 30.0) > 0.999_999);
+    }
+
+    #[test]
+    fn windows_merge_runs_and_take_the_minimum() {
+        let w = windows(1_000, 10, &[None, Some(0.95), Some(0.92), None, Some(0.99)]);
+        assert_eq!(
+            w,
+            vec![
+                IdleWindow {
+                    start_ms: 1_010,
+                    end_ms: 1_030,
+                    confidence: 0.92
+                },
+                IdleWindow {
+                    start_ms: 1_040,
+                    end_ms: 1_050,
+                    confidence: 0.99
+                }
+            ]
+        );
+    }
+}

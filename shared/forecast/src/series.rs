@@ -1,0 +1,146 @@
+//! One resource of one node: its bounded history and the forecast methods over it.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::history::History;
+use crate::ring::SlotRing;
+use crate::{ConfigError, ForecastConfig, Method, ResourceForecast, baselines, cycle, tidemill};
+
+/// A measured resource of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resource {
+    /// CPU utilisation.
+    Cpu,
+    /// Memory in use.
+    Mem,
+    /// Accelerator (GPU/NPU) utilisation.
+    Gpu,
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Resource::Cpu => "cpu",
+            Resource::Mem => "mem",
+            Resource::Gpu => "gpu",
+        })
+    }
+}
+
+/// A sample the forecaster could not use.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum SampleError {
+    /// NaN or infinite value.
+    #[error(
+        "{resource} value {value} at t_ms={t_ms} is not a finite number: send percentages 0-100, and None for a resource that was not read"
+    )]
+    NotFinite {
+        /// The resource.
+        resource: Resource,
+        /// The sample's time, Unix ms.
+        t_ms: i64,
+        /// The value received.
+        value: f64,
+    },
+    /// Older than the kept history; it cannot affect any forecast.
+    #[error(
+        "{resource} sample at t_ms={t_ms} is older than the oldest kept slot (t_ms={oldest_kept_ms}) and was dropped: raise history_days to keep more"
+    )]
+    TooOld {
+        /// The resource.
+        resource: Resource,
+        /// The sample's time, Unix ms.
+        t_ms: i64,
+        /// Start of the oldest kept slot, Unix ms.
+        oldest_kept_ms: i64,
+    },
+}
+
+/// The forecaster of one resource: O(1) amortised per sample, bounded memory
+/// (`history_days` × slots per day), forecasts computed on demand.
+#[derive(Debug, Clone)]
+pub struct SeriesForecaster {
+    resource: Resource,
+    config: ForecastConfig,
+    ring: SlotRing,
+}
+
+impl SeriesForecaster {
+    /// A forecaster with no history yet.
+    pub fn new(resource: Resource, config: ForecastConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let capacity = config.history_days as usize * config.slots_per_day();
+        let ring = SlotRing::new(config.slot_len_ms(), capacity);
+        Ok(Self {
+            resource,
+            config,
+            ring,
+        })
+    }
+
+    /// The settings it was built with.
+    pub fn config(&self) -> &ForecastConfig {
+        &self.config
+    }
+
+    /// Adds one sample (time in Unix ms, value in percent; clamped to 0-100).
+    /// Samples may arrive out of order and with gaps.
+    pub fn update(&mut self, t_ms: i64, value_pct: f64) -> Result<(), SampleError> {
+        if !value_pct.is_finite() {
+            return Err(SampleError::NotFinite {
+                resource: self.resource,
+                t_ms,
+                value: value_pct,
+            });
+        }
+        self.ring
+            .add(t_ms, value_pct.clamp(0.0, 100.0))
+            .map_err(|stale| SampleError::TooOld {
+                resource: self.resource,
+                t_ms,
+                oldest_kept_ms: stale.oldest_kept_ms,
+            })
+    }
+
+    /// Start of the first forecast slot for a forecast made at `now_ms`:
+    /// `now_ms` rounded up to a slot boundary, Unix ms.
+    pub fn forecast_start_ms(&self, now_ms: i64) -> i64 {
+        let len = self.config.slot_len_ms();
+        now_ms.div_euclid(len) * len + if now_ms.rem_euclid(len) == 0 { 0 } else { len }
+    }
+
+    /// Forecasts the horizon after `now_ms` with `method`. Only slots before the
+    /// forecast start are read.
+    pub fn forecast(&self, method: Method, now_ms: i64) -> ResourceForecast {
+        let history = self.history(now_ms);
+        let cycle = cycle::assess(&history, self.config.slots_per_hour());
+        let horizon = self.config.horizon_slots();
+        let slots = match method {
+            Method::SameSlotYesterday => baselines::same_slot_days_ago(&history, 1, horizon),
+            Method::SameSlotLastWeek => baselines::same_slot_days_ago(&history, 7, horizon),
+            Method::MeanProfile => baselines::mean_profile(&history, horizon),
+            Method::Tidemill => {
+                tidemill::forecast(&history, &cycle, horizon, self.config.slots_per_hour())
+            }
+        };
+        ResourceForecast {
+            resource: self.resource,
+            cycle,
+            slots,
+        }
+    }
+
+    /// True once any sample has been kept.
+    pub fn has_history(&self, now_ms: i64) -> bool {
+        self.history(now_ms).last_observed().is_some()
+    }
+
+    fn history(&self, now_ms: i64) -> History {
+        let end = self.forecast_start_ms(now_ms) / self.config.slot_len_ms();
+        let s = self.config.slots_per_day();
+        let len = self.config.history_days as usize * s;
+        History::new(self.ring.window(end, len, self.config.max_hold_slots()), s)
+    }
+}

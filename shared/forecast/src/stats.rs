@@ -1,0 +1,86 @@
+//! Small statistics shared by the methods: empirical quantiles, autocorrelation
+//! and the small-sample widening factor.
+
+use statrs::statistics::{Data, OrderStatistics};
+
+use crate::Quantiles;
+
+/// Empirical P10, P50 and P90 of `values` (reordered in place), using statrs'
+/// median-unbiased estimator (Hyndman-Fan type 8); `None` when empty.
+pub(crate) fn empirical_quantiles(values: &mut [f64]) -> Option<Quantiles> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut data = Data::new(values);
+    Some(Quantiles {
+        p10: data.quantile(0.1),
+        p50: data.quantile(0.5),
+        p90: data.quantile(0.9),
+    })
+}
+
+/// Lag-`lag` autocorrelation of a zero-centred series with gaps:
+///
+/// ρ(L) = Σ e_t·e_{t+L} / √(Σ e_t² · Σ e_{t+L}²), summing over the pairs where both
+/// values are present (dimensionless, in [-1, 1]). `None` without any pair or
+/// when either sum of squares is zero.
+pub(crate) fn autocorrelation(series: &[Option<f64>], lag: usize) -> Option<f64> {
+    let (mut cross, mut head, mut tail) = (0.0, 0.0, 0.0);
+    for (a, b) in series.iter().zip(series.iter().skip(lag)) {
+        if let (Some(a), Some(b)) = (a, b) {
+            cross += a * b;
+            head += a * a;
+            tail += b * b;
+        }
+    }
+    (head > 0.0 && tail > 0.0).then(|| cross / (head * tail).sqrt())
+}
+
+/// Fewest days the widening factor is computed for; below it the factor is capped.
+const MIN_WIDENING_DAYS: f64 = 1.5;
+
+/// How much wider out-of-sample errors are than in-sample residuals when a slot
+/// profile is a mean over `n` days:
+///
+/// w(n) = √((n + 1) / (n − 1)), with n (days, real-valued) floored at 1.5, so
+/// w ≤ √5 ≈ 2.24 with little history and w → 1 as history accumulates.
+///
+/// (For a mean of n i.i.d. values with variance σ², the in-sample residual
+/// variance is σ²(n−1)/n and the error on a new value is σ²(n+1)/n.)
+pub(crate) fn widening(n_days: f64) -> f64 {
+    let n = n_days.max(MIN_WIDENING_DAYS);
+    ((n + 1.0) / (n - 1.0)).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_match_type_8_by_hand() {
+        // n = 10, τ = 0.1: h = (10 + 1/3)·0.1 + 1/3 = 1.3667 → x1 + 0.3667·(x2 − x1).
+        let mut v: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let q = empirical_quantiles(&mut v).unwrap();
+        assert!((q.p10 - (1.0 + 0.366_666_7)).abs() < 1e-6);
+        assert!((q.p50 - 5.5).abs() < 1e-12);
+        assert!((q.p90 - (9.0 + 0.633_333_3)).abs() < 1e-6);
+        assert_eq!(empirical_quantiles(&mut []), None);
+    }
+
+    #[test]
+    fn autocorrelation_by_hand() {
+        // Pairs at lag 1: (1,-1), (-1,2); the pair with None is skipped.
+        let s = [Some(1.0), Some(-1.0), Some(2.0), None, Some(5.0)];
+        // cross = -1 - 2 = -3, head = 1 + 1 = 2, tail = 1 + 4 = 5.
+        let r = autocorrelation(&s, 1).unwrap();
+        assert!((r - (-3.0 / 10f64.sqrt())).abs() < 1e-12);
+        assert_eq!(autocorrelation(&s, 10), None);
+    }
+
+    #[test]
+    fn widening_by_hand() {
+        assert!((widening(3.0) - 2f64.sqrt()).abs() < 1e-12);
+        assert!((widening(0.2) - 5f64.sqrt()).abs() < 1e-12);
+        assert!(widening(50.0) < 1.03);
+    }
+}

@@ -1,0 +1,197 @@
+//! Rolling-origin backtest: at every origin, each method forecasts from the data
+//! before the origin only, and is scored on the slots that follow.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+
+use tidemill_forecast::metrics::{Scoreboard, ScoredPoint};
+use tidemill_forecast::{ForecastConfig, Method, Resource, SeriesForecaster};
+
+use crate::trace::Series;
+
+/// History a node needs before its first origin, ms: one day, so that
+/// same-slot-yesterday (the MASE reference) exists.
+pub const WARMUP_MS: i64 = 86_400_000;
+
+/// What to evaluate.
+#[derive(Debug, Clone)]
+pub struct Backtest {
+    /// Slot length, horizon, idle threshold and history kept.
+    pub config: ForecastConfig,
+    /// Time between origins, ms.
+    pub step_ms: i64,
+    /// The methods to score; same-slot-yesterday is always computed as the reference.
+    pub methods: Vec<Method>,
+}
+
+/// Per-slot means of a series on the forecast grid, indexed from its first slot.
+pub struct SlotMeans {
+    first_slot: i64,
+    means: Vec<Option<f64>>,
+}
+
+impl SlotMeans {
+    /// Averages `points` per slot of `slot_len_ms`.
+    pub fn new(points: &[(i64, f64)], slot_len_ms: i64) -> Self {
+        let (Some(first), Some(last)) = (points.first(), points.last()) else {
+            return Self {
+                first_slot: 0,
+                means: Vec::new(),
+            };
+        };
+        let first_slot = first.0.div_euclid(slot_len_ms);
+        let n = (last.0.div_euclid(slot_len_ms) - first_slot + 1) as usize;
+        let mut sums = vec![(0.0, 0u32); n];
+        for (t, v) in points {
+            let s = &mut sums[(t.div_euclid(slot_len_ms) - first_slot) as usize];
+            s.0 += v;
+            s.1 += 1;
+        }
+        let means = sums
+            .into_iter()
+            .map(|(sum, n)| (n > 0).then(|| sum / f64::from(n)))
+            .collect();
+        Self { first_slot, means }
+    }
+
+    /// The mean of absolute slot `slot`, if observed.
+    pub fn get(&self, slot: i64) -> Option<f64> {
+        let i = usize::try_from(slot - self.first_slot).ok()?;
+        self.means.get(i).copied().flatten()
+    }
+}
+
+/// The origins of a node whose samples span `first_ms..=last_ms`: multiples of
+/// `step_ms` from one day after the first sample up to the last sample.
+pub fn origins(first_ms: i64, last_ms: i64, step_ms: i64) -> impl Iterator<Item = i64> {
+    let start = (first_ms + WARMUP_MS).div_euclid(step_ms) * step_ms;
+    let start = if start < first_ms + WARMUP_MS {
+        start + step_ms
+    } else {
+        start
+    };
+    (0..)
+        .map(move |k| start + k * step_ms)
+        .take_while(move |o| *o <= last_ms)
+}
+
+impl Backtest {
+    /// Scores every method over every node; `progress(done, total)` is called
+    /// after each node. Nodes are spread over the available cores.
+    pub fn run(
+        &self,
+        series: &[Series],
+        progress: impl Fn(usize, usize) + Sync,
+    ) -> Vec<(Method, Scoreboard)> {
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let total = Mutex::new(vec![Scoreboard::default(); self.methods.len()]);
+        let workers = thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(series.len().max(1));
+        thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    let mut boards = vec![Scoreboard::default(); self.methods.len()];
+                    while let Some(s) = series.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        self.node(s, &mut boards);
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, series.len());
+                    }
+                    let mut total = total
+                        .lock()
+                        .expect("no worker panics while holding the lock");
+                    for (t, b) in total.iter_mut().zip(&boards) {
+                        t.merge(b);
+                    }
+                });
+            }
+        });
+        let total = total.into_inner().expect("no worker panicked");
+        self.methods.iter().copied().zip(total).collect()
+    }
+
+    /// Scores one node into `boards` (one per method, in `self.methods` order).
+    fn node(&self, series: &Series, boards: &mut [Scoreboard]) {
+        let (Some(first), Some(last)) = (series.points.first(), series.points.last()) else {
+            return;
+        };
+        let slot_ms = self.config.slot_len_ms();
+        let hours = f64::from(self.config.slot_len_s) / 3_600.0;
+        let threshold = self.config.idle_threshold_pct;
+        let actual = SlotMeans::new(&series.points, slot_ms);
+        let mut model = SeriesForecaster::new(Resource::Cpu, self.config.clone())
+            .expect("the backtest's config was validated");
+        let mut fed = 0;
+        for origin in origins(first.0, last.0, self.step_ms) {
+            while let Some(&(t, v)) = series.points.get(fed).filter(|p| p.0 < origin) {
+                // Points are sorted and fed in order, so none is ever too old.
+                let _ = model.update(t, v);
+                fed += 1;
+            }
+            let reference = model.forecast(Method::SameSlotYesterday, origin).slots;
+            let first_slot = origin.div_euclid(slot_ms);
+            for (method, board) in self.methods.iter().zip(boards.iter_mut()) {
+                let slots = model.forecast(*method, origin).slots;
+                for (lead, q) in slots.iter().enumerate() {
+                    let slot = first_slot + lead as i64;
+                    let (Some(q), Some(y), Some(r)) = (q, actual.get(slot), reference[lead]) else {
+                        continue;
+                    };
+                    board.add(
+                        &ScoredPoint {
+                            actual: y,
+                            forecast: *q,
+                            reference_p50: r.p50,
+                            hours,
+                        },
+                        threshold,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_means_average_and_skip_gaps() {
+        let m = SlotMeans::new(&[(0, 1.0), (500, 3.0), (2_500, 7.0)], 1_000);
+        assert_eq!(
+            (m.get(0), m.get(1), m.get(2), m.get(3)),
+            (Some(2.0), None, Some(7.0), None)
+        );
+        assert_eq!(m.get(-1), None);
+    }
+
+    #[test]
+    fn origins_start_after_a_day_on_the_step_grid() {
+        let h = 3_600_000;
+        let o: Vec<i64> = origins(1_000, WARMUP_MS + 3 * h, h).collect();
+        assert_eq!(o, vec![WARMUP_MS + h, WARMUP_MS + 2 * h, WARMUP_MS + 3 * h]);
+    }
+
+    #[test]
+    fn no_peeking_a_future_spike_cannot_change_past_forecasts() {
+        // Two series equal before the origin and different after, both fed in
+        // full: the forecasts must be identical, so nothing after it was read.
+        let base: Vec<(i64, f64)> = (0..(3 * 96)).map(|i| (i * 900_000, 20.0)).collect();
+        let mut spiked = base.clone();
+        for p in spiked.iter_mut().skip(2 * 96 + 10) {
+            p.1 = 90.0;
+        }
+        let cfg = ForecastConfig::default();
+        let origin = 2 * 86_400_000;
+        let fc = |pts: &[(i64, f64)]| {
+            let mut m = SeriesForecaster::new(Resource::Cpu, cfg.clone()).unwrap();
+            for (t, v) in pts {
+                m.update(*t, *v).unwrap();
+            }
+            m.forecast(Method::Tidemill, origin)
+        };
+        assert_eq!(fc(&base), fc(&spiked));
+    }
+}

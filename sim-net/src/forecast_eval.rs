@@ -1,0 +1,312 @@
+//! `tidemill-sim forecast-eval`: rolling-origin backtest of every forecast method
+//! on a trace, printed as a table or JSON, with an optional SVG plot of one node.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args as ClapArgs;
+use serde::Serialize;
+use thiserror::Error;
+use tidemill_forecast::metrics::Figures;
+use tidemill_forecast::{ConfigError, ForecastConfig, Method};
+
+use crate::backtest::Backtest;
+use crate::plot::{PlotError, plot_node};
+use crate::trace::{Format, Mapping, TraceError, ValueScale, read_trace};
+
+/// Options of `forecast-eval`.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Args {
+    /// Trace file: CSV, optionally gzip (detected by `.gz` or the magic bytes).
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Preset column mapping for a known data set; the column flags override it.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Column with the node id (omit, with no preset, to read one series).
+    #[arg(long)]
+    pub node_col: Option<String>,
+    /// Column with the time in seconds (absolute or relative).
+    #[arg(long)]
+    pub time_col: Option<String>,
+    /// Column with the utilisation value.
+    #[arg(long)]
+    pub value_col: Option<String>,
+    /// How values become percent.
+    #[arg(long, value_enum)]
+    pub value_scale: Option<ValueScale>,
+    /// Forecast horizon, e.g. 24h, 90m, 3600s (at most 48h).
+    #[arg(long, default_value = "24h", value_parser = parse_duration_s)]
+    pub horizon: u32,
+    /// Time between forecast origins, e.g. 1h.
+    #[arg(long, default_value = "1h", value_parser = parse_duration_s)]
+    pub step: u32,
+    /// Forecast slot length, e.g. 15m (5m to 15m).
+    #[arg(long, default_value = "15m", value_parser = parse_duration_s)]
+    pub slot: u32,
+    /// Utilisation (percent) under which a node counts as idle.
+    #[arg(long, default_value_t = 30.0)]
+    pub idle_threshold: f64,
+    /// Days of history each forecaster keeps.
+    #[arg(long, default_value_t = 14)]
+    pub history_days: u32,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG of one node's history, forecast band and truth (needs --plot-node).
+    #[arg(long, requires = "plot_node")]
+    pub plot: Option<PathBuf>,
+    /// Node to plot.
+    #[arg(long, requires = "plot")]
+    pub plot_node: Option<String>,
+    /// Origin of the plotted forecast, seconds in the trace's time column
+    /// (default: the last origin with a full horizon of data after it).
+    #[arg(long)]
+    pub plot_origin: Option<f64>,
+    /// Method whose forecast is plotted.
+    #[arg(long, default_value = "tidemill")]
+    pub plot_method: Method,
+}
+
+/// Why `forecast-eval` failed.
+#[derive(Debug, Error)]
+pub enum EvalError {
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// The forecast settings are invalid.
+    #[error("{0} (set by --slot, --horizon, --idle-threshold or --history-days)")]
+    Config(#[from] ConfigError),
+    /// A column mapping is incomplete.
+    #[error("{trace}: no --{flag} given; pass --format with a preset or --{flag} COLUMN")]
+    MissingMapping {
+        /// The trace.
+        trace: PathBuf,
+        /// The missing flag.
+        flag: &'static str,
+    },
+    /// `--step` is zero.
+    #[error("--step 0: the time between origins must be positive")]
+    ZeroStep,
+    /// The plot failed.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+    /// Writing the report failed.
+    #[error("cannot write the report to stdout: {0}")]
+    Stdout(std::io::Error),
+}
+
+/// Parses `90`, `90s`, `15m`, `24h` or `2d` into seconds.
+pub fn parse_duration_s(text: &str) -> Result<u32, String> {
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u32 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write e.g. 900s, 15m, 24h or 2d"))?;
+    let factor = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("`{text}`: unknown unit `{unit}`; use s, m, h or d")),
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+/// One line of the report.
+#[derive(Debug, Serialize)]
+struct MethodReport {
+    method: Method,
+    #[serde(flatten)]
+    figures: Option<Figures>,
+}
+
+/// The whole report, as printed by `--json`.
+#[derive(Debug, Serialize)]
+struct Report {
+    trace: PathBuf,
+    nodes: usize,
+    slot_len_s: u32,
+    horizon_s: u32,
+    step_s: u32,
+    idle_threshold_pct: f64,
+    elapsed_s: f64,
+    methods: Vec<MethodReport>,
+}
+
+impl Args {
+    fn mapping(&self) -> Result<Mapping, EvalError> {
+        let preset = self.format.map(Format::mapping);
+        let missing = |flag| EvalError::MissingMapping {
+            trace: self.trace.clone(),
+            flag,
+        };
+        Ok(Mapping {
+            node_col: self
+                .node_col
+                .clone()
+                .or_else(|| preset.as_ref().and_then(|p| p.node_col.clone())),
+            time_col: self
+                .time_col
+                .clone()
+                .or_else(|| preset.as_ref().map(|p| p.time_col.clone()))
+                .ok_or_else(|| missing("time-col"))?,
+            value_col: self
+                .value_col
+                .clone()
+                .or_else(|| preset.as_ref().map(|p| p.value_col.clone()))
+                .ok_or_else(|| missing("value-col"))?,
+            scale: self
+                .value_scale
+                .or(preset.as_ref().map(|p| p.scale))
+                .unwrap_or(ValueScale::Percent),
+        })
+    }
+
+    fn config(&self) -> Result<ForecastConfig, EvalError> {
+        let config = ForecastConfig {
+            slot_len_s: self.slot,
+            horizon_s: self.horizon,
+            idle_threshold_pct: self.idle_threshold,
+            history_days: self.history_days,
+            ..ForecastConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Runs the backtest and prints the report (progress goes to stderr).
+pub fn run(args: &Args) -> Result<(), EvalError> {
+    let started = Instant::now();
+    let config = args.config()?;
+    if args.step == 0 {
+        return Err(EvalError::ZeroStep);
+    }
+    let series = read_trace(&args.trace, &args.mapping()?)?;
+    eprintln!(
+        "read {} series ({} samples) from {} in {:.1}s",
+        series.len(),
+        series.iter().map(|s| s.points.len()).sum::<usize>(),
+        args.trace.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let backtest = Backtest {
+        config,
+        step_ms: i64::from(args.step) * 1_000,
+        methods: Method::ALL.to_vec(),
+    };
+    let every = (series.len() / 10).max(1);
+    let boards = backtest.run(&series, |done, total| {
+        if done % every == 0 || done == total {
+            eprintln!(
+                "evaluated {done}/{total} nodes ({:.1}s)",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    });
+    if let (Some(path), Some(node)) = (&args.plot, &args.plot_node) {
+        plot_node(
+            &series,
+            node,
+            &backtest,
+            args.plot_method,
+            args.plot_origin,
+            path,
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+    let report = Report {
+        trace: args.trace.clone(),
+        nodes: series.len(),
+        slot_len_s: args.slot,
+        horizon_s: args.horizon,
+        step_s: args.step,
+        idle_threshold_pct: args.idle_threshold,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        methods: boards
+            .iter()
+            .map(|(method, board)| MethodReport {
+                method: *method,
+                figures: board.figures(),
+            })
+            .collect(),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+        writeln!(out, "{json}").map_err(EvalError::Stdout)?;
+    } else {
+        write_table(&mut out, &report).map_err(EvalError::Stdout)?;
+    }
+    Ok(())
+}
+
+fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} nodes, slot {} s, horizon {} s, step {} s, idle threshold {}%, {:.1} s",
+        report.nodes,
+        report.slot_len_s,
+        report.horizon_s,
+        report.step_s,
+        report.idle_threshold_pct,
+        report.elapsed_s
+    )?;
+    writeln!(
+        out,
+        "{:<20} {:>9} {:>7} {:>6} {:>11} {:>11} {:>8} {:>9} {:>11}",
+        "method",
+        "points",
+        "mae",
+        "mase",
+        "pinball_p10",
+        "pinball_p90",
+        "coverage",
+        "idle_prec",
+        "idle_recall"
+    )?;
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    for m in &report.methods {
+        match &m.figures {
+            Some(f) => writeln!(
+                out,
+                "{:<20} {:>9} {:>7.3} {:>6} {:>11.3} {:>11.3} {:>8.3} {:>9} {:>11}",
+                m.method.name(),
+                f.points,
+                f.mae,
+                opt(f.mase),
+                f.pinball_p10,
+                f.pinball_p90,
+                f.coverage_p10_p90,
+                opt(f.idle_precision),
+                opt(f.idle_recall)
+            )?,
+            None => writeln!(out, "{:<20} {:>9}", m.method.name(), 0)?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_s("24h"), Ok(86_400));
+        assert_eq!(parse_duration_s("15m"), Ok(900));
+        assert_eq!(parse_duration_s("90"), Ok(90));
+        assert_eq!(parse_duration_s("2d"), Ok(172_800));
+        assert!(parse_duration_s("1w").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration_s("h")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! tidemill's simulator: synthetic tidal traces, the forecaster backtest, and a
+//! demo cluster on loopback.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod backtest;
+pub mod demo;
+pub mod forecast_eval;
+pub mod gen_trace;
+pub mod plot;
+pub mod trace;

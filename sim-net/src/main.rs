@@ -1,0 +1,43 @@
+//! `tidemill-sim`: one subcommand per tool; each lives in its own module.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tidemill_sim::{demo, forecast_eval, gen_trace};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidemill-sim",
+    version,
+    about = "tidemill's simulator, trace generator and forecast backtest"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a whole cluster on loopback, replaying a generated tidal trace, and
+    /// schedule a few jobs onto the idle edges.
+    Demo(demo::Args),
+    /// Backtest every forecast method on a trace (rolling origin).
+    ForecastEval(forecast_eval::Args),
+    /// Write a synthetic tidal utilisation trace in tidemill's format.
+    GenTrace(gen_trace::Args),
+}
+
+fn main() -> ExitCode {
+    let result: Result<(), Box<dyn std::error::Error>> = match Cli::parse().command {
+        Command::Demo(args) => demo::run(&args).map_err(Into::into),
+        Command::ForecastEval(args) => forecast_eval::run(&args).map_err(Into::into),
+        Command::GenTrace(args) => gen_trace::run(&args).map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
