@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::coordinator::Coordinator;
 use crate::job::{JobRecord, JobSpec};
 use crate::store::{NodeRecord, StoreError};
+use tidemill_proto::NodeForecast;
 
 /// The API's routes.
 pub fn router(coord: Arc<Coordinator>) -> Router {
@@ -21,6 +22,7 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{id}/forecast", get(node_forecast))
         .route("/v1/jobs", get(list_jobs).post(submit))
         .route("/v1/jobs/{id}", get(show_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
@@ -65,6 +67,23 @@ fn not_found(id: u64) -> Failure {
 
 async fn nodes(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<NodeRecord>>, Failure> {
     Ok(Json(c.store.lock().unwrap().nodes()?))
+}
+
+async fn node_forecast(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<NodeForecast>, Failure> {
+    let store = c.store.lock().unwrap();
+    if let Some(f) = store.forecast(&id)? {
+        return Ok(Json(f));
+    }
+    let known = store.nodes()?.iter().any(|n| n.id == id);
+    let why = if known {
+        format!("node {id} has not sent a forecast yet; edges send one soon after they connect")
+    } else {
+        format!("no node {id}; `tidemill-cloud nodes` lists the nodes")
+    };
+    Err(Failure(StatusCode::NOT_FOUND, why))
 }
 
 async fn list_jobs(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<JobRecord>>, Failure> {

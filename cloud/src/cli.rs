@@ -30,6 +30,13 @@ enum Cmd {
     PrintDefaultConfig,
     /// List nodes.
     Nodes(ApiArgs),
+    /// Show a node's latest forecast, slot by slot.
+    Forecast {
+        /// The node id.
+        node: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Submit, list, show and cancel jobs.
     #[command(subcommand)]
     Jobs(JobsCmd),
@@ -134,6 +141,14 @@ fn run(cli: Cli) -> Outcome {
             }
             Ok(())
         }
+        Cmd::Forecast { node, api } => {
+            let f = Client::new(&api.api).forecast(&node)?;
+            if api.json {
+                return print_json(&f);
+            }
+            print_forecast(&node, &f);
+            Ok(())
+        }
         Cmd::Jobs(JobsCmd::Submit { file, api }) => {
             let spec = JobSpec::from_file(&file)?;
             let id = Client::new(&api.api).submit(&spec)?;
@@ -169,6 +184,44 @@ fn run(cli: Cli) -> Outcome {
         Cmd::Jobs(JobsCmd::Cancel { id, api }) => {
             show(&Client::new(&api.api).cancel(id)?, api.json)
         }
+    }
+}
+
+fn print_forecast(node: &str, f: &tidemill_proto::NodeForecast) {
+    let time = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map_or("?".into(), |t| t.format("%m-%d %H:%M").to_string())
+    };
+    println!(
+        "forecast for {node} by {}, issued {} UTC",
+        f.method,
+        time(f.issued_ms)
+    );
+    for w in &f.idle_windows {
+        println!(
+            "idle window {} .. {} UTC, confidence {:.2}",
+            time(w.start_ms),
+            time(w.end_ms),
+            w.confidence
+        );
+    }
+    let names: Vec<String> = f
+        .resources
+        .iter()
+        .map(|r| format!("{:?} p10/p50/p90", r.resource))
+        .collect();
+    println!("{:<12} {}", "SLOT (UTC)", names.join("   "));
+    let slots = f.resources.iter().map(|r| r.slots.len()).max().unwrap_or(0);
+    for i in 0..slots {
+        let cells: Vec<String> = f
+            .resources
+            .iter()
+            .map(|r| match r.slots.get(i).copied().flatten() {
+                Some(q) => format!("{:>5.1} {:>5.1} {:>5.1}", q.p10, q.p50, q.p90),
+                None => format!("{:>17}", "-"),
+            })
+            .collect();
+        println!("{:<12} {}", time(f.slot_start_ms(i)), cells.join("   "));
     }
 }
 

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use crate::api::{ApiError, Submitted};
 use crate::job::{JobRecord, JobSpec};
 use crate::store::NodeRecord;
+use tidemill_proto::NodeForecast;
 
 /// Why an API call failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +85,11 @@ impl Client {
     /// Every node.
     pub fn nodes(&self) -> Result<Vec<NodeRecord>, ClientError> {
         self.call("GET", "/v1/nodes", None::<&()>)
+    }
+
+    /// A node's latest forecast.
+    pub fn forecast(&self, node_id: &str) -> Result<NodeForecast, ClientError> {
+        self.call("GET", &format!("/v1/nodes/{node_id}/forecast"), None::<&()>)
     }
 
     /// Submits a job; returns its id.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Welcome, WireError};
+use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, ReportBody, Welcome, WireError};
 use tidemill_runtime::clock;
 use tidemill_runtime::frames::{self, FrameError};
 use tidemill_runtime::quic;
@@ -189,6 +189,9 @@ async fn serve_stream(
             match applied {
                 Ok(a) => {
                     tracing::debug!(node_id = %node_id, seq = report.seq, duplicate = a.duplicate, "report stored");
+                    if matches!(report.body, ReportBody::Forecast(_)) && !a.duplicate {
+                        tracing::debug!(node_id = %node_id, seq = report.seq, "forecast stored");
+                    }
                     if let Some((job_id, state)) = a.job {
                         tracing::info!(node_id = %node_id, job_id, state = %state.as_str(), "job state changed");
                         coord.wake.notify_one();

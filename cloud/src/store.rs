@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{
-    Accelerator, Assignment, Capabilities, Hello, Report, ReportBody, TaskEvent, TaskStatus,
+    Accelerator, Assignment, Capabilities, Hello, NodeForecast, Report, ReportBody, TaskEvent,
+    TaskStatus,
 };
 use tidemill_runtime::sqlite::{self, DbError};
 use tidemill_sched::{JobView, NodeView, Plan, Snapshot};
@@ -23,7 +24,8 @@ use crate::job::{JobRecord, JobSpec, JobState};
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
 
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE nodes (
         id TEXT PRIMARY KEY,
         capabilities TEXT NOT NULL,
@@ -90,7 +92,15 @@ const MIGRATIONS: &[&str] = &["
         kind TEXT NOT NULL,
         detail TEXT NOT NULL
     );
-"];
+",
+    "
+    CREATE TABLE forecasts (
+        node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+        issued_ms INTEGER NOT NULL,
+        forecast TEXT NOT NULL
+    );
+",
+];
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +154,48 @@ pub struct NodeRecord {
     pub last_seen_at: DateTime<Utc>,
     /// When the node first registered.
     pub registered_at: DateTime<Utc>,
+    /// A summary of the node's latest forecast, if it has sent one.
+    pub forecast: Option<ForecastView>,
+}
+
+/// What `nodes` shows of a node's latest forecast.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastView {
+    /// When the edge made it.
+    pub issued_at: DateTime<Utc>,
+    /// The next idle window, if one is forecast within the horizon.
+    pub next_idle: Option<IdleWindowView>,
+    /// Hours forecast idle in the next 24 h.
+    pub idle_hours_next_24h: f64,
+    /// Whether the node's CPU shows a daily cycle: present, absent or unknown.
+    pub daily_cycle: Option<tidemill_forecast::DailyCycle>,
+}
+
+/// An idle window in wall-clock terms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleWindowView {
+    /// When it opens.
+    pub start: DateTime<Utc>,
+    /// When it closes.
+    pub end: DateTime<Utc>,
+    /// The probability that the node stays idle throughout (0-1).
+    pub confidence: f64,
+}
+
+impl From<&NodeForecast> for ForecastView {
+    fn from(f: &NodeForecast) -> Self {
+        let summary = f.summary();
+        ForecastView {
+            issued_at: ms_to_time(f.issued_ms),
+            next_idle: summary.next_idle.map(|w| IdleWindowView {
+                start: ms_to_time(w.start_ms),
+                end: ms_to_time(w.end_ms),
+                confidence: w.confidence,
+            }),
+            idle_hours_next_24h: summary.idle_hours_next_24h,
+            daily_cycle: summary.daily_cycle,
+        }
+    }
 }
 
 /// What applying a report did.
@@ -293,6 +345,17 @@ impl Store {
                     }
                     ("samples", None)
                 }
+                ReportBody::Forecast(f) => {
+                    let json = serde_json::to_string(f).expect("forecasts serialise");
+                    tx.execute(
+                        "INSERT INTO forecasts (node_id, issued_ms, forecast) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
+                         WHERE excluded.issued_ms >= forecasts.issued_ms",
+                        params![node_id, f.issued_ms, json],
+                    )
+                    .map_err(&err)?;
+                    ("forecast", None)
+                }
                 ReportBody::Task(status) => ("task", apply_task_status(tx, node_id, status, now_ms).map_err(&err)?),
             };
             tx.execute(
@@ -359,9 +422,9 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, online, capabilities, last_seq, cpu_util, mem_util, gpu_util, last_sample_ms,
-                        last_seen_ms, registered_ms
-                 FROM nodes ORDER BY id",
+                "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
+                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast
+                 FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
             )
             .map_err(&err)?;
         let rows = stmt
@@ -390,10 +453,30 @@ impl Store {
                     last_sample_at: r.get::<_, Option<i64>>(7)?.map(ms_to_time),
                     last_seen_at: ms_to_time(r.get(8)?),
                     registered_at: ms_to_time(r.get(9)?),
+                    forecast: r
+                        .get::<_, Option<String>>(10)?
+                        .and_then(|json| serde_json::from_str::<NodeForecast>(&json).ok())
+                        .as_ref()
+                        .map(ForecastView::from),
                 })
             })
             .map_err(&err)?;
         rows.collect::<Result<_, _>>().map_err(err)
+    }
+
+    /// The node's latest forecast; `Ok(None)` if it has sent none.
+    pub fn forecast(&self, node_id: &str) -> Result<Option<NodeForecast>, StoreError> {
+        let err = self.sql_err();
+        let json: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT forecast FROM forecasts WHERE node_id = ?1",
+                [node_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&err)?;
+        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
     }
 
     /// Stores a new job and returns its id.

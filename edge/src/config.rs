@@ -27,6 +27,11 @@ pub struct EdgeConfig {
     pub data_dir: PathBuf,
     /// Seconds between samples.
     pub sample_interval_secs: f64,
+    /// Seconds (of sample-clock time) between forecasts.
+    pub forecast_refresh_secs: f64,
+    /// The forecaster's settings.
+    #[serde(default)]
+    pub forecast: tidemill_forecast::ForecastConfig,
     /// Connection settings.
     pub link: LinkConfig,
     /// Task execution settings.
@@ -166,6 +171,21 @@ impl EdgeConfig {
                 self.sample_interval_secs.to_string(),
                 "must be at least 0.01 seconds",
             );
+        }
+        if !(self.forecast_refresh_secs.is_finite() && self.forecast_refresh_secs >= 1.0) {
+            return invalid(
+                "forecast_refresh_secs",
+                self.forecast_refresh_secs.to_string(),
+                "must be at least 1 second",
+            );
+        }
+        if let Err(e) = self.forecast.validate() {
+            return Err(ConfigError::InvalidInTable {
+                table: "forecast",
+                key: e.key,
+                value: e.value,
+                rule: e.rule,
+            });
         }
         if self.coordinator_addr().is_err() {
             return invalid(

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use crate::config::EdgeConfig;
 use crate::executor::Executor;
+use crate::forecasting::Forecasting;
 use crate::journal::{Journal, JournalError};
 use crate::link::Link;
 use crate::sampler::{Sampler, SamplerError};
@@ -45,6 +46,9 @@ pub enum EdgeError {
     /// Sampling cannot start.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
+    /// The forecaster's settings are invalid.
+    #[error("{0}; fix the [forecast] table of the config")]
+    Forecast(#[from] tidemill_forecast::ConfigError),
     /// The journal failed; the daemon stops rather than lose reports.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -118,14 +122,28 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     let mut link = tokio::spawn(link.run());
 
+    let mut forecasting = {
+        let refresh_ms = (cfg.forecast_refresh_secs * 1000.0) as i64;
+        let since = sample_clock.now_ms() - i64::from(cfg.forecast.history_days) * 86_400_000;
+        let history = journal.lock().unwrap().history(since)?;
+        Forecasting::new(cfg.forecast.clone(), refresh_ms, history)?
+    };
     let sampling = async {
         let interval = cfg.sample_interval();
         loop {
-            let sample = sampler.sample(sample_clock.now_ms()).await;
-            journal
-                .lock()
-                .unwrap()
-                .append(&ReportBody::Samples(vec![sample]))?;
+            let now = sample_clock.now_ms();
+            let sample = sampler.sample(now).await;
+            forecasting.observe(&sample);
+            let forecast = forecasting.due(now);
+            {
+                let mut journal = journal.lock().unwrap();
+                journal.append_sample(&sample)?;
+                if let Some(f) = forecast {
+                    tracing::debug!(node_id = %node_id, idle_windows = f.idle_windows.len(), "forecast issued");
+                    journal.append(&ReportBody::Forecast(Box::new(f)))?;
+                    journal.prune_history(now - forecasting.history_ms())?;
+                }
+            }
             outbox.notify_one();
             sample_clock.sleep(interval).await;
         }

@@ -362,7 +362,7 @@ mod tests {
             .into_iter()
             .filter_map(|r| match r.body {
                 ReportBody::Task(t) => Some(t),
-                ReportBody::Samples(_) => None,
+                _ => None,
             })
             .collect()
     }

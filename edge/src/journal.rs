@@ -3,16 +3,18 @@
 //! coordinator acknowledges it. A coordinator restart, a WAN outage or an edge
 //! crash therefore loses nothing that was journaled.
 //!
-//! It also records the tasks the edge accepted, so that commands are idempotent
+//! It keeps the utilisation history the forecaster learns from, and it
+//! records the tasks the edge accepted, so that commands are idempotent
 //! and a task interrupted by a daemon crash is reported, not forgotten.
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemill_proto::{Assignment, Report, ReportBody};
+use tidemill_proto::{Assignment, Report, ReportBody, Sample};
 use tidemill_runtime::sqlite::{self, DbError};
 
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
     INSERT INTO meta (key, value) VALUES ('last_seq', 0);
     CREATE TABLE outbox (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);
@@ -23,7 +25,11 @@ const MIGRATIONS: &[&str] = &["
         pid INTEGER,
         finished INTEGER NOT NULL DEFAULT 0
     );
-"];
+",
+    "
+    CREATE TABLE history (t_ms INTEGER PRIMARY KEY, cpu REAL, mem REAL, gpu REAL) WITHOUT ROWID;
+",
+];
 
 /// The journal file name inside the data dir.
 pub const JOURNAL_FILE: &str = "edge-journal.db";
@@ -107,6 +113,44 @@ impl Journal {
         let out = f(&tx).map_err(sql)?;
         tx.commit().map_err(sql)?;
         Ok(out)
+    }
+
+    /// Durably appends a sample, both as a report and to the history the
+    /// forecaster learns from, and returns the report's sequence number.
+    pub fn append_sample(&mut self, sample: &Sample) -> Result<u64, JournalError> {
+        self.in_transaction(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO history (t_ms, cpu, mem, gpu) VALUES (?1, ?2, ?3, ?4)",
+                params![sample.t_ms, sample.cpu_pct, sample.mem_pct, sample.gpu_pct],
+            )?;
+            append_in(tx, &ReportBody::Samples(vec![sample.clone()]))
+        })
+    }
+
+    /// The utilisation history from `since_ms` on, oldest first:
+    /// (time in Unix ms, CPU %, memory %, accelerator % if known).
+    pub fn history(
+        &self,
+        since_ms: i64,
+    ) -> Result<Vec<(i64, f32, f32, Option<f32>)>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT t_ms, cpu, mem, gpu FROM history WHERE t_ms >= ?1 ORDER BY t_ms")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([since_ms], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .map_err(self.sql())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql())
+    }
+
+    /// Forgets history older than `before_ms`.
+    pub fn prune_history(&mut self, before_ms: i64) -> Result<(), JournalError> {
+        self.conn
+            .execute("DELETE FROM history WHERE t_ms < ?1", [before_ms])
+            .map_err(self.sql())?;
+        Ok(())
     }
 
     /// Up to `limit` unacknowledged reports, oldest first.
@@ -295,7 +339,7 @@ mod tests {
     fn t_ms(r: &Report) -> i64 {
         match &r.body {
             ReportBody::Task(t) => t.t_ms,
-            ReportBody::Samples(_) => unreachable!(),
+            _ => unreachable!("only task reports are journaled here"),
         }
     }
 
@@ -320,6 +364,33 @@ mod tests {
             4,
             "acks never reset the sequence"
         );
+    }
+
+    #[test]
+    fn samples_become_reports_and_history_until_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        for t in [1_000, 2_000, 3_000] {
+            let s = Sample {
+                t_ms: t,
+                cpu_pct: t as f32 / 100.0,
+                per_core_pct: vec![],
+                mem_pct: 50.0,
+                net_rx_bytes: 0,
+                net_tx_bytes: 0,
+                gpu_pct: None,
+            };
+            j.append_sample(&s).unwrap();
+        }
+        assert_eq!(j.pending_count().unwrap(), 3);
+        assert_eq!(
+            j.history(2_000).unwrap(),
+            vec![(2_000, 20.0, 50.0, None), (3_000, 30.0, 50.0, None)]
+        );
+        j.prune_history(3_000).unwrap();
+        drop(j);
+        let j = Journal::open(dir.path()).unwrap();
+        assert_eq!(j.history(0).unwrap(), vec![(3_000, 30.0, 50.0, None)]);
     }
 
     #[test]

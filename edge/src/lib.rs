@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod executor;
+pub mod forecasting;
 pub mod journal;
 pub mod link;
 pub mod replay;

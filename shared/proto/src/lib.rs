@@ -12,4 +12,5 @@ pub use msg::{
     Accelerator, AcceleratorKind, Assignment, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
     Hello, Report, ReportBody, Sample, TaskEvent, TaskStatus, Welcome, WireError,
 };
+pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

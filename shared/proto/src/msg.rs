@@ -142,6 +142,9 @@ pub enum ReportBody {
     Samples(Vec<Sample>),
     /// A change in a task's life.
     Task(TaskStatus),
+    /// The node's latest forecast of its own utilisation and idle windows,
+    /// computed on the edge from its journaled history.
+    Forecast(Box<tidemill_forecast::NodeForecast>),
 }
 
 /// A change in a task's life, as the edge saw it.

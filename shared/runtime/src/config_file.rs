@@ -26,6 +26,18 @@ pub enum ConfigError {
         /// The parser's message, which names the key and line.
         message: String,
     },
+    /// A value in a table is out of range.
+    #[error("config key `{table}.{key}` = {value} is invalid: {rule}")]
+    InvalidInTable {
+        /// The table.
+        table: &'static str,
+        /// The key within it.
+        key: &'static str,
+        /// The offending value.
+        value: String,
+        /// What the value must satisfy.
+        rule: &'static str,
+    },
     /// A value is out of range.
     #[error("config key `{key}` = {value} is invalid: {rule}")]
     Invalid {
