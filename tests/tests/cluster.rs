@@ -43,6 +43,10 @@ fn three_edges_register_and_a_failing_job_is_reported() {
         l.contains("report stored") && l.contains("seq=1 ")
     });
     let up = started.elapsed();
+    println!(
+        "3 edges online and reporting {:.2} s after they started",
+        up.as_secs_f64()
+    );
     assert!(up < Duration::from_secs(10), "nodes took {up:?} to come up");
 
     let (cores, mem) = host_cores_and_memory();
@@ -106,6 +110,10 @@ fn a_coordinator_killed_mid_run_loses_no_report_and_no_job_state() {
     let cloud = coord.start();
     cloud.wait_for("edge connected", 3, Duration::from_secs(15));
     let back = restarted.elapsed();
+    println!(
+        "all 3 edges reconnected {:.2} s after the coordinator restarted",
+        back.as_secs_f64()
+    );
     assert!(
         back < Duration::from_secs(15),
         "edges took {back:?} to return"
