@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, ReportBody, Welcome, WireError};
+use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Welcome, WireError};
 use tidemill_runtime::clock;
 use tidemill_runtime::frames::{self, FrameError};
 use tidemill_runtime::quic;
 
 use crate::coordinator::{Coordinator, Counters};
+use crate::store::ReportKind;
 
 /// Longest node id accepted.
 const MAX_NODE_ID: usize = 128;
@@ -179,30 +180,38 @@ async fn serve_stream(
             tracing::debug!(node_id = %node_id, error = %e, "stream failed");
             return;
         }
-        Ok(Ok(Some(EdgeMsg::Report(report)))) => {
+        Ok(Ok(Some(EdgeMsg::Reports(reports)))) => {
             let now = coord.clock.now_ms();
             let applied = coord
                 .store
                 .lock()
                 .unwrap()
-                .apply_report(&node_id, &report, now);
+                .apply_reports(&node_id, &reports, now);
             match applied {
                 Ok(a) => {
-                    tracing::debug!(node_id = %node_id, seq = report.seq, duplicate = a.duplicate, "report stored");
-                    if matches!(report.body, ReportBody::Forecast(_)) && !a.duplicate {
-                        tracing::debug!(node_id = %node_id, seq = report.seq, "forecast stored");
+                    for (seq, kind) in &a.stored {
+                        tracing::debug!(node_id = %node_id, seq, kind = kind.as_str(), "report stored");
+                        if *kind == ReportKind::Forecast {
+                            tracing::debug!(node_id = %node_id, seq, "forecast stored");
+                        }
                     }
-                    if let Some((job_id, state)) = a.job {
+                    if a.duplicates > 0 {
+                        tracing::debug!(node_id = %node_id, duplicates = a.duplicates, "ignored reports already stored");
+                    }
+                    for (job_id, state) in &a.jobs {
                         tracing::info!(node_id = %node_id, job_id, state = %state.as_str(), "job state changed");
+                    }
+                    if !a.jobs.is_empty() {
                         coord.wake.notify_one();
                     }
                     (None, Some(CloudMsg::Ack { seq: a.ack }))
                 }
                 Err(e) => {
-                    tracing::error!(node_id = %node_id, seq = report.seq, error = %e, "cannot store a report");
+                    let first = reports.first().map(|r| r.seq);
+                    tracing::error!(node_id = %node_id, first_seq = first, error = %e, "cannot store reports");
                     refuse(
                         ErrorCode::Internal,
-                        "the coordinator cannot store the report; it will be resent".into(),
+                        "the coordinator cannot store the reports; they will be resent".into(),
                     )
                 }
             }
@@ -235,7 +244,7 @@ async fn serve_stream(
 fn variant(msg: &EdgeMsg) -> &'static str {
     match msg {
         EdgeMsg::Hello(_) => "a second hello",
-        EdgeMsg::Report(_) => "a report",
+        EdgeMsg::Reports(_) => "reports",
         EdgeMsg::CommandAck { .. } => "a command ack",
         EdgeMsg::Error(_) => "an error",
     }

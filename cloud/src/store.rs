@@ -198,15 +198,39 @@ impl From<&NodeForecast> for ForecastView {
     }
 }
 
-/// What applying a report did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What applying reports did.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
-    /// The sequence number to acknowledge.
+    /// The sequence number to acknowledge: every report up to it is stored.
     pub ack: u64,
-    /// Whether it was a duplicate and changed nothing.
-    pub duplicate: bool,
-    /// The job whose state this report changed, and its new state.
-    pub job: Option<(u64, JobState)>,
+    /// The reports newly stored, by sequence number and kind.
+    pub stored: Vec<(u64, ReportKind)>,
+    /// How many were duplicates and changed nothing.
+    pub duplicates: usize,
+    /// Jobs whose state the reports changed, with their new states.
+    pub jobs: Vec<(u64, JobState)>,
+}
+
+/// What a report carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportKind {
+    /// Utilisation samples.
+    Samples,
+    /// A task status.
+    Task,
+    /// A forecast.
+    Forecast,
+}
+
+impl ReportKind {
+    /// The name stored in the ledger and logged.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::Samples => "samples",
+            ReportKind::Task => "task",
+            ReportKind::Forecast => "forecast",
+        }
+    }
 }
 
 /// A command owed to a node.
@@ -289,84 +313,68 @@ impl Store {
         })
     }
 
-    /// Applies one report idempotently; see the module docs.
+    /// Applies a batch of reports, in order and idempotently, in one
+    /// transaction; see the module docs.
+    pub fn apply_reports(
+        &mut self,
+        node_id: &str,
+        reports: &[Report],
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let last: Option<i64> = tx
+                .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(&err)?;
+            let mut last = last.ok_or_else(|| StoreError::UnknownNode(node_id.to_string()))? as u64;
+            let mut applied = Applied {
+                ack: last,
+                stored: Vec::new(),
+                duplicates: 0,
+                jobs: Vec::new(),
+            };
+            for report in reports {
+                if report.seq <= last {
+                    applied.duplicates += 1;
+                    continue;
+                }
+                if report.seq != last + 1 {
+                    let detail = format!("sequence jumped from {last} to {}", report.seq);
+                    tracing::warn!(node_id, %detail, "report sequence gap");
+                    event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail)
+                        .map_err(&err)?;
+                }
+                let (kind, job) = apply_body(tx, node_id, report, now_ms).map_err(&err)?;
+                tx.execute(
+                    "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
+                    params![node_id, report.seq as i64, kind.as_str(), now_ms],
+                )
+                .map_err(&err)?;
+                applied.stored.push((report.seq, kind));
+                applied.jobs.extend(job);
+                last = report.seq;
+            }
+            tx.execute(
+                "UPDATE nodes SET last_seq = ?2, last_seen_ms = ?3 WHERE id = ?1",
+                params![node_id, last as i64, now_ms],
+            )
+            .map_err(&err)?;
+            applied.ack = last;
+            Ok(applied)
+        })
+    }
+
+    /// Applies one report; see [`Store::apply_reports`].
     pub fn apply_report(
         &mut self,
         node_id: &str,
         report: &Report,
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
-        let err = self.sql_err();
-        self.write(|tx| {
-            let last: Option<i64> = tx
-                .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| r.get(0))
-                .optional()
-                .map_err(&err)?;
-            let last = last.ok_or_else(|| StoreError::UnknownNode(node_id.to_string()))? as u64;
-            tx.execute("UPDATE nodes SET last_seen_ms = ?2 WHERE id = ?1", params![node_id, now_ms])
-                .map_err(&err)?;
-            if report.seq <= last {
-                return Ok(Applied { ack: last, duplicate: true, job: None });
-            }
-            if report.seq != last + 1 {
-                let detail = format!("sequence jumped from {last} to {}", report.seq);
-                tracing::warn!(node_id, %detail, "report sequence gap");
-                event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail).map_err(&err)?;
-            }
-            let (kind, job) = match &report.body {
-                ReportBody::Samples(samples) => {
-                    let mut insert = tx
-                        .prepare_cached(
-                            "INSERT INTO samples (node_id, seq, idx, t_ms, cpu, mem, gpu, net_rx, net_tx)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                        )
-                        .map_err(&err)?;
-                    for (idx, s) in samples.iter().enumerate() {
-                        insert
-                            .execute(params![
-                                node_id,
-                                report.seq as i64,
-                                idx as i64,
-                                s.t_ms,
-                                s.cpu_pct,
-                                s.mem_pct,
-                                s.gpu_pct,
-                                s.net_rx_bytes as i64,
-                                s.net_tx_bytes as i64
-                            ])
-                            .map_err(&err)?;
-                    }
-                    if let Some(s) = samples.last() {
-                        tx.execute(
-                            "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5 WHERE id = ?1",
-                            params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms],
-                        )
-                        .map_err(&err)?;
-                    }
-                    ("samples", None)
-                }
-                ReportBody::Forecast(f) => {
-                    let json = serde_json::to_string(f).expect("forecasts serialise");
-                    tx.execute(
-                        "INSERT INTO forecasts (node_id, issued_ms, forecast) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
-                         WHERE excluded.issued_ms >= forecasts.issued_ms",
-                        params![node_id, f.issued_ms, json],
-                    )
-                    .map_err(&err)?;
-                    ("forecast", None)
-                }
-                ReportBody::Task(status) => ("task", apply_task_status(tx, node_id, status, now_ms).map_err(&err)?),
-            };
-            tx.execute(
-                "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![node_id, report.seq as i64, kind, now_ms],
-            )
-            .map_err(&err)?;
-            tx.execute("UPDATE nodes SET last_seq = ?2 WHERE id = ?1", params![node_id, report.seq as i64])
-                .map_err(&err)?;
-            Ok(Applied { ack: report.seq, duplicate: false, job })
-        })
+        self.apply_reports(node_id, std::slice::from_ref(report), now_ms)
     }
 
     /// Notes when a node was last heard from, for the offline grace period.
@@ -804,6 +812,57 @@ fn event(
     Ok(())
 }
 
+/// Applies one report's body; returns its kind and any job state change.
+fn apply_body(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    report: &Report,
+    now_ms: i64,
+) -> rusqlite::Result<(ReportKind, Option<(u64, JobState)>)> {
+    match &report.body {
+        ReportBody::Samples(samples) => {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO samples (node_id, seq, idx, t_ms, cpu, mem, gpu, net_rx, net_tx)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for (idx, s) in samples.iter().enumerate() {
+                insert.execute(params![
+                    node_id,
+                    report.seq as i64,
+                    idx as i64,
+                    s.t_ms,
+                    s.cpu_pct,
+                    s.mem_pct,
+                    s.gpu_pct,
+                    s.net_rx_bytes as i64,
+                    s.net_tx_bytes as i64
+                ])?;
+            }
+            if let Some(s) = samples.last() {
+                tx.execute(
+                    "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5 WHERE id = ?1",
+                    params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms],
+                )?;
+            }
+            Ok((ReportKind::Samples, None))
+        }
+        ReportBody::Task(status) => Ok((
+            ReportKind::Task,
+            apply_task_status(tx, node_id, status, now_ms)?,
+        )),
+        ReportBody::Forecast(f) => {
+            let json = serde_json::to_string(f).expect("forecasts serialise");
+            tx.execute(
+                "INSERT INTO forecasts (node_id, issued_ms, forecast) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
+                 WHERE excluded.issued_ms >= forecasts.issued_ms",
+                params![node_id, f.issued_ms, json],
+            )?;
+            Ok((ReportKind::Forecast, None))
+        }
+    }
+}
+
 /// Applies a task's status to its task and job; returns the job's new state
 /// if it changed.
 fn apply_task_status(
@@ -959,19 +1018,25 @@ mod tests {
             dup,
             Applied {
                 ack: 1,
-                duplicate: true,
-                job: None
+                stored: vec![],
+                duplicates: 1,
+                jobs: vec![]
             }
         );
-        store.apply_report("n1", &samples(2, 30.0), 3).unwrap();
+        // A batch that overlaps what is stored applies only the new reports, in order.
+        let batch = [samples(1, 99.0), samples(2, 30.0), samples(3, 40.0)];
+        let applied = store.apply_reports("n1", &batch[..2], 3).unwrap();
+        assert_eq!((applied.ack, applied.duplicates), (2, 1));
+        assert_eq!(applied.stored, vec![(2, ReportKind::Samples)]);
         drop(store);
         let mut store = Store::open(dir.path()).unwrap();
         assert_eq!(store.register(&hello("n1"), 4).unwrap(), 2);
         assert_eq!(store.report_seqs("n1").unwrap(), vec![1, 2]);
+        assert_eq!(store.apply_reports("n1", &batch, 5).unwrap().ack, 3);
         let node = &store.nodes().unwrap()[0];
         assert_eq!(
             (node.last_seq, node.cpu_util, node.cpu_cores),
-            (2, Some(30.0), 8)
+            (3, Some(40.0), 8)
         );
         assert!(matches!(
             store.apply_report("ghost", &samples(1, 0.0), 5),
@@ -1019,7 +1084,7 @@ mod tests {
         let applied = store
             .apply_report("n1", &task(3, a.task_id, id, exit), 5)
             .unwrap();
-        assert_eq!(applied.job, Some((id, JobState::Failed)));
+        assert_eq!(applied.jobs, vec![(id, JobState::Failed)]);
         let job = store.job(id).unwrap().unwrap();
         assert_eq!(
             (job.state, job.exit_code, job.node.as_deref()),

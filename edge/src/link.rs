@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, WireError};
+use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, WireError};
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::frames::{self, FrameError};
@@ -17,8 +17,12 @@ use tokio::sync::Notify;
 use crate::executor::Executor;
 use crate::journal::{Journal, JournalError};
 
-/// Reports sent per journal read.
-const BATCH: usize = 64;
+/// Reports read from the journal at a time.
+const BATCH: usize = 256;
+
+/// Most encoded bytes of reports in one frame: well under the frame cap, so a
+/// batch never risks refusal.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Why a session with the coordinator ended.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +141,8 @@ impl Link {
         Ok(reply.await.map_err(|_| SessionError::Timeout(what))??)
     }
 
-    /// Sends journal entries in order, each acknowledged before the next.
+    /// Sends journal entries in order, in batches of at most
+    /// [`BATCH_BYTES`] encoded, each batch acknowledged before the next.
     async fn drain(&self, conn: &quinn::Connection) -> Result<(), SessionError> {
         loop {
             let wake = self.outbox.notified();
@@ -148,18 +153,30 @@ impl Link {
                     e = conn.closed() => return Err(e.into()),
                 }
             }
-            for report in pending {
-                let seq = report.seq;
-                match self.ask(conn, &EdgeMsg::Report(report), "a report").await? {
-                    CloudMsg::Ack { seq: acked } if acked >= seq => {
-                        self.journal.lock().unwrap().ack(acked)?;
-                    }
-                    CloudMsg::Error(e) => return Err(refused("a report", e)),
-                    _ => return Err(SessionError::Unexpected("report")),
-                }
+            let batch = within_budget(pending);
+            let last = batch.last().map_or(0, |r| r.seq);
+            match self.ask(conn, &EdgeMsg::Reports(batch), "reports").await? {
+                CloudMsg::Ack { seq } if seq >= last => self.journal.lock().unwrap().ack(seq)?,
+                CloudMsg::Error(e) => return Err(refused("reports", e)),
+                _ => return Err(SessionError::Unexpected("reports")),
             }
         }
     }
+}
+
+/// The longest prefix of `reports` whose encoding fits [`BATCH_BYTES`]; at
+/// least one report, which alone always fits a frame.
+fn within_budget(reports: Vec<Report>) -> Vec<Report> {
+    let mut used = 0;
+    let mut keep = 0;
+    for r in &reports {
+        used += rmp_serde::to_vec_named(r).map_or(usize::MAX / 2, |b| b.len());
+        if keep > 0 && used > BATCH_BYTES {
+            break;
+        }
+        keep += 1;
+    }
+    reports.into_iter().take(keep).collect()
 }
 
 fn refused(what: &'static str, e: WireError) -> SessionError {
@@ -208,4 +225,38 @@ async fn serve_commands(conn: quinn::Connection, executor: Arc<Executor>) {
 
 fn wire_error(code: ErrorCode, message: String) -> EdgeMsg {
     EdgeMsg::Error(WireError { code, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_proto::{ReportBody, Sample};
+
+    fn report(seq: u64, cores: usize) -> Report {
+        let s = Sample {
+            t_ms: 0,
+            cpu_pct: 1.0,
+            per_core_pct: vec![1.0; cores],
+            mem_pct: 1.0,
+            net_rx_bytes: 0,
+            net_tx_bytes: 0,
+            gpu_pct: None,
+        };
+        Report {
+            seq,
+            body: ReportBody::Samples(vec![s]),
+        }
+    }
+
+    #[test]
+    fn batches_stop_at_the_byte_budget_but_never_empty() {
+        let small: Vec<Report> = (1..=10).map(|i| report(i, 1)).collect();
+        assert_eq!(within_budget(small).len(), 10);
+        // Each report encodes to about 100 kB: two fit the 256 KiB budget, three do not.
+        let big: Vec<Report> = (1..=5).map(|i| report(i, 20_000)).collect();
+        let kept = within_budget(big);
+        assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+        let huge = vec![report(1, 80_000)];
+        assert_eq!(within_budget(huge).len(), 1);
+    }
 }

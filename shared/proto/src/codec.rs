@@ -89,10 +89,10 @@ mod tests {
             net_tx_bytes: 20,
             gpu_pct: None,
         };
-        EdgeMsg::Report(Report {
+        EdgeMsg::Reports(vec![Report {
             seq: 7,
             body: ReportBody::Samples(vec![sample; n]),
-        })
+        }])
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! * The edge opens one connection and, on its first bidirectional stream, sends
 //!   [`EdgeMsg::Hello`] and receives [`CloudMsg::Welcome`].
-//! * Each [`Report`] travels on a fresh bidirectional stream opened by the edge and
-//!   is answered by [`CloudMsg::Ack`]. Reports carry a per-node sequence number, so
+//! * Journaled [`Report`]s travel in batches, each batch on a fresh bidirectional
+//!   stream opened by the edge, and are answered by [`CloudMsg::Ack`]. Reports carry a per-node sequence number, so
 //!   the edge can resend whatever was not acknowledged and the coordinator can drop
 //!   duplicates.
 //! * Each [`Command`] travels on a fresh bidirectional stream opened by the
@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 pub enum EdgeMsg {
     /// Registration, first on every connection.
     Hello(Hello),
-    /// One durable report from the edge's journal.
-    Report(Report),
+    /// Durable reports from the edge's journal, oldest first, acknowledged
+    /// together.
+    Reports(Vec<Report>),
     /// The edge has taken a command and journaled what it will do about it.
     CommandAck {
         /// The task the command named.
