@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Coordinator;
 use crate::job::{JobRecord, JobSpec};
-use crate::store::{NodeRecord, StoreError};
+use crate::store::{LinkRecord, NodeRecord, StoreError};
 use tidemill_proto::NodeForecast;
 
 /// The API's routes.
@@ -23,6 +23,7 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{id}/forecast", get(node_forecast))
+        .route("/v1/links", get(links))
         .route("/v1/jobs", get(list_jobs).post(submit))
         .route("/v1/jobs/{id}", get(show_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
@@ -67,6 +68,10 @@ fn not_found(id: u64) -> Failure {
 
 async fn nodes(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<NodeRecord>>, Failure> {
     Ok(Json(c.store.lock().unwrap().nodes()?))
+}
+
+async fn links(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<LinkRecord>>, Failure> {
+    Ok(Json(c.store.lock().unwrap().links()?))
 }
 
 async fn node_forecast(

@@ -30,6 +30,8 @@ enum Cmd {
     PrintDefaultConfig,
     /// List nodes.
     Nodes(ApiArgs),
+    /// Show the measured link matrix.
+    Links(ApiArgs),
     /// Show a node's latest forecast, slot by slot.
     Forecast {
         /// The node id.
@@ -137,6 +139,29 @@ fn run(cli: Cli) -> Outcome {
                     pct(n.mem_util),
                     pct(n.gpu_util),
                     n.last_seq
+                );
+            }
+            Ok(())
+        }
+        Cmd::Links(a) => {
+            let links = Client::new(&a.api).links()?;
+            if a.json {
+                return print_json(&links);
+            }
+            println!(
+                "{:<16} {:<16} {:<11} {:>9} {:>12} {:>7}  MEASURED (UTC)",
+                "FROM", "TO", "CLASS", "RTT(ms)", "BW(Mbit/s)", "LOSS%"
+            );
+            for l in links {
+                println!(
+                    "{:<16} {:<16} {:<11} {:>9.2} {:>12.1} {:>7.2}  {}",
+                    l.from,
+                    l.to,
+                    l.class.as_str(),
+                    l.rtt_ms,
+                    l.bandwidth_bps * 8.0 / 1e6,
+                    l.loss * 100.0,
+                    l.measured_at.format("%m-%d %H:%M:%S")
                 );
             }
             Ok(())

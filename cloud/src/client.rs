@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::{ApiError, Submitted};
 use crate::job::{JobRecord, JobSpec};
-use crate::store::NodeRecord;
+use crate::store::{LinkRecord, NodeRecord};
 use tidemill_proto::NodeForecast;
 
 /// Why an API call failed.
@@ -85,6 +85,11 @@ impl Client {
     /// Every node.
     pub fn nodes(&self) -> Result<Vec<NodeRecord>, ClientError> {
         self.call("GET", "/v1/nodes", None::<&()>)
+    }
+
+    /// The link matrix.
+    pub fn links(&self) -> Result<Vec<LinkRecord>, ClientError> {
+        self.call("GET", "/v1/links", None::<&()>)
     }
 
     /// A node's latest forecast.

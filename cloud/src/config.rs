@@ -27,6 +27,8 @@ pub struct CloudConfig {
     pub offline_after_secs: u64,
     /// Seconds between scheduling rounds.
     pub round_interval_secs: f64,
+    /// Peer edges each edge is asked to probe.
+    pub probe_peers_per_edge: usize,
     /// Connection settings.
     pub link: LinkConfig,
     /// Placement settings.

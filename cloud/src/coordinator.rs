@@ -2,9 +2,11 @@
 //! the trigger for scheduling rounds.
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
 use tokio::sync::Notify;
 
@@ -27,12 +29,18 @@ impl Counters {
     }
 }
 
+/// One connected edge.
+struct Session {
+    conn: quinn::Connection,
+    probe_addr: Option<SocketAddr>,
+}
+
 /// State shared by the ingest, the rounds and the API.
 pub struct Coordinator {
     /// The durable state.
     pub store: Mutex<Store>,
     /// Live connections by node id.
-    sessions: Mutex<HashMap<String, quinn::Connection>>,
+    sessions: Mutex<HashMap<String, Session>>,
     /// Wakes the scheduling loop early.
     pub wake: Notify,
     /// The configuration in force.
@@ -56,15 +64,19 @@ impl Coordinator {
         }
     }
 
-    /// Records `conn` as the node's connection, closing any older one it replaces.
-    pub fn connect(&self, node_id: &str, conn: quinn::Connection) {
+    /// Records `conn` as the node's connection, closing any older one it
+    /// replaces. `probe_port` is where the edge answers link probes, on the
+    /// address it connected from.
+    pub fn connect(&self, node_id: &str, conn: quinn::Connection, probe_port: Option<u16>) {
+        let probe_addr = probe_port.map(|port| SocketAddr::new(conn.remote_address().ip(), port));
+        let session = Session { conn, probe_addr };
         if let Some(old) = self
             .sessions
             .lock()
             .unwrap()
-            .insert(node_id.to_string(), conn)
+            .insert(node_id.to_string(), session)
         {
-            old.close(
+            old.conn.close(
                 0u32.into(),
                 b"replaced by a newer connection from the same node",
             );
@@ -72,12 +84,38 @@ impl Coordinator {
         self.wake.notify_one();
     }
 
+    /// Up to `k` connected edges for `node_id` to probe: the ones that follow
+    /// it in id order, wrapping around, so every edge is probed by some
+    /// neighbours and the matrix fills without all-pairs traffic.
+    pub fn peers_for(&self, node_id: &str, k: usize) -> Vec<Peer> {
+        let sessions = self.sessions.lock().unwrap();
+        let mut ids: Vec<&String> = sessions.keys().collect();
+        ids.sort();
+        let start = ids
+            .iter()
+            .position(|id| id.as_str() == node_id)
+            .map_or(0, |i| i + 1);
+        ids.iter()
+            .cycle()
+            .skip(start)
+            .take(ids.len())
+            .filter(|id| id.as_str() != node_id)
+            .filter_map(|id| {
+                sessions[id.as_str()].probe_addr.map(|addr| Peer {
+                    node_id: id.to_string(),
+                    addr,
+                })
+            })
+            .take(k)
+            .collect()
+    }
+
     /// Forgets the node's connection if it is still `conn`.
     pub fn disconnect(&self, node_id: &str, conn: &quinn::Connection) {
         let mut sessions = self.sessions.lock().unwrap();
         if sessions
             .get(node_id)
-            .is_some_and(|c| c.stable_id() == conn.stable_id())
+            .is_some_and(|s| s.conn.stable_id() == conn.stable_id())
         {
             sessions.remove(node_id);
         }
@@ -94,7 +132,7 @@ impl Coordinator {
             .lock()
             .unwrap()
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, s)| (k.clone(), s.conn.clone()))
             .collect()
     }
 }

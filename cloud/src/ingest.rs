@@ -8,6 +8,7 @@ use std::time::Duration;
 use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Welcome, WireError};
 use tidemill_runtime::clock;
 use tidemill_runtime::frames::{self, FrameError};
+use tidemill_runtime::probe;
 use tidemill_runtime::quic;
 
 use crate::coordinator::{Coordinator, Counters};
@@ -43,9 +44,9 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
             return;
         }
     };
-    let node_id =
+    let (node_id, probe_port) =
         match clock::timeout(&*coord.clock, stream_timeout(&coord), hello(&conn, &coord)).await {
-            Ok(Ok(id)) => id,
+            Ok(Ok(hello)) => hello,
             Ok(Err(why)) => {
                 Counters::bump(&coord.counters.refused_connections);
                 tracing::warn!(%remote, %why, "refused a connection");
@@ -60,7 +61,7 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
             }
         };
     tracing::info!(node_id = %node_id, %remote, "edge connected");
-    coord.connect(&node_id, conn.clone());
+    coord.connect(&node_id, conn.clone(), probe_port);
     let reason = loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
@@ -79,7 +80,10 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
 
 /// Reads the hello on the first stream and answers it; returns the node id or a
 /// reason for refusing the connection.
-async fn hello(conn: &quinn::Connection, coord: &Coordinator) -> Result<String, String> {
+async fn hello(
+    conn: &quinn::Connection,
+    coord: &Coordinator,
+) -> Result<(String, Option<u16>), String> {
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
     let hello = match frames::read_msg::<EdgeMsg>(&mut recv).await {
         Ok(Some(EdgeMsg::Hello(h))) => h,
@@ -131,7 +135,7 @@ async fn hello(conn: &quinn::Connection, coord: &Coordinator) -> Result<String, 
         .await
         .map_err(|e| e.to_string())?;
     let _ = send.finish();
-    Ok(hello.node_id)
+    Ok((hello.node_id, hello.probe_port))
 }
 
 /// Maps a frame error to the refusal sent back.
@@ -190,7 +194,7 @@ async fn serve_stream(
             match applied {
                 Ok(a) => {
                     for (seq, kind) in &a.stored {
-                        tracing::debug!(node_id = %node_id, seq, kind = kind.as_str(), "report stored");
+                        tracing::debug!(node_id = %node_id, seq, kind = %kind.as_str(), "report stored");
                         if *kind == ReportKind::Forecast {
                             tracing::debug!(node_id = %node_id, seq, "forecast stored");
                         }
@@ -216,6 +220,13 @@ async fn serve_stream(
                 }
             }
         }
+        Ok(Ok(Some(probe @ EdgeMsg::Probe { .. }))) => (None, Some(probe::answer(&probe))),
+        Ok(Ok(Some(EdgeMsg::PeersRequest))) => (
+            None,
+            Some(CloudMsg::Peers(
+                coord.peers_for(&node_id, coord.cfg.probe_peers_per_edge),
+            )),
+        ),
         Ok(Ok(Some(other))) => refuse(
             ErrorCode::UnexpectedMessage,
             format!(
@@ -247,5 +258,7 @@ fn variant(msg: &EdgeMsg) -> &'static str {
         EdgeMsg::Reports(_) => "reports",
         EdgeMsg::CommandAck { .. } => "a command ack",
         EdgeMsg::Error(_) => "an error",
+        EdgeMsg::Probe { .. } => "a probe",
+        EdgeMsg::PeersRequest => "a peers request",
     }
 }

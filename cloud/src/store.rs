@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{
-    Accelerator, Assignment, Capabilities, Hello, NodeForecast, Report, ReportBody, TaskEvent,
-    TaskStatus,
+    Accelerator, Assignment, CLOUD_PEER, Capabilities, Hello, NodeForecast, Report, ReportBody,
+    TaskEvent, TaskStatus,
 };
 use tidemill_runtime::sqlite::{self, DbError};
 use tidemill_sched::{JobView, NodeView, Plan, Snapshot};
@@ -100,6 +100,17 @@ const MIGRATIONS: &[&str] = &[
         forecast TEXT NOT NULL
     );
 ",
+    "
+    CREATE TABLE links (
+        from_node TEXT NOT NULL REFERENCES nodes(id),
+        to_node TEXT NOT NULL,
+        t_ms INTEGER NOT NULL,
+        rtt_ms REAL NOT NULL,
+        bandwidth_bps REAL NOT NULL,
+        loss REAL NOT NULL,
+        PRIMARY KEY (from_node, to_node)
+    ) WITHOUT ROWID;
+",
 ];
 
 /// Why a store operation failed.
@@ -156,6 +167,55 @@ pub struct NodeRecord {
     pub registered_at: DateTime<Utc>,
     /// A summary of the node's latest forecast, if it has sent one.
     pub forecast: Option<ForecastView>,
+}
+
+/// A measured link, as `links` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkRecord {
+    /// The measuring node.
+    pub from: String,
+    /// The other end: a node id, or `cloud` for the coordinator.
+    pub to: String,
+    /// Which class of link it is, for the cost model's defaults.
+    pub class: LinkClass,
+    /// When it was last measured.
+    pub measured_at: DateTime<Utc>,
+    /// Round-trip time, ms.
+    pub rtt_ms: f64,
+    /// Probe throughput, bytes per second.
+    pub bandwidth_bps: f64,
+    /// Share of packets lost (0-1).
+    pub loss: f64,
+}
+
+/// The classes of probed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkClass {
+    /// Between two edge nodes.
+    EdgeEdge,
+    /// Between an edge node and the cloud.
+    CloudEdge,
+}
+
+impl LinkClass {
+    /// The class of an edge's link to `peer`: to `cloud` it is cloud-edge,
+    /// to another edge edge-edge.
+    pub fn of_peer(peer: &str) -> Self {
+        if peer == CLOUD_PEER {
+            LinkClass::CloudEdge
+        } else {
+            LinkClass::EdgeEdge
+        }
+    }
+
+    /// The name shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkClass::EdgeEdge => "edge-edge",
+            LinkClass::CloudEdge => "cloud-edge",
+        }
+    }
 }
 
 /// What `nodes` shows of a node's latest forecast.
@@ -220,6 +280,8 @@ pub enum ReportKind {
     Task,
     /// A forecast.
     Forecast,
+    /// Link measurements.
+    Links,
 }
 
 impl ReportKind {
@@ -229,6 +291,7 @@ impl ReportKind {
             ReportKind::Samples => "samples",
             ReportKind::Task => "task",
             ReportKind::Forecast => "forecast",
+            ReportKind::Links => "links",
         }
     }
 }
@@ -485,6 +548,31 @@ impl Store {
             .optional()
             .map_err(&err)?;
         Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+    }
+
+    /// The latest measurement of every link, by its two ends.
+    pub fn links(&self) -> Result<Vec<LinkRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss FROM links ORDER BY from_node, to_node")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| {
+                let from: String = r.get(0)?;
+                let to: String = r.get(1)?;
+                Ok(LinkRecord {
+                    class: LinkClass::of_peer(&to),
+                    from,
+                    to,
+                    measured_at: ms_to_time(r.get(2)?),
+                    rtt_ms: r.get(3)?,
+                    bandwidth_bps: r.get(4)?,
+                    loss: r.get(5)?,
+                })
+            })
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
     }
 
     /// Stores a new job and returns its id.
@@ -860,6 +948,25 @@ fn apply_body(
             )?;
             Ok((ReportKind::Forecast, None))
         }
+        ReportBody::Links(links) => {
+            let mut upsert = tx.prepare_cached(
+                "INSERT INTO links (from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (from_node, to_node) DO UPDATE
+                 SET t_ms = ?3, rtt_ms = ?4, bandwidth_bps = ?5, loss = ?6 WHERE excluded.t_ms >= links.t_ms",
+            )?;
+            for l in links {
+                upsert.execute(params![
+                    node_id,
+                    l.peer,
+                    l.t_ms,
+                    l.rtt_ms,
+                    l.bandwidth_bps,
+                    l.loss
+                ])?;
+            }
+            Ok((ReportKind::Links, None))
+        }
     }
 }
 
@@ -964,6 +1071,7 @@ mod tests {
                 daemon_version: "0.1.0".into(),
             },
             token: None,
+            probe_port: None,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct EdgeConfig {
     pub forecast: tidemill_forecast::ForecastConfig,
     /// Connection settings.
     pub link: LinkConfig,
+    /// Link probe settings.
+    pub probe: ProbeConfig,
     /// Task execution settings.
     pub tasks: TaskConfig,
     /// How accelerators are found.
@@ -60,6 +62,20 @@ pub struct LinkConfig {
     pub reconnect_min_ms: u64,
     /// Largest reconnect delay, s.
     pub reconnect_max_secs: u64,
+}
+
+/// Link probe settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// Seconds between rounds of probes.
+    pub interval_secs: u64,
+    /// Bytes per probe.
+    pub bytes: usize,
+    /// UDP port of the responder; 0 for any.
+    pub listen_port: u16,
+    /// Whether to probe and answer probes.
+    pub enabled: bool,
 }
 
 /// Task execution settings.
@@ -201,6 +217,16 @@ impl EdgeConfig {
                 "link.keep_alive_secs",
                 self.link.keep_alive_secs.to_string(),
                 "must be at least 1 and below link.idle_timeout_secs",
+            );
+        }
+        if self.probe.interval_secs == 0 {
+            return invalid("probe.interval_secs", "0".into(), "must be at least 1");
+        }
+        if !(1..=(512 << 10)).contains(&self.probe.bytes) {
+            return invalid(
+                "probe.bytes",
+                self.probe.bytes.to_string(),
+                "must be 1 to 524288, well under the frame cap",
             );
         }
         if self.link.ack_timeout_secs == 0 {

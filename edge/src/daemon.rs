@@ -8,6 +8,7 @@ use tidemill_proto::ReportBody;
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock, SystemClock};
 use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::probe;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
 
@@ -15,7 +16,7 @@ use crate::config::EdgeConfig;
 use crate::executor::Executor;
 use crate::forecasting::Forecasting;
 use crate::journal::{Journal, JournalError};
-use crate::link::Link;
+use crate::link::{Link, Probes};
 use crate::sampler::{Sampler, SamplerError};
 
 /// Why the daemon stopped or could not start.
@@ -52,6 +53,29 @@ pub enum EdgeError {
     /// The journal failed; the daemon stops rather than lose reports.
     #[error(transparent)]
     Journal(#[from] JournalError),
+}
+
+/// Starts this edge's probe responder and prober, if probing is enabled.
+fn probes(cfg: &EdgeConfig, timing: Timing) -> Result<Option<Arc<Probes>>, EdgeError> {
+    if !cfg.probe.enabled {
+        return Ok(None);
+    }
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], cfg.probe.listen_port));
+    let mut reset_key = [0u8; quic::RESET_KEY_LEN];
+    rand::fill(&mut reset_key);
+    let identity = probe::responder_identity().map_err(EndpointError::from)?;
+    let responder = quic::server(addr, identity, timing, &reset_key)?;
+    let responder_port = responder
+        .local_addr()
+        .map_err(|source| EndpointError::Bind { addr, source })?
+        .port();
+    tokio::spawn(probe::respond(responder));
+    Ok(Some(Arc::new(Probes {
+        prober: probe::prober(timing)?,
+        responder_port,
+        interval: Duration::from_secs(cfg.probe.interval_secs),
+        bytes: cfg.probe.bytes,
+    })))
 }
 
 /// Runs the edge daemon until `shutdown` resolves, then cancels running tasks
@@ -119,6 +143,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             Duration::from_secs(cfg.link.reconnect_max_secs),
         ),
         ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
+        probes: probes(&cfg, timing)?,
     };
     let mut link = tokio::spawn(link.run());
 

@@ -7,11 +7,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, WireError};
+use tidemill_proto::{
+    CLOUD_PEER, Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, ReportBody, WireError,
+};
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::frames::{self, FrameError};
-use tidemill_runtime::quic;
+use tidemill_runtime::{probe, quic};
 use tokio::sync::Notify;
 
 use crate::executor::Executor;
@@ -82,6 +84,20 @@ pub struct Link {
     pub backoff: Backoff,
     /// How long to wait for any answer.
     pub ack_timeout: Duration,
+    /// Link probing, if enabled.
+    pub probes: Option<Arc<Probes>>,
+}
+
+/// How this edge probes its links.
+pub struct Probes {
+    /// The client endpoint for peers' responders.
+    pub prober: quinn::Endpoint,
+    /// The UDP port of this edge's own responder.
+    pub responder_port: u16,
+    /// Time between rounds of probes.
+    pub interval: Duration,
+    /// Bytes per probe.
+    pub bytes: usize,
 }
 
 impl Link {
@@ -113,6 +129,7 @@ impl Link {
             node_id: self.node_id.clone(),
             capabilities: self.capabilities.clone(),
             token: None,
+            probe_port: self.probes.as_ref().map(|p| p.responder_port),
         });
         let acked = match self.ask(&conn, &hello, "the hello").await? {
             CloudMsg::Welcome(w) => w.acked_seq,
@@ -124,8 +141,21 @@ impl Link {
         tracing::info!(node_id = %self.node_id, coordinator = %self.addr, acked_seq = acked, "connected");
 
         let commands = tokio::spawn(serve_commands(conn.clone(), self.executor.clone()));
+        let probing = self.probes.clone().map(|p| {
+            tokio::spawn(probe_links(
+                conn.clone(),
+                p,
+                self.journal.clone(),
+                self.outbox.clone(),
+                self.clock.clone(),
+                self.node_id.clone(),
+            ))
+        });
         let result = self.drain(&conn).await;
         commands.abort();
+        if let Some(p) = probing {
+            p.abort();
+        }
         conn.close(0u32.into(), b"session ended");
         result
     }
@@ -183,6 +213,68 @@ fn refused(what: &'static str, e: WireError) -> SessionError {
     SessionError::Refused {
         what,
         message: e.message,
+    }
+}
+
+/// Measures this edge's links every interval for the life of the connection:
+/// to the coordinator over `conn`, then to the peers the coordinator names,
+/// and journals what it measured.
+async fn probe_links(
+    conn: quinn::Connection,
+    probes: Arc<Probes>,
+    journal: Arc<Mutex<Journal>>,
+    outbox: Arc<Notify>,
+    clock: SharedClock,
+    node_id: String,
+) {
+    let limit = Duration::from_secs(10);
+    loop {
+        let now = clock.now_ms();
+        let mut measured = Vec::new();
+        match clock::timeout(
+            &*clock,
+            limit,
+            probe::measure(&conn, CLOUD_PEER, probes.bytes, now),
+        )
+        .await
+        {
+            Ok(Ok(sample)) => measured.push(sample),
+            Ok(Err(e)) => {
+                tracing::debug!(node_id = %node_id, error = %e, "cannot probe the coordinator link")
+            }
+            Err(_) => tracing::debug!(node_id = %node_id, "coordinator probe timed out"),
+        }
+        let peers = match clock::timeout(
+            &*clock,
+            limit,
+            frames::request(&conn, &EdgeMsg::PeersRequest),
+        )
+        .await
+        {
+            Ok(Ok(CloudMsg::Peers(peers))) => peers,
+            _ => Vec::new(),
+        };
+        for peer in peers {
+            let probe =
+                probe::measure_peer(&probes.prober, &peer.node_id, peer.addr, probes.bytes, now);
+            match clock::timeout(&*clock, limit, probe).await {
+                Ok(Ok(sample)) => measured.push(sample),
+                Ok(Err(e)) => {
+                    tracing::debug!(node_id = %node_id, peer = %peer.node_id, error = %e, "cannot probe a peer")
+                }
+                Err(_) => {
+                    tracing::debug!(node_id = %node_id, peer = %peer.node_id, "peer probe timed out")
+                }
+            }
+        }
+        if !measured.is_empty() {
+            tracing::debug!(node_id = %node_id, links = measured.len(), "links measured");
+            if let Err(e) = journal.lock().unwrap().append(&ReportBody::Links(measured)) {
+                tracing::error!(node_id = %node_id, error = %e, "cannot journal link measurements");
+            }
+            outbox.notify_one();
+        }
+        clock.sleep(probes.interval).await;
     }
 }
 

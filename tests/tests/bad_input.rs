@@ -82,6 +82,7 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
                 daemon_version: "0".into(),
             },
             token: None,
+            probe_port: None,
         });
         let welcome = tokio::time::timeout(PATIENCE, frames::request::<_, CloudMsg>(&conn, &hello))
             .await

@@ -31,6 +31,14 @@ pub enum EdgeMsg {
     },
     /// The edge refuses a frame it was sent.
     Error(WireError),
+    /// A link probe: the receiver counts the payload and answers
+    /// [`CloudMsg::ProbeAck`], so the sender can time the transfer.
+    Probe {
+        /// Filler bytes; only their number matters.
+        payload: Vec<u8>,
+    },
+    /// Asks the coordinator which peers this edge should probe.
+    PeersRequest,
 }
 
 /// What the coordinator sends.
@@ -47,6 +55,40 @@ pub enum CloudMsg {
     Command(Command),
     /// The coordinator refuses a frame it was sent.
     Error(WireError),
+    /// Answers [`EdgeMsg::Probe`] (edge probe responders send it too).
+    ProbeAck {
+        /// Payload bytes received.
+        bytes: u64,
+    },
+    /// Answers [`EdgeMsg::PeersRequest`]: the edges to probe.
+    Peers(Vec<Peer>),
+}
+
+/// An edge another edge may probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peer {
+    /// The peer's node id.
+    pub node_id: String,
+    /// Its probe responder's UDP address.
+    pub addr: std::net::SocketAddr,
+}
+
+/// The name under which an edge reports its link to the coordinator.
+pub const CLOUD_PEER: &str = "cloud";
+
+/// One measurement of a link from the reporting node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkSample {
+    /// The other end: a node id, or `cloud` for the coordinator.
+    pub peer: String,
+    /// When it was measured, Unix ms.
+    pub t_ms: i64,
+    /// Round-trip time, ms, as QUIC estimates it.
+    pub rtt_ms: f64,
+    /// Throughput of the probe transfer, bytes per second.
+    pub bandwidth_bps: f64,
+    /// Share of packets lost on the connection so far (0-1).
+    pub loss: f64,
 }
 
 /// Registration. Sent again after every reconnect, so capabilities stay current.
@@ -58,6 +100,9 @@ pub struct Hello {
     pub capabilities: Capabilities,
     /// A join token, reserved for authenticated joins; unchecked in protocol 1.
     pub token: Option<String>,
+    /// The UDP port of the edge's probe responder, if it runs one; peers reach
+    /// it at the address the coordinator sees the edge connect from.
+    pub probe_port: Option<u16>,
 }
 
 /// The coordinator's answer to [`Hello`].
@@ -146,6 +191,8 @@ pub enum ReportBody {
     /// The node's latest forecast of its own utilisation and idle windows,
     /// computed on the edge from its journaled history.
     Forecast(Box<tidemill_forecast::NodeForecast>),
+    /// Measurements of the node's links to the coordinator and to peers.
+    Links(Vec<LinkSample>),
 }
 
 /// A change in a task's life, as the edge saw it.

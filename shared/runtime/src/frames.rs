@@ -30,6 +30,9 @@ pub enum FrameError {
     /// The stream was already closed.
     #[error("stream closed: {0}")]
     Closed(#[from] quinn::ClosedStream),
+    /// No connection could be started.
+    #[error("cannot connect: {0}")]
+    Connect(#[from] quinn::ConnectError),
     /// The connection is gone.
     #[error("connection lost: {0}")]
     Connection(#[from] quinn::ConnectionError),

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config_file;
 pub mod frames;
 pub mod lifecycle;
+pub mod probe;
 pub mod quic;
 pub mod sqlite;
 pub mod tls;

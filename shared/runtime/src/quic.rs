@@ -63,7 +63,7 @@ fn transport(timing: Timing) -> Result<Arc<quinn::TransportConfig>, EndpointErro
     Ok(Arc::new(t))
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -153,11 +153,33 @@ pub fn client_with_alpn(
     for cert in read_certs(ca_path)? {
         roots.add(cert).map_err(TlsError::from)?;
     }
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+    let tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::from)?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    client_endpoint(tls, timing, alpn)
+}
+
+/// A client endpoint whose server certificates `verifier` judges.
+pub(crate) fn client_with_verifier(
+    verifier: Arc<dyn rustls::client::danger::ServerCertVerifier>,
+    timing: Timing,
+) -> Result<quinn::Endpoint, EndpointError> {
+    let tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    client_endpoint(tls, timing, ALPN)
+}
+
+fn client_endpoint(
+    mut tls: rustls::ClientConfig,
+    timing: Timing,
+    alpn: &[u8],
+) -> Result<quinn::Endpoint, EndpointError> {
     tls.alpn_protocols = vec![alpn.to_vec()];
     let crypto = QuicClientConfig::try_from(tls)
         .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
