@@ -3,6 +3,8 @@
 
 use tidemill_forecast::{ConfigError, ForecastConfig, NodeForecast, NodeForecaster, Sample};
 
+use crate::journal::HistoryRow;
+
 /// The forecaster and its schedule.
 pub struct Forecasting {
     model: NodeForecaster,
@@ -16,7 +18,7 @@ impl Forecasting {
     pub fn new(
         cfg: ForecastConfig,
         refresh_ms: i64,
-        history: impl IntoIterator<Item = (i64, f32, f32, Option<f32>)>,
+        history: impl IntoIterator<Item = HistoryRow>,
     ) -> Result<Self, ConfigError> {
         let mut this = Forecasting {
             model: NodeForecaster::new(cfg)?,

@@ -31,6 +31,10 @@ const MIGRATIONS: &[&str] = &[
 ",
 ];
 
+/// One utilisation reading kept for the forecaster: time in Unix ms, CPU %,
+/// memory %, and accelerator % if known.
+pub type HistoryRow = (i64, f32, f32, Option<f32>);
+
 /// The journal file name inside the data dir.
 pub const JOURNAL_FILE: &str = "edge-journal.db";
 
@@ -127,12 +131,8 @@ impl Journal {
         })
     }
 
-    /// The utilisation history from `since_ms` on, oldest first:
-    /// (time in Unix ms, CPU %, memory %, accelerator % if known).
-    pub fn history(
-        &self,
-        since_ms: i64,
-    ) -> Result<Vec<(i64, f32, f32, Option<f32>)>, JournalError> {
+    /// The utilisation history from `since_ms` on, oldest first.
+    pub fn history(&self, since_ms: i64) -> Result<Vec<HistoryRow>, JournalError> {
         let mut stmt = self
             .conn
             .prepare("SELECT t_ms, cpu, mem, gpu FROM history WHERE t_ms >= ?1 ORDER BY t_ms")
