@@ -1,10 +1,27 @@
-//! tidemill's scheduling policies, free of I/O: a [`Snapshot`] of nodes and
-//! queued jobs goes in, a [`Plan`] comes out. The live coordinator and the
-//! simulator call the same functions; neither time nor randomness is read here.
+//! tidemill's scheduling policies, free of I/O: a snapshot goes in, a plan
+//! comes out. The live coordinator and the simulator call the same functions;
+//! neither time nor randomness is read here.
+//!
+//! - [`first_fit`]: the baseline over a [`Snapshot`].
+//! - [`schedule`]: the deadline-aware scheduler over a [`WorldSnapshot`], built
+//!   on the [`cost`] model and [`ThroughputTables`].
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod cost;
+mod decision;
 mod first_fit;
+mod schedule;
 mod snapshot;
+mod throughput;
+mod world;
 
+pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 pub use first_fit::{FirstFit, first_fit};
+pub use schedule::{DONE_EPS_ITERS, schedule};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
+pub use throughput::{ModelTable, Throughput, ThroughputError, ThroughputTables};
+pub use world::{
+    Admission, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass, JobSpec,
+    JobState, LinkClass, LinkTable, MeasuredLink, NodeKind, NodeSpec, OnInfeasible, Policy,
+    Progress, Window, WorldSnapshot,
+};

@@ -1,0 +1,408 @@
+//! What the deadline-aware scheduler sees: nodes with their pessimistic idle
+//! windows, links, jobs with their progress and standing reservations, and the
+//! policy knobs. The caller (coordinator or simulator) builds it each round.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{DEFAULT_GAMMA, LinkSpec};
+use crate::throughput::ThroughputTables;
+
+/// Everything one scheduling round decides on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorldSnapshot {
+    /// Every known node, cloud and edge.
+    pub nodes: Vec<NodeSpec>,
+    /// Link measurements and per-class defaults.
+    pub links: LinkTable,
+    /// Queued, admitted and running jobs (finished and rejected ones are left out).
+    pub jobs: Vec<JobState>,
+    /// Iterations/s per device class and model.
+    pub throughput: ThroughputTables,
+}
+
+/// A node and what it can give to training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// The node id.
+    pub id: String,
+    /// Device class, the key into the throughput tables (e.g. `A100`, `T4`, `soc`).
+    pub class: String,
+    /// Training devices (GPUs, or 1 for a SoC).
+    pub devices: u32,
+    /// Memory per device, bytes; a worker needs its `memory_per_worker_bytes` of it.
+    pub memory_per_device_bytes: u64,
+    /// Reachable now.
+    pub online: bool,
+    /// Cloud or edge, with what that implies.
+    pub kind: NodeKind,
+}
+
+/// Cloud nodes cost money and are always there; edge nodes are free when idle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum NodeKind {
+    /// A rented cloud GPU node.
+    Cloud {
+        /// Price, currency units per GPU-hour.
+        price_per_gpu_hour: f64,
+    },
+    /// An edge box whose primary workload leaves capacity free at times.
+    Edge(EdgeAvailability),
+}
+
+/// When an edge node is free for training, pessimistically.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EdgeAvailability {
+    /// Idle windows from the P90 forecast (the primary load stays below the
+    /// threshold in them with 90 % confidence), ascending, non-overlapping.
+    pub windows: Vec<Window>,
+    /// The latest measured utilisation of the primary workload, percent.
+    pub util_now_pct: Option<f64>,
+    /// Utilisation above which the node is not idle, percent.
+    pub idle_threshold_pct: f64,
+}
+
+/// A half-open time interval `[start_ms, end_ms)`, Unix ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// Start, Unix ms.
+    pub start_ms: i64,
+    /// End, Unix ms (exclusive).
+    pub end_ms: i64,
+}
+
+impl EdgeAvailability {
+    /// Builds windows from per-slot P90 utilisation forecasts: a slot is idle
+    /// when its P90 is known and below `idle_threshold_pct`; adjacent idle slots merge.
+    ///
+    /// This is how a `tidemill-forecast` `NodeForecast` maps in: pass its
+    /// `start_ms`, `slot_len_s × 1000`, and the P90s of the idle resource.
+    pub fn from_p90(
+        start_ms: i64,
+        slot_ms: i64,
+        p90_util_pct: &[Option<f64>],
+        idle_threshold_pct: f64,
+        util_now_pct: Option<f64>,
+    ) -> EdgeAvailability {
+        let mut windows: Vec<Window> = Vec::new();
+        for (i, p) in p90_util_pct.iter().enumerate() {
+            if !p.is_some_and(|p| p < idle_threshold_pct) {
+                continue;
+            }
+            let s = start_ms + i as i64 * slot_ms;
+            match windows.last_mut() {
+                Some(w) if w.end_ms == s => w.end_ms = s + slot_ms,
+                _ => windows.push(Window {
+                    start_ms: s,
+                    end_ms: s + slot_ms,
+                }),
+            }
+        }
+        EdgeAvailability {
+            windows,
+            util_now_pct,
+            idle_threshold_pct,
+        }
+    }
+
+    /// True when the primary load is above the threshold right now (the tide came in).
+    pub fn tide_in(&self) -> bool {
+        self.util_now_pct
+            .is_some_and(|u| u > self.idle_threshold_pct)
+    }
+}
+
+/// The three kinds of path, each with its own default when nothing was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkClass {
+    /// Between two edge nodes.
+    EdgeEdge,
+    /// Between a cloud and an edge node.
+    CloudEdge,
+    /// Between two cloud nodes.
+    CloudCloud,
+}
+
+/// Link measurements keyed by node pair, and defaults per link class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkTable {
+    /// Default for edge-edge paths.
+    pub edge_edge: LinkSpec,
+    /// Default for cloud-edge paths.
+    pub cloud_edge: LinkSpec,
+    /// Default for cloud-cloud paths.
+    pub cloud_cloud: LinkSpec,
+    /// Live measurements; symmetric (a→b also answers b→a).
+    pub measured: Vec<MeasuredLink>,
+}
+
+/// One measured path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredLink {
+    /// One end, a node id.
+    pub a: String,
+    /// The other end, a node id.
+    pub b: String,
+    /// What was measured.
+    pub link: LinkSpec,
+}
+
+impl Default for LinkTable {
+    /// Defaults: edge-edge 1 Gb/s, 5 ms (same site LAN/metro); cloud-edge 100 Mb/s,
+    /// 30 ms, 0.01 % loss (consumer uplink); cloud-cloud 10 Gb/s, 1 ms (datacenter).
+    fn default() -> Self {
+        LinkTable {
+            edge_edge: LinkSpec {
+                bandwidth_bps: 125e6,
+                latency_s: 0.005,
+                loss: 0.0,
+            },
+            cloud_edge: LinkSpec {
+                bandwidth_bps: 12.5e6,
+                latency_s: 0.030,
+                loss: 1e-4,
+            },
+            cloud_cloud: LinkSpec {
+                bandwidth_bps: 1.25e9,
+                latency_s: 0.001,
+                loss: 0.0,
+            },
+            measured: Vec::new(),
+        }
+    }
+}
+
+impl LinkTable {
+    /// The default for a link class.
+    pub fn default_for(&self, class: LinkClass) -> &LinkSpec {
+        match class {
+            LinkClass::EdgeEdge => &self.edge_edge,
+            LinkClass::CloudEdge => &self.cloud_edge,
+            LinkClass::CloudCloud => &self.cloud_cloud,
+        }
+    }
+
+    /// Measurements indexed by unordered node-id pair, for fast lookups.
+    pub(crate) fn index(&self) -> HashMap<(&str, &str), LinkSpec> {
+        let mut m = HashMap::with_capacity(self.measured.len());
+        for l in &self.measured {
+            let key = if l.a <= l.b {
+                (l.a.as_str(), l.b.as_str())
+            } else {
+                (l.b.as_str(), l.a.as_str())
+            };
+            m.insert(key, l.link);
+        }
+        m
+    }
+}
+
+/// SLO jobs get deadline guarantees; best-effort jobs take what is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobClass {
+    /// Must finish by its deadline once admitted as guaranteed.
+    Slo,
+    /// Runs on spare capacity, no promise.
+    BestEffort,
+}
+
+/// What to do with an SLO job no plan can guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnInfeasible {
+    /// Run it best-effort instead.
+    BestEffort,
+    /// Turn it away.
+    Reject,
+}
+
+/// Where a job's dataset lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSite {
+    /// Cloud object storage, reached like a cloud node.
+    Cloud,
+    /// On this node.
+    Node(String),
+}
+
+/// A training job as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// The job id.
+    pub id: u64,
+    /// SLO or best-effort.
+    pub class: JobClass,
+    /// Submission time, Unix ms.
+    pub submitted_ms: i64,
+    /// When it must be done, Unix ms.
+    pub deadline_ms: i64,
+    /// Work, in iterations of the global batch.
+    pub iterations: f64,
+    /// Global batch size, samples per iteration.
+    pub global_batch: u32,
+    /// Model name, the key into the throughput tables.
+    pub model: String,
+    /// Model (gradient) size, bytes; what all-reduce moves.
+    pub model_bytes: u64,
+    /// Dataset size, bytes; each worker gets an equal shard.
+    pub dataset_bytes: u64,
+    /// Where the dataset is.
+    pub dataset_site: DataSite,
+    /// Fewest workers the job can run on.
+    pub min_workers: u32,
+    /// Most workers it can use.
+    pub max_workers: u32,
+    /// Device memory a worker needs, bytes.
+    pub memory_per_worker_bytes: u64,
+    /// Checkpoint size, bytes; moved on migration.
+    pub checkpoint_bytes: u64,
+    /// For SLO jobs: what to do when no guarantee is possible.
+    pub on_infeasible: OnInfeasible,
+}
+
+/// Where the scheduler stands with a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum Admission {
+    /// Not decided yet (new SLO job).
+    Pending,
+    /// Guaranteed to meet its deadline; decided at `since_ms`.
+    Guaranteed {
+        /// When it was admitted, Unix ms; guaranteed jobs keep capacity in this order.
+        since_ms: i64,
+    },
+    /// Runs on what is left.
+    BestEffort,
+}
+
+/// Some workers of a job on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The node id.
+    pub node_id: String,
+    /// Workers (devices) on it.
+    pub workers: u32,
+}
+
+/// How far a job got, as the executor reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Iterations completed (and checkpointed or live).
+    pub done_iters: f64,
+    /// Seconds it has run so far, for least-attained-service order.
+    pub attained_s: f64,
+    /// Where its data and latest checkpoint are: its current or last placement; empty before the first start.
+    pub location: Vec<Assignment>,
+    /// Running on `location` now (false when waiting or paused).
+    pub running: bool,
+    /// Seconds of staging or restart still to go before steps resume on `location`.
+    pub startup_left_s: f64,
+}
+
+/// A job with its state, as the caller keeps it between rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobState {
+    /// The submitted job.
+    pub spec: JobSpec,
+    /// The admission verdict so far.
+    pub admission: Admission,
+    /// Execution progress.
+    pub progress: Progress,
+    /// The segments the last round planned (its `JobDecision::segments`); a
+    /// guaranteed job keeps them while they stay valid.
+    pub reservation: Vec<crate::decision::Segment>,
+}
+
+/// Order in which best-effort jobs take leftover capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BestEffortOrder {
+    /// Least attained service first.
+    LeastAttainedService,
+    /// Shortest remaining (single-device-equivalent) time first.
+    ShortestRemainingTime,
+}
+
+/// The scheduler's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Planning granularity, ms; edge windows are used in whole slots.
+    pub slot_ms: i64,
+    /// How far ahead plans reach, ms.
+    pub horizon_ms: i64,
+    /// Overlap exponent γ of the step-time model.
+    pub gamma: f64,
+    /// Seconds to restart a job from a checkpoint (process start, state load).
+    pub restart_s: f64,
+    /// A job leaves an edge node this long before its idle window ends, ms.
+    pub grace_ms: i64,
+    /// Best-effort order.
+    pub best_effort_order: BestEffortOrder,
+    /// Edge nodes considered per job (the best by free time before the deadline).
+    pub edge_candidates: usize,
+    /// Most edge nodes one job may span.
+    pub max_edge_nodes: usize,
+}
+
+impl Default for Policy {
+    /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
+    /// 2-minute grace, least-attained-service, 12 candidates, up to 8 edge nodes.
+    fn default() -> Self {
+        Policy {
+            slot_ms: 900_000,
+            horizon_ms: 48 * 3_600_000,
+            gamma: DEFAULT_GAMMA,
+            restart_s: 30.0,
+            grace_ms: 120_000,
+            best_effort_order: BestEffortOrder::LeastAttainedService,
+            edge_candidates: 12,
+            max_edge_nodes: 8,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p90_slots_merge_into_windows() {
+        let p90 = [Some(80.0), Some(10.0), Some(20.0), None, Some(5.0)];
+        let a = EdgeAvailability::from_p90(1_000, 100, &p90, 30.0, Some(50.0));
+        assert_eq!(
+            a.windows,
+            vec![
+                Window {
+                    start_ms: 1_100,
+                    end_ms: 1_300
+                },
+                Window {
+                    start_ms: 1_400,
+                    end_ms: 1_500
+                }
+            ]
+        );
+        assert!(a.tide_in());
+    }
+
+    #[test]
+    fn measured_links_are_symmetric() {
+        let mut t = LinkTable::default();
+        let l = LinkSpec {
+            bandwidth_bps: 1.0,
+            latency_s: 0.1,
+            loss: 0.0,
+        };
+        t.measured.push(MeasuredLink {
+            a: "z".into(),
+            b: "a".into(),
+            link: l,
+        });
+        assert_eq!(t.index().get(&("a", "z")), Some(&l));
+    }
+}

@@ -1,0 +1,429 @@
+//! The scheduler on small hand-built worlds (issue 4 scenarios), and a
+//! property test that guaranteed jobs never miss their deadlines.
+
+mod common;
+
+use common::*;
+use tidemill_sched::*;
+
+/// 18:00 on day 0; tonight's idle window is 22:00–06:00.
+const NOW: i64 = 18 * H;
+const NIGHT: (i64, i64) = (22 * H, 30 * H);
+
+fn policy() -> Policy {
+    Policy::default()
+}
+
+#[test]
+fn job_that_fits_tonight_goes_to_the_edge_for_free() {
+    // 1 it/s on one T4: 20 000 iterations ≈ 5.6 h, inside the 8 h window.
+    let w = world(
+        vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)],
+        vec![job(1, JobClass::Slo, NOW, 32 * H, 20_000.0)],
+    );
+    let plan = schedule(&w, NOW, &policy());
+    let d = plan.decision(1).unwrap();
+    assert!(
+        matches!(d.verdict, Verdict::Guaranteed { since_ms: NOW }),
+        "{d:?}"
+    );
+    assert_eq!(d.explanation.shape, Shape::Edge, "{}", d.explanation.reason);
+    assert_eq!(d.explanation.cloud_cost, 0.0);
+    assert_eq!(d.explanation.nodes, vec!["e1".to_string()]);
+    assert_eq!(d.explanation.expected_start_ms, Some(NIGHT.0));
+    let fin = d.explanation.expected_finish_ms.unwrap();
+    assert!(
+        fin <= NIGHT.1 - policy().grace_ms && fin > NIGHT.0 + 20_000 * 1000,
+        "{fin}"
+    );
+    assert_eq!(d.action, Action::Wait);
+    // Staging: 1 GB from cloud storage over the cloud-edge default (12.5 MB/s,
+    // 30 ms, 0.01 % loss → Mathis bound 1.22·1200/(0.06·0.01) = 2.44 MB/s),
+    // + 30 ms latency + 30 s restart = 409.836 + 30.03 s.
+    let staging = 1e9 / 2.44e6 + 0.03 + 30.0;
+    assert!(
+        (d.explanation.staging_s - staging).abs() < 1e-6,
+        "{}",
+        d.explanation.staging_s
+    );
+    let json = serde_json::to_value(d).unwrap();
+    assert_eq!(json["explanation"]["shape"], "edge");
+    assert!(json["explanation"]["step"]["compute_s"].as_f64().unwrap() > 0.99);
+}
+
+#[test]
+fn job_the_edge_cannot_finish_uses_cloud_and_says_why() {
+    // 40 000 iterations need ~11 h on the T4 but the window is 8 h.
+    let w = world(
+        vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)],
+        vec![job(1, JobClass::Slo, NOW, 32 * H, 40_000.0)],
+    );
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert!(matches!(d.verdict, Verdict::Guaranteed { .. }), "{d:?}");
+    assert_eq!(
+        d.explanation.shape,
+        Shape::EdgeThenCloud,
+        "{}",
+        d.explanation.reason
+    );
+    assert!(d.explanation.cloud_cost > 0.0);
+    assert!(
+        d.explanation.reason.contains("cloud") && d.explanation.reason.contains("% on idle edge"),
+        "{}",
+        d.explanation.reason
+    );
+    assert!(d.explanation.expected_finish_ms.unwrap() <= 32 * H);
+    // Cheaper than doing it all on the cloud: ~40 000 / 6.8 s at 3 $/GPU-h ≈ 4.9 $.
+    assert!(
+        d.explanation.cloud_cost < 40_000.0 / 6.8 / 3600.0 * 3.0,
+        "{}",
+        d.explanation.cloud_cost
+    );
+    // The edge part comes first; the cloud tail starts no earlier than the edge stops.
+    assert_eq!(d.segments.first().unwrap().on[0].node_id, "e1");
+    assert_eq!(d.segments.last().unwrap().on[0].node_id, "c1");
+}
+
+#[test]
+fn infeasible_slo_job_is_rejected_or_downgraded_with_the_reason() {
+    // 100 000 iterations in 1 h: even 8 A100s (21.3 it/s) need 1.3 h.
+    let mut j = job(1, JobClass::Slo, NOW, NOW + H, 100_000.0);
+    j.spec.max_workers = 8;
+    let w = world(
+        vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)],
+        vec![j.clone()],
+    );
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert_eq!(d.verdict, Verdict::Rejected);
+    assert_eq!(d.action, Action::Reject);
+    assert!(d.segments.is_empty());
+    let r = &d.explanation.reason;
+    assert!(
+        r.contains("rejected at admission") && r.contains("no plan finishes by the deadline"),
+        "{r}"
+    );
+
+    j.spec.on_infeasible = OnInfeasible::BestEffort;
+    let w = world(vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)], vec![j]);
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert_eq!(d.verdict, Verdict::BestEffort);
+    assert!(
+        d.explanation.reason.contains("admitted best-effort"),
+        "{}",
+        d.explanation.reason
+    );
+    assert_eq!(
+        d.explanation.cloud_cost, 0.0,
+        "best-effort runs on leftover edge capacity"
+    );
+}
+
+/// A guaranteed job running on e1 at 23:00, with its plan reserved on e1.
+fn running_on_e1(now: i64, util_e1: f64) -> (WorldSnapshot, Policy) {
+    let p = policy();
+    let nodes = vec![
+        cloud("c1", 8),
+        edge("e1", 1, &[NIGHT], util_e1),
+        edge("e2", 1, &[NIGHT], 10.0),
+    ];
+    let w0 = world(
+        nodes.clone(),
+        vec![job(1, JobClass::Slo, NOW, 32 * H, 20_000.0)],
+    );
+    let admitted = schedule(&w0, NOW, &p).decision(1).unwrap().clone();
+    let mut j = job(1, JobClass::Slo, NOW, 32 * H, 20_000.0);
+    j.admission = admitted.verdict.admission().unwrap();
+    j.reservation = admitted.segments.clone();
+    assert_eq!(
+        j.reservation[0].on[0].node_id, "e1",
+        "admission planned e1 (first by id)"
+    );
+    j.progress = Progress {
+        done_iters: 3_000.0,
+        attained_s: 3_600.0,
+        location: vec![Assignment {
+            node_id: "e1".into(),
+            workers: 1,
+        }],
+        running: true,
+        startup_left_s: 0.0,
+    };
+    let _ = now;
+    (world(nodes, vec![j]), p)
+}
+
+#[test]
+fn tide_coming_in_moves_a_running_job_before_its_window_ends() {
+    let now = 23 * H;
+    let (calm, p) = running_on_e1(now, 10.0);
+    let d = schedule(&calm, now, &p).decision(1).unwrap().clone();
+    assert_eq!(d.action, Action::Continue, "{}", d.explanation.reason);
+    assert!(d.explanation.reason.contains("keeps its reservation"));
+
+    // The primary load on e1 rises to 85 % at 23:00, hours before the forecast window ends.
+    let (tide, p) = running_on_e1(now, 85.0);
+    let d = schedule(&tide, now, &p).decision(1).unwrap().clone();
+    match &d.action {
+        Action::Migrate { from, to } => {
+            assert_eq!(from[0].node_id, "e1");
+            assert_ne!(to[0].node_id, "e1");
+        }
+        other => panic!(
+            "expected a migration, got {other:?}: {}",
+            d.explanation.reason
+        ),
+    }
+    let r = &d.explanation.reason;
+    assert!(
+        r.contains("tide came in on e1") && r.contains("re-planned"),
+        "{r}"
+    );
+    assert!(matches!(d.verdict, Verdict::Guaranteed { .. }));
+    assert!(
+        d.segments
+            .iter()
+            .all(|s| s.on.iter().all(|a| a.node_id != "e1"))
+    );
+    assert!(d.explanation.expected_finish_ms.unwrap() <= 32 * H);
+    // Migration charges checkpoint transfer plus restart.
+    assert!(
+        d.explanation.staging_s >= p.restart_s,
+        "{}",
+        d.explanation.staging_s
+    );
+}
+
+#[test]
+fn window_end_stops_edge_work_before_the_grace_period() {
+    let p = Policy {
+        grace_ms: 20 * 60_000,
+        ..policy()
+    };
+    // The window ends at 06:00; with 20 min grace the job must be off by 05:40,
+    // so the last whole slot it may use is 05:15–05:30.
+    let w = world(
+        vec![edge("e1", 1, &[NIGHT], 10.0)],
+        vec![job(1, JobClass::BestEffort, NOW, 32 * H, 1e6)],
+    );
+    let d = schedule(&w, NOW, &p).decision(1).unwrap().clone();
+    let last = d.segments.last().unwrap();
+    assert!(last.end_ms <= NIGHT.1 - p.grace_ms, "{}", last.end_ms);
+    assert_eq!(last.end_ms, NIGHT.1 - H / 2);
+    // At 05:30 the running job is told to checkpoint and pause.
+    let mut j = w.jobs[0].clone();
+    j.progress = Progress {
+        done_iters: 1_000.0,
+        attained_s: 1_000.0,
+        location: vec![Assignment {
+            node_id: "e1".into(),
+            workers: 1,
+        }],
+        running: true,
+        startup_left_s: 0.0,
+    };
+    let w = world(w.nodes.clone(), vec![j]);
+    let d = schedule(&w, NIGHT.1 - H / 2, &p)
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert_eq!(d.action, Action::Pause, "{}", d.explanation.reason);
+    assert!(
+        d.explanation.reason.contains("idle window on e1 ends"),
+        "{}",
+        d.explanation.reason
+    );
+}
+
+#[test]
+fn several_edge_nodes_only_when_the_cost_model_says_faster() {
+    // Two 4-GPU edge boxes; the job (max 8 workers) needs ~9 h on one but the window is 8 h.
+    let mut j = job(
+        1,
+        JobClass::Slo,
+        NOW,
+        32 * H,
+        4.0 * 3.4 * 3600.0 * 9.0 / 4.0,
+    );
+    j.spec.max_workers = 8;
+    j.spec.model_bytes = 10_000_000;
+    let nodes = vec![
+        cloud("c1", 8),
+        edge("e1", 4, &[NIGHT], 90.0),
+        edge("e2", 4, &[NIGHT], 90.0),
+    ];
+    let w = world(nodes.clone(), vec![j.clone()]);
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert_eq!(
+        d.explanation.shape,
+        Shape::MultiEdge,
+        "{}",
+        d.explanation.reason
+    );
+    assert_eq!(d.explanation.cloud_cost, 0.0);
+    let step = d.explanation.step.unwrap();
+    assert!(step.sync_s > 0.0 && step.total_s < 1.0 / 3.4, "{step:?}");
+
+    // Over a slow edge-edge link the sync makes two boxes slower than one: no multi-edge.
+    let mut w = world(nodes, vec![j]);
+    w.links.edge_edge = cost::LinkSpec {
+        bandwidth_bps: 1e6,
+        latency_s: 0.05,
+        loss: 0.0,
+    };
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert_ne!(
+        d.explanation.shape,
+        Shape::MultiEdge,
+        "{}",
+        d.explanation.reason
+    );
+    assert!(d.explanation.cloud_cost > 0.0);
+}
+
+#[test]
+fn guaranteed_capacity_is_not_taken_by_later_jobs() {
+    // One T4 box; job 1 takes tonight. Job 2 arrives later with an earlier
+    // deadline that also needs the window: it must not displace job 1.
+    let nodes = vec![edge("e1", 1, &[NIGHT], 90.0)];
+    let w = world(
+        nodes.clone(),
+        vec![job(1, JobClass::Slo, NOW, 32 * H, 20_000.0)],
+    );
+    let first = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    let mut j1 = w.jobs[0].clone();
+    j1.admission = first.verdict.admission().unwrap();
+    j1.reservation = first.segments.clone();
+    let w = world(
+        nodes,
+        vec![j1, job(2, JobClass::Slo, NOW + 60_000, 31 * H, 20_000.0)],
+    );
+    let plan = schedule(&w, NOW + 60_000, &policy());
+    assert_eq!(plan.decision(1).unwrap().segments, first.segments);
+    let d2 = plan.decision(2).unwrap();
+    assert_eq!(d2.verdict, Verdict::Rejected, "{}", d2.explanation.reason);
+}
+
+#[test]
+fn best_effort_order_is_least_attained_service() {
+    let nodes = vec![edge("e1", 1, &[NIGHT], 90.0)];
+    let mut a = job(1, JobClass::BestEffort, NOW, 32 * H, 1e6);
+    a.progress.attained_s = 5_000.0;
+    let b = job(2, JobClass::BestEffort, NOW, 32 * H, 1e6);
+    let plan = schedule(&world(nodes, vec![a, b]), NOW, &policy());
+    assert!(!plan.decision(2).unwrap().segments.is_empty());
+    assert!(plan.decision(1).unwrap().segments.is_empty());
+    assert!(
+        plan.decision(1)
+            .unwrap()
+            .explanation
+            .reason
+            .contains("waits")
+    );
+}
+
+mod guarantee {
+    use super::common::*;
+    use proptest::prelude::*;
+    use tidemill_sched::*;
+
+    fn arb_edge(i: usize) -> impl Strategy<Value = NodeSpec> {
+        (1u32..=2, 0i64..12 * 60, 60i64..10 * 60, 0i64..6 * 60).prop_map(
+            move |(dev, start_min, len_min, gap_min)| {
+                // Two windows a day apart-ish, not aligned to slots.
+                let s1 = 15 * H + start_min * 60_000 + 7_000;
+                let e1 = s1 + len_min * 60_000;
+                let s2 = e1 + (gap_min + 60) * 60_000;
+                let e2 = s2 + len_min * 60_000;
+                edge(&format!("e{i}"), dev, &[(s1, e1), (s2, e2)], 10.0)
+            },
+        )
+    }
+
+    fn arb_job(id: u64) -> impl Strategy<Value = JobState> {
+        (
+            0i64..8 * 60,
+            60i64..30 * 60,
+            100.0f64..60_000.0,
+            1u32..=4,
+            any::<bool>(),
+            any::<bool>(),
+            0u64..3,
+        )
+            .prop_map(
+                move |(sub_min, slack_min, iters, maxw, slo, reject, data)| {
+                    let sub = 14 * H + sub_min * 60_000 + 1_234;
+                    let class = if slo {
+                        JobClass::Slo
+                    } else {
+                        JobClass::BestEffort
+                    };
+                    let mut j = job(id, class, sub, sub + slack_min * 60_000, iters);
+                    j.spec.max_workers = maxw;
+                    j.spec.dataset_bytes = data * 1_000_000_000;
+                    if data == 2 {
+                        j.spec.dataset_site = DataSite::Node("e0".into());
+                    }
+                    j.spec.on_infeasible = if reject {
+                        OnInfeasible::Reject
+                    } else {
+                        OnInfeasible::BestEffort
+                    };
+                    j
+                },
+            )
+    }
+
+    fn arb_instance() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<JobState>)> {
+        (0usize..=2, 1u32..=4, 1usize..=4, 1usize..=7).prop_flat_map(
+            |(n_cloud, gpus, n_edge, n_jobs)| {
+                let edges: Vec<_> = (0..n_edge).map(arb_edge).collect();
+                let jobs: Vec<_> = (0..n_jobs as u64).map(arb_job).collect();
+                (Just(n_cloud), Just(gpus), edges, jobs).prop_map(|(n_cloud, gpus, edges, jobs)| {
+                    let mut nodes: Vec<NodeSpec> = (0..n_cloud)
+                        .map(|i| cloud(&format!("c{i}"), gpus))
+                        .collect();
+                    nodes.extend(edges);
+                    (nodes, jobs)
+                })
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn guaranteed_jobs_never_miss_their_deadlines((nodes, jobs) in arb_instance()) {
+            let policy = Policy { horizon_ms: 40 * H, ..Policy::default() };
+            let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
+            for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
+                let fin = o.finished_ms;
+                prop_assert!(
+                    fin.is_some_and(|f| f <= o.deadline_ms),
+                    "guaranteed job {} finished at {:?}, deadline {}; all: {:?}", o.job_id, fin, o.deadline_ms, outcomes
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_executor_sees_guarantees_on_a_busy_night() {
+        // Sanity: the property test exercises both edge and cloud guarantees.
+        let nodes = vec![
+            cloud("c0", 2),
+            edge("e0", 1, &[(22 * H, 30 * H)], 10.0),
+            edge("e1", 1, &[(23 * H, 27 * H)], 10.0),
+        ];
+        let jobs = vec![
+            job(1, JobClass::Slo, 18 * H, 32 * H, 20_000.0),
+            job(2, JobClass::Slo, 18 * H, 33 * H, 40_000.0),
+            job(3, JobClass::BestEffort, 18 * H, 33 * H, 5_000.0),
+        ];
+        let out = simulate(nodes, jobs, &Policy::default(), 18 * H, 40 * H);
+        assert!(out.iter().all(|o| o.finished_ms.is_some()), "{out:?}");
+        assert!(
+            out.iter().filter(|o| o.ever_guaranteed).count() == 2,
+            "{out:?}"
+        );
+    }
+}
