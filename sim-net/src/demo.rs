@@ -260,6 +260,7 @@ async fn watch_jobs(
 ) -> Result<(), DemoError> {
     let deadline = chrono::Utc::now() + chrono::Duration::days(1);
     let mut submitted: Vec<(u64, JobState)> = Vec::new();
+    let mut reasons: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     let wall = SystemClock;
     let started = wall.now_ms();
     loop {
@@ -291,6 +292,20 @@ async fn watch_jobs(
                 )
             })
             .collect();
+        for j in jobs
+            .iter()
+            .filter(|j| j.state == JobState::Queued && j.node.is_none())
+        {
+            let reason = j.reason.clone().unwrap_or_default();
+            if reasons.get(&j.id) != Some(&reason) {
+                println!(
+                    "[tide {:>5}] job {} waits: {reason}",
+                    clock_text(hour),
+                    j.id
+                );
+                reasons.insert(j.id, reason);
+            }
+        }
         let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
         println!(
             "[tide {:>5}] cpu: {} | jobs queued {} running {} succeeded {} failed {}",
