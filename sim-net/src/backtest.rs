@@ -119,6 +119,7 @@ impl Backtest {
         let slot_ms = self.config.slot_len_ms();
         let hours = f64::from(self.config.slot_len_s) / 3_600.0;
         let threshold = self.config.idle_threshold_pct;
+        let confidence = self.config.idle_confidence;
         let actual = SlotMeans::new(&series.points, slot_ms);
         let mut model = SeriesForecaster::new(Resource::Cpu, self.config.clone())
             .expect("the backtest's config was validated");
@@ -146,6 +147,7 @@ impl Backtest {
                             hours,
                         },
                         threshold,
+                        confidence,
                     );
                 }
             }

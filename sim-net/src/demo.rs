@@ -192,11 +192,13 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         trace.display()
     );
 
-    let mut cloud_cfg = CloudConfig::default();
-    cloud_cfg.quic_listen = "127.0.0.1:0".parse().expect("valid address");
-    cloud_cfg.api_listen = "127.0.0.1:0".parse().expect("valid address");
-    cloud_cfg.data_dir = args.data_dir.join("cloud");
-    cloud_cfg.round_interval_secs = 0.25;
+    let cloud_cfg = CloudConfig {
+        quic_listen: "127.0.0.1:0".parse().expect("valid address"),
+        api_listen: "127.0.0.1:0".parse().expect("valid address"),
+        data_dir: args.data_dir.join("cloud"),
+        round_interval_secs: 0.25,
+        ..CloudConfig::default()
+    };
     let server = tidemill_cloud::server::start(cloud_cfg, Arc::new(SystemClock)).await?;
     println!(
         "coordinator: QUIC {}  API http://{}",
@@ -207,18 +209,20 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     let mut edges = tokio::task::JoinSet::new();
     for i in 0..args.edges {
         let node = format!("node-{i:03}");
-        let mut cfg = EdgeConfig::default();
-        cfg.node_id = node.clone();
-        cfg.coordinator = server.quic_addr.to_string();
-        cfg.ca = server.ca_path.clone();
-        cfg.data_dir = args.data_dir.join(&node);
-        cfg.sample_interval_secs = 300.0;
+        let mut cfg = EdgeConfig {
+            node_id: node.clone(),
+            coordinator: server.quic_addr.to_string(),
+            ca: server.ca_path.clone(),
+            data_dir: args.data_dir.join(&node),
+            sample_interval_secs: 300.0,
+            replay: Some(ReplayConfig {
+                file: trace.clone(),
+                node: node.clone(),
+                speed: args.speed,
+            }),
+            ..EdgeConfig::default()
+        };
         cfg.accelerators.nvidia_smi = String::new();
-        cfg.replay = Some(ReplayConfig {
-            file: trace.clone(),
-            node: node.clone(),
-            speed: args.speed,
-        });
         let mut stop = stop_rx.clone();
         edges.spawn(async move {
             let result = tidemill_edge::daemon::run(cfg, async move {

@@ -48,6 +48,10 @@ pub struct Args {
     /// Utilisation (percent) under which a node counts as idle.
     #[arg(long, default_value_t = 30.0)]
     pub idle_threshold: f64,
+    /// Forecast probability of staying under the idle threshold that a slot
+    /// needs to count as predicted idle (0.5 to 0.99).
+    #[arg(long, default_value_t = tidemill_forecast::DEFAULT_IDLE_CONFIDENCE)]
+    pub idle_confidence: f64,
     /// Days of history each forecaster keeps.
     #[arg(long, default_value_t = 14)]
     pub history_days: u32,
@@ -76,7 +80,9 @@ pub enum EvalError {
     #[error(transparent)]
     Trace(#[from] TraceError),
     /// The forecast settings are invalid.
-    #[error("{0} (set by --slot, --horizon, --idle-threshold or --history-days)")]
+    #[error(
+        "{0} (set by --slot, --horizon, --idle-threshold, --idle-confidence or --history-days)"
+    )]
     Config(#[from] ConfigError),
     /// A column mapping is incomplete.
     #[error("{trace}: no --{flag} given; pass --format with a preset or --{flag} COLUMN")]
@@ -134,6 +140,7 @@ struct Report {
     horizon_s: u32,
     step_s: u32,
     idle_threshold_pct: f64,
+    idle_confidence: f64,
     elapsed_s: f64,
     methods: Vec<MethodReport>,
 }
@@ -173,6 +180,7 @@ impl Args {
             horizon_s: self.horizon,
             idle_threshold_pct: self.idle_threshold,
             history_days: self.history_days,
+            idle_confidence: self.idle_confidence,
             ..ForecastConfig::default()
         };
         config.validate()?;
@@ -227,6 +235,7 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
         horizon_s: args.horizon,
         step_s: args.step,
         idle_threshold_pct: args.idle_threshold,
+        idle_confidence: args.idle_confidence,
         elapsed_s: started.elapsed().as_secs_f64(),
         methods: boards
             .iter()
@@ -249,12 +258,13 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
 fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
     writeln!(
         out,
-        "{} nodes, slot {} s, horizon {} s, step {} s, idle threshold {}%, {:.1} s",
+        "{} nodes, slot {} s, horizon {} s, step {} s, idle threshold {}% at confidence {}, {:.1} s",
         report.nodes,
         report.slot_len_s,
         report.horizon_s,
         report.step_s,
         report.idle_threshold_pct,
+        report.idle_confidence,
         report.elapsed_s
     )?;
     writeln!(

@@ -28,6 +28,11 @@ pub struct ForecastConfig {
     /// Resources that must all be idle for the node to be idle; a resource the
     /// node does not report is skipped.
     pub idle_resources: Vec<Resource>,
+    /// How sure a slot must be to count as idle: it is idle when the forecast
+    /// probability that utilisation stays under `idle_threshold_pct`
+    /// ([`crate::idle_probability`]) is at least this (0.5 to 0.99). The default,
+    /// 0.8, is the P80 quantile under the threshold; 0.9 is the P90.
+    pub idle_confidence: f64,
 }
 
 impl Default for ForecastConfig {
@@ -39,9 +44,14 @@ impl Default for ForecastConfig {
             history_days: 14,
             max_hold_s: 3_600,
             idle_resources: vec![Resource::Cpu, Resource::Gpu],
+            idle_confidence: DEFAULT_IDLE_CONFIDENCE,
         }
     }
 }
+
+/// Default [`ForecastConfig::idle_confidence`]: idle when P(utilisation under
+/// the threshold) ≥ 0.8, i.e. when the P80 quantile is under it.
+pub const DEFAULT_IDLE_CONFIDENCE: f64 = 0.8;
 
 /// A [`ForecastConfig`] value that breaks a rule.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -99,6 +109,13 @@ impl ForecastConfig {
                 "idle_resources",
                 "[]".to_string(),
                 "must name at least one resource (cpu, mem or gpu)",
+            );
+        }
+        if !(0.5..=0.99).contains(&self.idle_confidence) {
+            return fail(
+                "idle_confidence",
+                self.idle_confidence.to_string(),
+                "must be a probability between 0.5 and 0.99",
             );
         }
         Ok(())
@@ -188,6 +205,14 @@ mod tests {
                 idle_resources: vec![],
                 ..ForecastConfig::default()
             },
+            ForecastConfig {
+                idle_confidence: 0.4,
+                ..ForecastConfig::default()
+            },
+            ForecastConfig {
+                idle_confidence: 1.0,
+                ..ForecastConfig::default()
+            },
         ];
         let keys: Vec<_> = bad.iter().map(|c| c.validate().unwrap_err().key).collect();
         assert_eq!(
@@ -196,7 +221,9 @@ mod tests {
                 "idle_threshold_pct",
                 "history_days",
                 "max_hold_s",
-                "idle_resources"
+                "idle_resources",
+                "idle_confidence",
+                "idle_confidence"
             ]
         );
     }

@@ -11,7 +11,8 @@ pub struct Quantiles {
     pub p10: f64,
     /// Median: the point forecast.
     pub p50: f64,
-    /// 90th percentile: pessimistic; idle windows are judged on it.
+    /// 90th percentile: pessimistic. Idle windows are judged on P50 and P90
+    /// together ([`crate::is_idle`]).
     pub p90: f64,
 }
 
@@ -47,8 +48,8 @@ pub struct IdleWindow {
     pub start_ms: i64,
     /// End (exclusive), Unix ms.
     pub end_ms: i64,
-    /// Probability (0-1) that its least certain slot is really idle; at least 0.9
-    /// because every slot's P90 is under the threshold.
+    /// Probability (0-1) that its least certain slot is really idle; at least
+    /// [`crate::ForecastConfig::idle_confidence`] because every slot passed it.
     pub confidence: f64,
 }
 

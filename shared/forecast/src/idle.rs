@@ -1,5 +1,7 @@
-//! Idle windows: runs of slots whose pessimistic (P90) utilisation stays under the
-//! threshold on every resource that matters, each with a confidence.
+//! Idle windows: runs of slots where utilisation is forecast to stay under the
+//! threshold with at least the configured confidence
+//! ([`crate::ForecastConfig::idle_confidence`], default 0.8: the pessimistic P80
+//! quantile is under it) on every resource that matters, each with a confidence.
 
 use statrs::distribution::{ContinuousCDF, Normal};
 
@@ -19,6 +21,17 @@ pub fn idle_probability(q: &Quantiles, threshold_pct: f64) -> f64 {
     let z90 = std_normal.inverse_cdf(0.9);
     let spread = (q.p90 - q.p50).max(MIN_SPREAD_PCT);
     std_normal.cdf(z90 * (threshold_pct - q.p50) / spread)
+}
+
+/// True when a slot counts as idle: `idle_probability(q, threshold_pct) ≥
+/// confidence`. With the normal reading above this is
+///
+/// threshold ≥ P50 + (Φ⁻¹(confidence) / z₀.₉) · (P90 − P50)   (percent),
+///
+/// i.e. the forecast's `confidence`-quantile is under the threshold; with
+/// confidence 0.9 it is the P90 rule, with 0.8 the P80 (P50 + 0.657·(P90 − P50)).
+pub fn is_idle(q: &Quantiles, threshold_pct: f64, confidence: f64) -> bool {
+    idle_probability(q, threshold_pct) >= confidence
 }
 
 /// Turns per-slot idle probabilities into windows: `per_slot[i]` is `Some(p)`
@@ -69,6 +82,18 @@ mod tests {
         assert!((idle_probability(&q(10.0, 20.0), 30.0) - 0.994_81).abs() < 1e-4);
         // No spread and under the threshold → certain.
         assert!(idle_probability(&q(5.0, 5.0), 30.0) > 0.999_999);
+    }
+
+    #[test]
+    fn idle_at_a_confidence_by_hand() {
+        // P50 20, P90 30: the P80 is 20 + (0.84162 / 1.28155)·10 = 26.567.
+        let band = q(20.0, 30.0);
+        assert!(is_idle(&band, 27.0, 0.8));
+        assert!(!is_idle(&band, 26.0, 0.8));
+        // At 0.9 the P90 rule: a threshold of 31 passes, 29 does not.
+        assert!(is_idle(&band, 31.0, 0.9) && !is_idle(&band, 29.0, 0.9));
+        // At 0.5 the median decides.
+        assert!(is_idle(&band, 20.5, 0.5) && !is_idle(&band, 19.5, 0.5));
     }
 
     #[test]

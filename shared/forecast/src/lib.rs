@@ -36,10 +36,10 @@ mod series;
 mod stats;
 mod tidemill;
 
-pub use config::{ConfigError, DAY_S, ForecastConfig};
+pub use config::{ConfigError, DAY_S, DEFAULT_IDLE_CONFIDENCE, ForecastConfig};
 pub use cycle::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, MIN_CYCLE_STRENGTH};
 pub use forecast::{ForecastSummary, IdleWindow, NodeForecast, Quantiles, ResourceForecast};
-pub use idle::idle_probability;
+pub use idle::{idle_probability, is_idle};
 pub use method::{Method, UnknownMethod};
 pub use node::{NodeForecaster, Sample};
 pub use series::{Resource, SampleError, SeriesForecaster};

@@ -16,8 +16,9 @@ pub enum Method {
     SameSlotLastWeek,
     /// The mean slot-of-day profile over the kept history.
     MeanProfile,
-    /// tidemill's model: a daily profile (only where a cycle is detected) plus a
-    /// residual persistence term that fades with lead time.
+    /// tidemill's model: a daily profile (unless no cycle is found) blended with
+    /// same-slot-yesterday by their recent one-day-ahead errors, plus a residual
+    /// persistence term that fades with lead time.
     Tidemill,
 }
 

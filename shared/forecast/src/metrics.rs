@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Quantiles;
+use crate::{Quantiles, is_idle};
 
 /// Pinball (quantile) loss of predicting `predicted` for quantile `tau` when
 /// `actual` happened, in the values' unit (percent):
@@ -60,7 +60,8 @@ pub struct Figures {
     pub pinball_p90: f64,
     /// Share of points with P10 ≤ y ≤ P90 (nominal 0.8).
     pub coverage_p10_p90: f64,
-    /// Node-hours predicted idle (P90 < threshold) that were idle (y < threshold),
+    /// Node-hours predicted idle ([`crate::is_idle`] at the idle confidence) that
+    /// were idle (y < threshold),
     /// over node-hours predicted idle; `None` if none was predicted.
     pub idle_precision: Option<f64>,
     /// Node-hours idle and predicted idle, over node-hours idle; `None` if none was idle.
@@ -68,15 +69,16 @@ pub struct Figures {
 }
 
 impl Scoreboard {
-    /// Adds one point judged against `idle_threshold_pct`.
-    pub fn add(&mut self, p: &ScoredPoint, idle_threshold_pct: f64) {
+    /// Adds one point judged against `idle_threshold_pct`; it is predicted idle
+    /// when [`is_idle`] holds at `idle_confidence`.
+    pub fn add(&mut self, p: &ScoredPoint, idle_threshold_pct: f64, idle_confidence: f64) {
         self.points += 1;
         self.abs_err += (p.actual - p.forecast.p50).abs();
         self.ref_abs_err += (p.actual - p.reference_p50).abs();
         self.pinball_p10 += pinball_loss(0.1, p.actual, p.forecast.p10);
         self.pinball_p90 += pinball_loss(0.9, p.actual, p.forecast.p90);
         self.covered += u64::from(p.forecast.p10 <= p.actual && p.actual <= p.forecast.p90);
-        let predicted_idle = p.forecast.p90 < idle_threshold_pct;
+        let predicted_idle = is_idle(&p.forecast, idle_threshold_pct, idle_confidence);
         let idle = p.actual < idle_threshold_pct;
         if predicted_idle {
             self.idle_predicted_h += p.hours;
@@ -155,7 +157,7 @@ mod tests {
             pt(10.0, 5.0, 20.0, 35.0, 30.0),
             pt(50.0, 40.0, 50.0, 60.0, 60.0),
         ] {
-            b.add(&p, 30.0);
+            b.add(&p, 30.0, 0.9);
         }
         let f = b.figures().unwrap();
         assert_eq!(f.points, 4);

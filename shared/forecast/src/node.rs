@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::idle::{idle_probability, windows};
+use crate::idle::{idle_probability, is_idle, windows};
 use crate::{
     ConfigError, ForecastConfig, Method, NodeForecast, Resource, SampleError, SeriesForecaster,
 };
@@ -78,6 +78,7 @@ impl NodeForecaster {
             .map(|s| s.forecast(method, now_ms))
             .collect();
         let threshold = self.config.idle_threshold_pct;
+        let confidence = self.config.idle_confidence;
         let judged: Vec<_> = resources
             .iter()
             .filter(|r| self.config.idle_resources.contains(&r.resource))
@@ -89,7 +90,8 @@ impl NodeForecaster {
                 }
                 judged.iter().try_fold(1.0_f64, |p, r| {
                     let q = r.slots[i]?;
-                    (q.p90 < threshold).then(|| p.min(idle_probability(&q, threshold)))
+                    is_idle(&q, threshold, confidence)
+                        .then(|| p.min(idle_probability(&q, threshold)))
                 })
             })
             .collect();

@@ -39,17 +39,24 @@ pub(crate) fn autocorrelation(series: &[Option<f64>], lag: usize) -> Option<f64>
 /// Fewest days the widening factor is computed for; below it the factor is capped.
 const MIN_WIDENING_DAYS: f64 = 1.5;
 
-/// How much wider out-of-sample errors are than in-sample residuals when a slot
-/// profile is a mean over `n` days:
+/// How much wider out-of-sample errors are than in-sample residuals when the
+/// level is α·(a slot profile that is a mean over `n` days, the value itself
+/// included in-sample) + (1 − α)·(the same slot on another day):
 ///
-/// w(n) = √((n + 1) / (n − 1)), with n (days, real-valued) floored at 1.5, so
-/// w ≤ √5 ≈ 2.24 with little history and w → 1 as history accumulates.
+/// w(n, α) = √((A + α²/n) / (A − α·(2 − α)/n)), A = 1 + (1 − α)²,
 ///
-/// (For a mean of n i.i.d. values with variance σ², the in-sample residual
-/// variance is σ²(n−1)/n and the error on a new value is σ²(n+1)/n.)
-pub(crate) fn widening(n_days: f64) -> f64 {
+/// with n (days, real-valued) floored at 1.5 and α in [0, 1] (dimensionless).
+/// α = 1 gives √((n + 1) / (n − 1)) (≤ √5 ≈ 2.24 with little history, → 1 as
+/// history accumulates); α = 0 gives 1, as the other day is never in-sample.
+///
+/// (For i.i.d. slot values with variance σ², the error of a new value is
+/// σ²·(1 + α²/n + (1 − α)²), while the in-sample residual, whose own value
+/// is one of the n in the mean, has variance σ²·((1 − α/n)² + α²(n − 1)/n² + (1 − α)²).)
+pub(crate) fn widening(n_days: f64, alpha: f64) -> f64 {
     let n = n_days.max(MIN_WIDENING_DAYS);
-    ((n + 1.0) / (n - 1.0)).sqrt()
+    let alpha = alpha.clamp(0.0, 1.0);
+    let a = 1.0 + (1.0 - alpha).powi(2);
+    ((a + alpha * alpha / n) / (a - alpha * (2.0 - alpha) / n)).sqrt()
 }
 
 #[cfg(test)]
@@ -79,8 +86,11 @@ mod tests {
 
     #[test]
     fn widening_by_hand() {
-        assert!((widening(3.0) - 2f64.sqrt()).abs() < 1e-12);
-        assert!((widening(0.2) - 5f64.sqrt()).abs() < 1e-12);
-        assert!(widening(50.0) < 1.03);
+        assert!((widening(3.0, 1.0) - 2f64.sqrt()).abs() < 1e-12);
+        assert!((widening(0.2, 1.0) - 5f64.sqrt()).abs() < 1e-12);
+        assert!(widening(50.0, 1.0) < 1.03);
+        assert_eq!(widening(3.0, 0.0), 1.0);
+        // α = 0.5, n = 2: A = 1.25, w² = (1.25 + 0.125) / (1.25 − 0.375) = 1.375 / 0.875.
+        assert!((widening(2.0, 0.5) - (1.375f64 / 0.875).sqrt()).abs() < 1e-12);
     }
 }

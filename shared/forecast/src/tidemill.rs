@@ -1,36 +1,61 @@
-//! tidemill's model: a daily level profile, a persistence term from the last
-//! hour's residuals that fades with lead time, and empirical residual quantiles
-//! pooled by hour of day and widened for short histories. All values in percent.
+//! tidemill's model: a daily level profile blended with the same slot yesterday
+//! (an ensemble weighted by the series' recent one-day-ahead errors), a
+//! persistence term from the last hour's residuals that fades with lead time,
+//! and empirical residual quantiles pooled by hour of day and widened for short
+//! histories. All values in percent; x[t] is slot t's mean, N the history length.
 //!
-//! 1. Level m(j) for slot phase j (S phases a day): where a daily cycle is
-//!    detected, the weighted mean over the kept days of phases j−1, j and j+1
-//!    (circular; the neighbours damp slot noise), day d days before the last
-//!    weighing 0.5^(d / 2) (recent days count more: levels drift); otherwise the
-//!    mean of all kept slots.
-//! 2. Residuals e[t] = x[t] − m(t mod S), and their autocorrelation ρ(L) at lags
-//!    L = 1, 2, 4, … slots, made non-increasing and non-negative, linear between.
-//! 3. R: the observed slots among the last hour before the forecast start N (or
+//! 1. Profile m(j) for slot phase j (S phases a day): unless the history shows
+//!    no daily cycle ([`DailyCycle::Absent`]; too little history to tell counts
+//!    as a cycle once a day's worth of slots is observed), the weighted mean over the kept days of phases j−1, j
+//!    and j+1 (circular; the neighbours damp slot noise), day d days before the
+//!    last weighing 0.5^(d / 2) (recent days count more: levels drift);
+//!    otherwise the mean of all kept slots.
+//! 2. Yesterday y(t) = x[t − k·S] for the smallest k ≥ 1 that is observed (and,
+//!    for a lead, inside the history): the same-slot-yesterday baseline.
+//! 3. Blend weight α (the profile's share), Bates-Granger inverse-MSE weights
+//!    from the last [`BLEND_DAYS`] days of one-day-ahead errors: for each such
+//!    day D and slot t on it, m_D is the profile built from the days before D
+//!    only, and
+//!
+//!    α = Σ (x[t] − y(t))² / (Σ (x[t] − m_D(t mod S))² + Σ (x[t] − y(t))²)
+//!
+//!    (dimensionless, in [0, 1]; [`NO_EVIDENCE_ALPHA`] = 0.5 with less than half
+//!    a day of such slots). A series whose days repeat leans on the profile; one
+//!    whose level shifts from day to day (holidays, weekends) on yesterday.
+//!    Cost: O(BLEND_DAYS · history slots) per forecast.
+//! 4. Level b(t) = α·m(t mod S) + (1 − α)·y(t), or m(t mod S) where y(t) does
+//!    not exist. Residuals e[t] = x[t] − b(t), and their autocorrelation ρ(L)
+//!    at lags L = 1, 2, 4, … slots, made non-increasing and non-negative,
+//!    linear between.
+//! 5. R: the observed slots among the last hour before the forecast start N (or
 //!    the last observed slot if none), ē their mean residual. For lead ℓ, the
 //!    best linear predictor of e[N + ℓ] from ē is β·ē, with
 //!
 //!    c = (1/|R|) Σ_{i∈R} ρ(N + ℓ − i),  V = (1/|R|²) Σ_{i,k∈R} ρ(|i − k|),  β = c / V,
 //!
 //!    and its error variance is the residual variance times (1 − c·β).
-//! 4. With Q_τ the τ-quantile of the residuals pooled over the slot's hour of day
-//!    and the hours either side (all kept days) and w the small-sample widening
-//!    factor (`stats::widening`):
+//! 6. With Q_τ the τ-quantile of the residuals pooled over the slot's hour of day
+//!    and the hours either side (all kept days) and w = w(observed days, α) the
+//!    small-sample widening factor (`stats::widening`):
 //!
-//!    P_τ = m(ℓ mod S) + β·ē + √(1 − c·β) · (Q₀.₅ + w·(Q_τ − Q₀.₅))
+//!    P_τ = b(N + ℓ) + β·ē + √(1 − c·β) · (Q₀.₅ + w·(Q_τ − Q₀.₅))
 //!
 //!    Short leads follow the recent level with a narrow band; long leads relax
-//!    to the profile with the full residual spread.
+//!    to the blended level with the full residual spread.
 //!
 //! With fewer than [`MIN_RESIDUALS`] observed slots the model admits it knows
 //! little: P50 is the mean so far and the band is the whole 0-100 range.
+//!
+//! How the choices were made: the blend candidates are the two day-ahead
+//! forecasts the model already had (its profile, and the yesterday baseline it
+//! must beat); inverse-MSE weights were preferred to inverse-MAE weights (about
+//! equal on the benchmark traces, and the textbook choice) and to least-squares
+//! weights (which can put all weight on one candidate after a few lucky days).
+//! BLEND_DAYS = 7 is one week; it was not swept.
 
 use crate::history::History;
 use crate::stats::{autocorrelation, empirical_quantiles, widening};
-use crate::{CycleVerdict, Quantiles};
+use crate::{CycleVerdict, DailyCycle, Quantiles};
 
 /// Half-life of a day's weight in the daily profile, days.
 const PROFILE_HALF_LIFE_DAYS: f64 = 2.0;
@@ -60,11 +85,25 @@ pub(crate) fn forecast(
         };
         return vec![Some(q.clamped()); horizon];
     }
-    let level = level_profile(h, cycle, overall);
+    let sums = PhaseSums::new(h);
+    // Too little history to tell is no evidence against a cycle: with a day's
+    // worth of slots the profile has a shape, and the blend weight decides how
+    // far it is trusted.
+    let daily = match cycle.daily_cycle {
+        DailyCycle::Present => true,
+        DailyCycle::Absent => false,
+        DailyCycle::Unknown => h.observed_days() >= 1.0,
+    };
+    let level = sums.profile(h.days(), daily, overall);
+    let alpha = blend_weight(h, &sums, daily);
+    let base = |i: usize| match same_slot_before(x, i, s) {
+        Some(y) => alpha * level[i % s] + (1.0 - alpha) * y,
+        None => level[i % s],
+    };
     let residuals: Vec<Option<f64>> = x
         .iter()
         .enumerate()
-        .map(|(i, v)| v.map(|v| v - level[i % s]))
+        .map(|(i, v)| v.map(|v| v - base(i)))
         .collect();
     let spread = hourly_spread(&residuals, s, slots_per_hour);
     let mut recent: Vec<usize> = (n.saturating_sub(slots_per_hour)..n)
@@ -81,7 +120,7 @@ pub(crate) fn forecast(
         .flat_map(|&a| recent.iter().map(move |&b| persistence.at(a.abs_diff(b))))
         .sum::<f64>()
         / (k * k);
-    let w = widening(h.observed_days());
+    let w = widening(h.observed_days(), alpha);
     (0..horizon)
         .map(|lead| {
             let j = lead % s;
@@ -93,7 +132,8 @@ pub(crate) fn forecast(
             let beta = c / v;
             let shrink = (1.0 - c * beta).max(0.0).sqrt();
             let q = spread[j / slots_per_hour];
-            let at = |qt: f64| level[j] + beta * e_mean + shrink * (q.p50 + w * (qt - q.p50));
+            let b = base(n + lead);
+            let at = |qt: f64| b + beta * e_mean + shrink * (q.p50 + w * (qt - q.p50));
             Some(
                 Quantiles {
                     p10: at(q.p10),
@@ -106,29 +146,107 @@ pub(crate) fn forecast(
         .collect()
 }
 
-/// m(j): where a daily cycle is detected, the recency-weighted mean of phases
-/// j−1..=j+1 over the kept days (`overall` if none was observed); else `overall`.
-fn level_profile(h: &History, cycle: &CycleVerdict, overall: f64) -> Vec<f64> {
-    let s = h.slots_per_day();
-    (0..s)
-        .map(|j| {
-            if !cycle.is_daily() {
-                return overall;
-            }
-            let nd = h.days();
-            let weight = |d: usize| 0.5f64.powf((nd - 1 - d) as f64 / PROFILE_HALF_LIFE_DAYS);
-            let vals: Vec<(f64, f64)> = (0..nd)
-                .flat_map(|d| [s - 1, 0, 1].map(|k| h.at(d, (j + k) % s).map(|v| (v, weight(d)))))
-                .flatten()
-                .collect();
-            if vals.is_empty() {
-                overall
-            } else {
-                vals.iter().map(|p| p.0 * p.1).sum::<f64>() / vals.iter().map(|p| p.1).sum::<f64>()
-            }
-        })
-        .collect()
+/// y(i): the value at the same phase on the most recent earlier day with data,
+/// x[i − k·S] for the smallest k ≥ 1 with i − k·S inside the history and observed.
+/// `i` may lie beyond the history (a lead); only indices before it are read.
+fn same_slot_before(x: &[Option<f64>], i: usize, s: usize) -> Option<f64> {
+    (1..=i / s)
+        .map(|k| i - k * s)
+        .filter(|&t| t < x.len())
+        .find_map(|t| x[t])
 }
+
+/// Per day d and phase j: the sum and count of the observed values among phases
+/// j−1, j and j+1 (circular) of that day, so that the profile of any prefix of
+/// days is a weighted sum of rows.
+struct PhaseSums {
+    s: usize,
+    sum: Vec<f64>,
+    count: Vec<f64>,
+}
+
+impl PhaseSums {
+    fn new(h: &History) -> Self {
+        let s = h.slots_per_day();
+        let mut sum = vec![0.0; h.days() * s];
+        let mut count = vec![0.0; h.days() * s];
+        for d in 0..h.days() {
+            for j in 0..s {
+                for k in [s - 1, 0, 1] {
+                    if let Some(v) = h.at(d, (j + k) % s) {
+                        sum[d * s + j] += v;
+                        count[d * s + j] += 1.0;
+                    }
+                }
+            }
+        }
+        Self { s, sum, count }
+    }
+
+    /// m(j) as known at the start of day `upto` (from days 0..upto only): with a
+    /// daily cycle, the mean of phases j−1..=j+1 over those days, day d weighing
+    /// 0.5^((upto − 1 − d) / 2); otherwise (or where no such value was observed)
+    /// the plain mean of every observed slot before day `upto`, or `fallback`
+    /// if there is none.
+    fn profile(&self, upto: usize, daily: bool, fallback: f64) -> Vec<f64> {
+        let s = self.s;
+        let flat = {
+            let (sum, count) = (0..upto * s)
+                .filter(|i| self.count[*i] > 0.0)
+                .fold((0.0, 0.0), |(a, b), i| (a + self.sum[i], b + self.count[i]));
+            if count > 0.0 { sum / count } else { fallback }
+        };
+        if !daily {
+            return vec![flat; s];
+        }
+        let weight = |d: usize| 0.5f64.powf((upto - 1 - d) as f64 / PROFILE_HALF_LIFE_DAYS);
+        (0..s)
+            .map(|j| {
+                let (sum, count) = (0..upto).fold((0.0, 0.0), |(a, b), d| {
+                    let w = weight(d);
+                    (a + w * self.sum[d * s + j], b + w * self.count[d * s + j])
+                });
+                if count > 0.0 { sum / count } else { flat }
+            })
+            .collect()
+    }
+}
+
+/// α: the profile's share in the blended level, from the last
+/// [`BLEND_DAYS`] days' one-day-ahead errors (see the module docs).
+fn blend_weight(h: &History, sums: &PhaseSums, daily: bool) -> f64 {
+    let (x, s, nd) = (h.values(), h.slots_per_day(), h.days());
+    let mut pairs: Vec<(f64, f64, f64)> = Vec::new();
+    for d in nd.saturating_sub(BLEND_DAYS).max(1)..nd {
+        let m = sums.profile(d, daily, f64::NAN);
+        for (j, &mj) in m.iter().enumerate() {
+            let i = d * s + j;
+            if let (Some(v), Some(y)) = (x[i], same_slot_before(x, i, s))
+                && mj.is_finite()
+            {
+                pairs.push((v, mj, y));
+            }
+        }
+    }
+    if pairs.len() < s / 2 {
+        return NO_EVIDENCE_ALPHA;
+    }
+    let sse_m: f64 = pairs.iter().map(|(v, m, _)| (v - m).powi(2)).sum();
+    let sse_y: f64 = pairs.iter().map(|(v, _, y)| (v - y).powi(2)).sum();
+    if sse_m + sse_y > 0.0 {
+        sse_y / (sse_m + sse_y)
+    } else {
+        NO_EVIDENCE_ALPHA
+    }
+}
+
+/// Days of one-day-ahead errors that set the blend weight α: one week, so that
+/// weekdays and a weekend both count and older regimes drop out.
+const BLEND_DAYS: usize = 7;
+
+/// α with less than half a day of scored slots (or two perfect candidates):
+/// equal weights, as nothing says which candidate is better.
+const NO_EVIDENCE_ALPHA: f64 = 0.5;
 
 /// Residual quantiles per hour of day, pooled over that hour and its two
 /// neighbours (circularly) across all days; all residuals where that pool is small.
@@ -221,19 +339,77 @@ mod tests {
     }
 
     #[test]
-    fn white_noise_relaxes_to_the_flat_band() {
-        // Alternating 10/20 has no persistence: every lead is mean 15 plus the
-        // pooled residual quantiles (±5) widened by w(observed days).
-        // Two slots per hour, so every hour pool holds as many +5 as −5.
+    fn white_noise_relaxes_to_the_blended_band() {
+        // 10/20 alternating, shifted by one slot each day (S = 48), so yesterday's
+        // slot is always the other value: its errors are ±10, the flat mean's ±5.
+        // Days 1-3 score 144 slots each way: α = 144·100 / (144·25 + 144·100) = 0.8.
         let x: Vec<Option<f64>> = (0..192)
-            .map(|i| Some(if i % 2 == 0 { 10.0 } else { 20.0 }))
+            .map(|i| Some(if (i + i / 48) % 2 == 0 { 10.0 } else { 20.0 }))
             .collect();
         let h = History::new(x, 48);
+        // Residuals: ±5 on day 0 (no yesterday, level 15), ±6 after (level
+        // 0.8·15 + 0.2·other = 16 or 14). They alternate, so ρ(1) < 0 → 0 and no
+        // persistence. Hour pools hold 9×±6 and 3×±5 a side: Q₀.₅ = 0, Q₀.₉ = 6.
+        // Lead 2 (slot 194, day 4): yesterday (slot 146) was 20 → level 16.
         let f = forecast(&h, &FLAT, 3, 2);
-        let w = widening(4.0);
+        let w = widening(4.0, 0.8);
         let q = f[2].unwrap();
-        assert!((q.p50 - 15.0).abs() < 1e-9, "{q:?}");
-        assert!((q.p90 - (15.0 + 5.0 * w)).abs() < 1e-9, "{q:?}");
+        assert!((q.p50 - 16.0).abs() < 1e-9, "{q:?}");
+        assert!((q.p90 - (16.0 + 6.0 * w)).abs() < 1e-9, "{q:?}");
+    }
+
+    #[test]
+    fn blend_weight_by_hand() {
+        // S = 4, no cycle: day 0 all 10, days 1 and 2 all 20.
+        // Day 1: profile (mean of day 0) 10, yesterday 10, truth 20 → errors 10, 10.
+        // Day 2: profile (mean of days 0-1) 15, yesterday 20 → errors 5, 0.
+        // α = 4·(100 + 0) / (4·(100 + 25) + 4·(100 + 0)) = 400 / 900.
+        let x: Vec<Option<f64>> = [10.0, 20.0, 20.0]
+            .iter()
+            .flat_map(|v| [Some(*v); 4])
+            .collect();
+        let h = History::new(x, 4);
+        let sums = PhaseSums::new(&h);
+        assert!((blend_weight(&h, &sums, false) - 400.0 / 900.0).abs() < 1e-12);
+        // One day only: nothing to score → equal weights.
+        let one = History::new(vec![Some(10.0); 4], 4);
+        assert_eq!(
+            blend_weight(&one, &PhaseSums::new(&one), true),
+            NO_EVIDENCE_ALPHA
+        );
+    }
+
+    #[test]
+    fn profile_of_a_prefix_by_hand() {
+        // S = 3; day 0 = [3, 6, 9], day 1 = [6, 6, 6] with phase 2 missing.
+        let x = vec![Some(3.0), Some(6.0), Some(9.0), Some(6.0), Some(6.0), None];
+        let h = History::new(x, 3);
+        let sums = PhaseSums::new(&h);
+        // Up to day 1: phase 0 pools day 0's phases 2, 0, 1 → (9 + 3 + 6) / 3 = 6.
+        assert_eq!(sums.profile(1, true, f64::NAN), vec![6.0, 6.0, 6.0]);
+        // Up to day 2, phase 1: day 0 pools 3, 6, 9 (weight 0.5^(1/2)), day 1 pools
+        // 6, 6 (weight 1): (√½·18 + 12) / (√½·3 + 2).
+        let r = 0.5f64.sqrt();
+        let p = sums.profile(2, true, f64::NAN);
+        assert!((p[1] - (r * 18.0 + 12.0) / (r * 3.0 + 2.0)).abs() < 1e-12);
+        // No cycle: the plain mean of every observed slot, (3 + 6 + 9 + 6 + 6) / 5.
+        assert_eq!(sums.profile(2, false, f64::NAN), vec![6.0; 3]);
+        // Nothing before day 0 → the fallback.
+        assert!(sums.profile(0, false, f64::NAN)[0].is_nan());
+    }
+
+    #[test]
+    fn yesterday_skips_missing_days_and_never_reads_ahead() {
+        let x = vec![Some(1.0), Some(2.0), None, Some(4.0), Some(5.0), None];
+        // Slot 5 (phase 1 of day 2): day 1's phase 1 (index 3) is 4.
+        assert_eq!(same_slot_before(&x, 5, 2), Some(4.0));
+        // A lead at 6 (phase 0 of day 3): index 4 → 5.0.
+        assert_eq!(same_slot_before(&x, 6, 2), Some(5.0));
+        // Slot 4 (phase 0 of day 2): index 2 is missing → index 0.
+        assert_eq!(same_slot_before(&x, 4, 2), Some(1.0));
+        // A lead at 7: index 5 is missing, index 3 → 4.0.
+        assert_eq!(same_slot_before(&x, 7, 2), Some(4.0));
+        assert_eq!(same_slot_before(&x, 1, 2), None);
     }
 
     #[test]
