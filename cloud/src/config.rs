@@ -29,6 +29,8 @@ pub struct CloudConfig {
     pub round_interval_secs: f64,
     /// Peer edges each edge is asked to probe.
     pub probe_peers_per_edge: usize,
+    /// Hours of samples, report ledger and events kept.
+    pub retention_hours: u64,
     /// Connection settings.
     pub link: LinkConfig,
     /// Placement settings.
@@ -108,6 +110,9 @@ impl CloudConfig {
                 self.link.keep_alive_secs.to_string(),
                 "must be at least 1 and below link.idle_timeout_secs",
             );
+        }
+        if self.retention_hours == 0 {
+            return invalid("retention_hours", "0".into(), "must be at least 1");
         }
         if self.link.stream_timeout_secs == 0 {
             return invalid("link.stream_timeout_secs", "0".into(), "must be at least 1");

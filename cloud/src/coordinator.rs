@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
@@ -49,6 +49,8 @@ pub struct Coordinator {
     pub clock: SharedClock,
     /// Operational counters.
     pub counters: Counters,
+    /// When history was last pruned, Unix ms (0: never).
+    last_prune_ms: AtomicI64,
 }
 
 impl Coordinator {
@@ -61,6 +63,7 @@ impl Coordinator {
             cfg,
             clock,
             counters: Counters::default(),
+            last_prune_ms: AtomicI64::new(0),
         }
     }
 
@@ -108,6 +111,17 @@ impl Coordinator {
             })
             .take(k)
             .collect()
+    }
+
+    /// Whether an hour has passed since history was last pruned; if so, notes
+    /// `now_ms` as the time of this pruning.
+    pub fn prune_due(&self, now_ms: i64) -> bool {
+        let last = self.last_prune_ms.load(Ordering::Relaxed);
+        now_ms - last >= 3_600_000
+            && self
+                .last_prune_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Forgets the node's connection if it is still `conn`.

@@ -37,6 +37,11 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
         for node_id in store.expire(&coord.connected(), cutoff, now)? {
             tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
         }
+        if coord.prune_due(now) {
+            let before = now - coord.cfg.retention_hours as i64 * 3_600_000;
+            let gone = store.prune(before)?;
+            tracing::info!(rows = gone, "pruned history past the retention period");
+        }
         let snapshot = store.snapshot(now)?;
         let plan = match coord.cfg.scheduler.policy {
             Policy::FirstFit => first_fit(

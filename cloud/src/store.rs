@@ -452,6 +452,24 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets samples, ledger entries and events older than `before_ms`, so
+    /// the database stays bounded; returns how many rows went.
+    pub fn prune(&mut self, before_ms: i64) -> Result<usize, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let mut gone = tx
+                .execute("DELETE FROM samples WHERE t_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            gone += tx
+                .execute("DELETE FROM reports WHERE received_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            gone += tx
+                .execute("DELETE FROM events WHERE t_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            Ok(gone)
+        })
+    }
+
     /// Marks offline every node that is not connected and has not been heard
     /// from since `cutoff_ms`; returns their ids.
     pub fn expire(
@@ -1240,6 +1258,26 @@ mod tests {
             .apply_report("n1", &task(2, a.task_id, id, exit), 7)
             .unwrap();
         assert_eq!(store.job(id).unwrap().unwrap().state, JobState::Cancelled);
+    }
+
+    #[test]
+    fn prune_keeps_only_recent_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        // samples(seq, _) is taken at seq seconds; reports are received at `now`.
+        store.apply_report("n1", &samples(1, 5.0), 1_000).unwrap();
+        store.apply_report("n1", &samples(2, 6.0), 2_000).unwrap();
+        store.apply_report("n1", &samples(3, 7.0), 3_000).unwrap();
+        // Two samples, two ledger entries and the registration event predate 2.5 s.
+        assert_eq!(store.prune(2_500).unwrap(), 5);
+        assert_eq!(store.report_seqs("n1").unwrap(), vec![3]);
+        let node = &store.nodes().unwrap()[0];
+        assert_eq!(
+            (node.last_seq, node.cpu_util),
+            (3, Some(7.0)),
+            "the node's state is kept"
+        );
     }
 
     #[test]
