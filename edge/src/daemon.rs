@@ -144,6 +144,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         ),
         ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
         probes: probes(&cfg, timing)?,
+        batch_budget: crate::link::BATCH_BYTES,
     };
     let mut link = tokio::spawn(link.run());
 

@@ -24,7 +24,10 @@ const BATCH: usize = 256;
 
 /// Most encoded bytes of reports in one frame: well under the frame cap, so a
 /// batch never risks refusal.
-const BATCH_BYTES: usize = 256 * 1024;
+pub const BATCH_BYTES: usize = 256 * 1024;
+
+/// The smallest batch budget; a batch always holds at least one report.
+const MIN_BATCH_BYTES: usize = 4 * 1024;
 
 /// Why a session with the coordinator ended.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,8 @@ pub struct Link {
     pub ack_timeout: Duration,
     /// Link probing, if enabled.
     pub probes: Option<Arc<Probes>>,
+    /// The current batch budget in bytes; see [`Link::drain`].
+    pub batch_budget: usize,
 }
 
 /// How this edge probes its links.
@@ -171,9 +176,11 @@ impl Link {
         Ok(reply.await.map_err(|_| SessionError::Timeout(what))??)
     }
 
-    /// Sends journal entries in order, in batches of at most
-    /// [`BATCH_BYTES`] encoded, each batch acknowledged before the next.
-    async fn drain(&self, conn: &quinn::Connection) -> Result<(), SessionError> {
+    /// Sends journal entries in order, in batches, each acknowledged before
+    /// the next. The batch budget halves (down to one report) whenever a batch
+    /// fails, so a link too slow to carry a full batch within the timeouts
+    /// still drains, and doubles back towards [`BATCH_BYTES`] after each success.
+    async fn drain(&mut self, conn: &quinn::Connection) -> Result<(), SessionError> {
         loop {
             let wake = self.outbox.notified();
             let pending = self.journal.lock().unwrap().pending(BATCH)?;
@@ -183,25 +190,45 @@ impl Link {
                     e = conn.closed() => return Err(e.into()),
                 }
             }
-            let batch = within_budget(pending);
+            let batch = within_budget(pending, self.batch_budget);
             let last = batch.last().map_or(0, |r| r.seq);
-            match self.ask(conn, &EdgeMsg::Reports(batch), "reports").await? {
-                CloudMsg::Ack { seq } if seq >= last => self.journal.lock().unwrap().ack(seq)?,
-                CloudMsg::Error(e) => return Err(refused("reports", e)),
-                _ => return Err(SessionError::Unexpected("reports")),
+            let reply = self.ask(conn, &EdgeMsg::Reports(batch), "reports").await;
+            match reply {
+                Ok(CloudMsg::Ack { seq }) if seq >= last => {
+                    self.journal.lock().unwrap().ack(seq)?;
+                    self.batch_budget = next_budget(self.batch_budget, true);
+                }
+                failed => {
+                    self.batch_budget = next_budget(self.batch_budget, false);
+                    return Err(match failed {
+                        Ok(CloudMsg::Error(e)) => refused("reports", e),
+                        Ok(_) => SessionError::Unexpected("reports"),
+                        Err(e) => e,
+                    });
+                }
             }
         }
     }
 }
 
-/// The longest prefix of `reports` whose encoding fits [`BATCH_BYTES`]; at
+/// The batch budget after a batch succeeded or failed: double, up to
+/// [`BATCH_BYTES`], or halve, down to [`MIN_BATCH_BYTES`].
+fn next_budget(current: usize, succeeded: bool) -> usize {
+    if succeeded {
+        (current * 2).min(BATCH_BYTES)
+    } else {
+        (current / 2).max(MIN_BATCH_BYTES)
+    }
+}
+
+/// The longest prefix of `reports` whose encoding fits `budget` bytes; at
 /// least one report, which alone always fits a frame.
-fn within_budget(reports: Vec<Report>) -> Vec<Report> {
+fn within_budget(reports: Vec<Report>, budget: usize) -> Vec<Report> {
     let mut used = 0;
     let mut keep = 0;
     for r in &reports {
         used += rmp_serde::to_vec_named(r).map_or(usize::MAX / 2, |b| b.len());
-        if keep > 0 && used > BATCH_BYTES {
+        if keep > 0 && used > budget {
             break;
         }
         keep += 1;
@@ -341,14 +368,30 @@ mod tests {
     }
 
     #[test]
+    fn the_budget_halves_on_failure_and_recovers_on_success() {
+        let mut b = BATCH_BYTES;
+        for _ in 0..20 {
+            b = next_budget(b, false);
+        }
+        assert_eq!(b, MIN_BATCH_BYTES);
+        b = next_budget(b, true);
+        assert_eq!(b, 2 * MIN_BATCH_BYTES);
+        for _ in 0..20 {
+            b = next_budget(b, true);
+        }
+        assert_eq!(b, BATCH_BYTES);
+    }
+
+    #[test]
     fn batches_stop_at_the_byte_budget_but_never_empty() {
         let small: Vec<Report> = (1..=10).map(|i| report(i, 1)).collect();
-        assert_eq!(within_budget(small).len(), 10);
+        assert_eq!(within_budget(small.clone(), BATCH_BYTES).len(), 10);
+        assert_eq!(within_budget(small, 1).len(), 1, "never empty");
         // Each report encodes to about 100 kB: two fit the 256 KiB budget, three do not.
         let big: Vec<Report> = (1..=5).map(|i| report(i, 20_000)).collect();
-        let kept = within_budget(big);
+        let kept = within_budget(big, BATCH_BYTES);
         assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
         let huge = vec![report(1, 80_000)];
-        assert_eq!(within_budget(huge).len(), 1);
+        assert_eq!(within_budget(huge, BATCH_BYTES).len(), 1);
     }
 }
