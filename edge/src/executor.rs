@@ -65,8 +65,9 @@ impl Executor {
     pub fn recover(&self) -> Result<(), JournalError> {
         let mut journal = self.journal.lock().unwrap();
         for (a, pid) in journal.unfinished_tasks()? {
-            if let Some(pid) = pid {
-                // The process group may be gone already; that is the common case.
+            // Kill what survived of the task, but only if the pid still belongs
+            // to it: after a reboot the number may name an unrelated process.
+            if let Some(pid) = pid.filter(|pid| runs_task(*pid, a.task_id)) {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
             let reason = match pid {
@@ -290,6 +291,18 @@ fn chrono_now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Whether process `pid` is the one started for `task_id`: its environment
+/// carries the `TIDEMILL_TASK_ID` the executor gave it.
+fn runs_task(pid: u32, task_id: u64) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let marker = format!("TIDEMILL_TASK_ID={task_id}");
+    environ
+        .split(|b| *b == 0)
+        .any(|var| var == marker.as_bytes())
+}
+
 /// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes.
 async fn collect(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>, keep: usize) {
     let mut reader = BufReader::new(stream);
@@ -486,6 +499,24 @@ mod tests {
             last.output_tail.last().map(String::as_str),
             Some("checkpointed")
         );
+    }
+
+    #[test]
+    fn recognises_its_own_task_processes_only() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("TIDEMILL_TASK_ID", "77")
+            .spawn()
+            .unwrap();
+        assert!(runs_task(child.id(), 77));
+        assert!(!runs_task(child.id(), 7), "another task's id");
+        assert!(
+            !runs_task(std::process::id(), 77),
+            "a process without the marker"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!runs_task(child.id(), 77), "a process that is gone");
     }
 
     #[tokio::test]
