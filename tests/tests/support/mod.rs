@@ -159,8 +159,31 @@ impl Coordinator {
 
     /// Starts `tidemill-cloud serve` and waits until it serves.
     pub fn start(&self) -> Proc {
+        self.start_with(&[])
+    }
+
+    /// Starts it with some keys of the default config replaced, each given as
+    /// (the default line, its replacement).
+    pub fn start_with(&self, changes: &[(&str, &str)]) -> Proc {
+        let defaults = Command::new(CLOUD)
+            .arg("print-default-config")
+            .output()
+            .expect("run tidemill-cloud");
+        let mut config = String::from_utf8(defaults.stdout).expect("utf-8 config");
+        for (from, to) in changes {
+            assert!(
+                config.contains(from),
+                "the default config has no line {from:?}"
+            );
+            config = config.replace(from, to);
+        }
+        std::fs::create_dir_all(&self.data_dir).unwrap();
+        let file = self.data_dir.join("cloud.toml");
+        std::fs::write(&file, config).unwrap();
         let mut cmd = Command::new(CLOUD);
-        cmd.args(["serve", "--quic-listen", &self.quic.to_string()])
+        cmd.args(["serve", "--config"])
+            .arg(&file)
+            .args(["--quic-listen", &self.quic.to_string()])
             .args(["--api-listen", self.api.trim_start_matches("http://")])
             .arg("--data-dir")
             .arg(&self.data_dir)

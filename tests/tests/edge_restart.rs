@@ -1,0 +1,73 @@
+//! An edge that dies is marked offline after the grace period and is online
+//! again as soon as it reconnects; the task it was running is reported as
+//! interrupted, and its leftover process is killed.
+
+mod support;
+
+use support::{Coordinator, PATIENCE, start_edge, write_trace};
+
+/// Whether a process runs (a zombie waiting to be reaped does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_dead_edge_goes_offline_and_its_task_is_reported_on_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start_with(&[
+        ("offline_after_secs = 20", "offline_after_secs = 1"),
+        ("round_interval_secs = 2", "round_interval_secs = 0.2"),
+        // A killed edge sends no close: the coordinator notices the silence.
+        ("keep_alive_secs = 5", "keep_alive_secs = 1"),
+        ("idle_timeout_secs = 30", "idle_timeout_secs = 3"),
+    ]);
+    let trace = write_trace(dir.path(), &["e1"]);
+    let mut edge = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    let id = coord.submit(dir.path(), "long", &["sh", "-c", "exec sleep 600"]);
+    cloud.wait_for(&format!("job_id={id} state=running"), 1, PATIENCE);
+    let reason = coord.job(id)["reason"].as_str().unwrap().to_string();
+    let pid: u32 = reason
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("the running job's reason names its pid: {reason}"));
+    assert!(running(pid));
+
+    edge.kill9();
+    cloud.wait_for(
+        "node offline: disconnected past the grace period",
+        1,
+        PATIENCE,
+    );
+    let e1 = coord.nodes().into_iter().find(|n| n["id"] == "e1").unwrap();
+    assert_eq!(e1["online"], false, "{e1}");
+    assert!(
+        running(pid),
+        "the task outlives its edge daemon until the daemon returns"
+    );
+
+    let _edge = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    cloud.wait_for("edge connected", 2, PATIENCE);
+    let e1 = coord.nodes().into_iter().find(|n| n["id"] == "e1").unwrap();
+    assert_eq!(
+        e1["online"], true,
+        "online again as soon as it reconnects: {e1}"
+    );
+    cloud.wait_for(&format!("job_id={id} state=failed"), 1, PATIENCE);
+    let job = coord.job(id);
+    let why = job["reason"].as_str().unwrap();
+    assert!(
+        why.contains("stopped while the task ran") && why.contains(&format!("pid {pid}")),
+        "{job}"
+    );
+    // The returning daemon killed the leftover before it reconnected.
+    assert!(!running(pid), "the leftover task process {pid} was killed");
+}
