@@ -503,18 +503,30 @@ mod tests {
 
     #[test]
     fn recognises_its_own_task_processes_only() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // The child prints once it runs its own program, so its environment is
+        // its own and not the parent's copy from before exec.
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo ready; sleep 30"])
             .env("TIDEMILL_TASK_ID", "77")
+            .stdout(Stdio::piped())
+            .process_group(0)
             .spawn()
             .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready, "ready\n");
         assert!(runs_task(child.id(), 77));
         assert!(!runs_task(child.id(), 7), "another task's id");
         assert!(
             !runs_task(std::process::id(), 77),
             "a process without the marker"
         );
-        child.kill().unwrap();
+        killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
         child.wait().unwrap();
         assert!(!runs_task(child.id(), 77), "a process that is gone");
     }
