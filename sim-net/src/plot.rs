@@ -1,11 +1,12 @@
 //! The SVG of one node: history before an origin, the forecast band (P10-P90 and
-//! P50) after it, and the true values.
+//! P50) after it, the true values, the idle threshold, and the slots the
+//! forecast calls idle, so a person can judge both the band and the windows.
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use thiserror::Error;
-use tidemill_forecast::{Method, Resource, SeriesForecaster};
+use tidemill_forecast::{Method, Resource, SeriesForecaster, is_idle};
 
 use crate::backtest::{Backtest, SlotMeans, origins};
 use crate::trace::Series;
@@ -100,12 +101,28 @@ pub fn plot_node(
         .enumerate()
         .filter_map(|(i, q)| q.map(|q| (hours(start + i as i64 * slot_ms), q.p10, q.p50, q.p90)))
         .collect();
+    let slot_h = slot_ms as f64 / 3.6e6;
+    let idle: Vec<f64> = forecast
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| {
+            q.is_some_and(|q| is_idle(&q, config.idle_threshold_pct, config.idle_confidence))
+        })
+        .map(|(i, _)| hours(start + i as i64 * slot_ms))
+        .collect();
+    let idle = Idle {
+        starts_h: &idle,
+        slot_h,
+        threshold_pct: config.idle_threshold_pct,
+    };
     draw(
         path,
         node,
         method,
         &truth,
         &band,
+        &idle,
         hours(origin + horizon_ms),
     )
     .map_err(|e| PlotError::Draw {
@@ -114,12 +131,21 @@ pub fn plot_node(
     })
 }
 
+/// The slots forecast idle (their start, hours from the origin) and the
+/// threshold they are judged against.
+struct Idle<'a> {
+    starts_h: &'a [f64],
+    slot_h: f64,
+    threshold_pct: f64,
+}
+
 fn draw(
     path: &Path,
     node: &str,
     method: Method,
     truth: &[(f64, f64)],
     band: &[(f64, f64, f64, f64)],
+    idle: &Idle<'_>,
     end_h: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
@@ -138,6 +164,25 @@ fn draw(
         .x_desc("hours from forecast origin")
         .y_desc("utilisation %")
         .draw()?;
+    let idle_fill = GREEN.mix(0.12);
+    chart
+        .draw_series(
+            idle.starts_h
+                .iter()
+                .map(|&h| Rectangle::new([(h, 0.0), (h + idle.slot_h, 100.0)], idle_fill.filled())),
+        )?
+        .label("forecast idle")
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], idle_fill.filled()));
+    let threshold = idle.threshold_pct;
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(-(HISTORY_H as f64), threshold), (end_h, threshold)],
+            6,
+            4,
+            RGBColor(0, 120, 0).stroke_width(1),
+        ))?
+        .label(format!("idle threshold {threshold:.0}%"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(0, 120, 0)));
     let upper = band.iter().map(|b| (b.0, b.3));
     let lower = band.iter().rev().map(|b| (b.0, b.1));
     chart.draw_series(std::iter::once(Polygon::new(
@@ -159,7 +204,12 @@ fn draw(
         vec![(0.0, 0.0), (0.0, 100.0)],
         RED,
     )))?;
-    chart.configure_series_labels().border_style(BLACK).draw()?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
