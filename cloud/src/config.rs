@@ -71,18 +71,14 @@ pub enum Policy {
 
 impl Default for CloudConfig {
     fn default() -> Self {
-        config_file::parse(DEFAULT_CONFIG, Path::new("<embedded default>"))
-            .expect("the embedded default config parses (checked by a unit test)")
+        config_file::embedded_default(DEFAULT_CONFIG)
     }
 }
 
 impl CloudConfig {
     /// Loads a config file, or the default when `path` is `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        match path {
-            Some(p) => config_file::load(p),
-            None => Ok(CloudConfig::default()),
-        }
+        config_file::load_or_default(path, DEFAULT_CONFIG)
     }
 
     /// Checks values that TOML types cannot express.

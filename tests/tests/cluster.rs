@@ -20,6 +20,18 @@ fn online_ids(coord: &Coordinator) -> Vec<String> {
         .collect()
 }
 
+/// Starts the three edges: `host` samples this machine, the others replay `trace`.
+fn start_edges(
+    coord: &Coordinator,
+    dir: &std::path::Path,
+    trace: &std::path::Path,
+) -> Vec<support::Proc> {
+    NODES
+        .iter()
+        .map(|n| start_edge(coord, dir, n, (*n != "host").then_some(trace)))
+        .collect()
+}
+
 #[test]
 fn three_edges_register_and_a_failing_job_is_reported() {
     let dir = tempfile::tempdir().unwrap();
@@ -27,17 +39,7 @@ fn three_edges_register_and_a_failing_job_is_reported() {
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["r1", "r2"]);
     let started = Instant::now();
-    let _edges: Vec<_> = NODES
-        .iter()
-        .map(|n| {
-            start_edge(
-                &coord,
-                dir.path(),
-                n,
-                (*n != "host").then_some(trace.as_path()),
-            )
-        })
-        .collect();
+    let _edges = start_edges(&coord, dir.path(), &trace);
     cloud.wait_for("edge connected", 3, Duration::from_secs(10));
     cloud.wait_until("a sample from each node", 3, PATIENCE, |l| {
         l.contains("report stored") && l.contains("seq=1 ")
@@ -76,17 +78,7 @@ fn a_coordinator_killed_mid_run_loses_no_report_and_no_job_state() {
     let coord = Coordinator::new(dir.path());
     let mut cloud = coord.start();
     let trace = write_trace(dir.path(), &["r1", "r2"]);
-    let _edges: Vec<_> = NODES
-        .iter()
-        .map(|n| {
-            start_edge(
-                &coord,
-                dir.path(),
-                n,
-                (*n != "host").then_some(trace.as_path()),
-            )
-        })
-        .collect();
+    let _edges = start_edges(&coord, dir.path(), &trace);
     cloud.wait_for("edge connected", 3, PATIENCE);
     let id = coord.submit(
         dir.path(),

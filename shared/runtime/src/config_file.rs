@@ -50,6 +50,24 @@ pub enum ConfigError {
     },
 }
 
+/// Parses a program's embedded default config. The text ships in the binary
+/// and each program's tests check that it parses, so failure is a build bug.
+pub fn embedded_default<T: DeserializeOwned>(text: &str) -> T {
+    parse(text, Path::new("<embedded default>"))
+        .expect("the embedded default config parses (checked by a unit test)")
+}
+
+/// Loads the config file at `path`, or the embedded default `text` without one.
+pub fn load_or_default<T: DeserializeOwned>(
+    path: Option<&Path>,
+    text: &str,
+) -> Result<T, ConfigError> {
+    match path {
+        Some(p) => load(p),
+        None => parse(text, Path::new("<embedded default>")),
+    }
+}
+
 /// Parses a TOML file into `T`.
 pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
