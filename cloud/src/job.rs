@@ -241,6 +241,15 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses() {
+        let job =
+            JobSpec::from_toml(include_str!("../../configs/job.toml"), "configs/job.toml").unwrap();
+        assert_eq!(job.command[0], "python3");
+        assert_eq!(job.deadline.to_rfc3339(), "2030-01-01T06:00:00+00:00");
+        assert_eq!(job.env.len(), 1);
+    }
+
+    #[test]
     fn errors_name_the_file_and_field() {
         let err = JobSpec::from_toml(
             "name = \"x\"\ncommand = []\ndeadline = \"2026-11-23T06:00:00Z\"",
