@@ -112,6 +112,9 @@ pub fn main() -> ExitCode {
 type Outcome = Result<(), Box<dyn std::error::Error>>;
 
 fn run(cli: Cli) -> Outcome {
+    if !matches!(cli.command, Cmd::Serve(_)) {
+        lifecycle::exit_quietly_on_closed_pipe();
+    }
     match cli.command {
         Cmd::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG}");

@@ -97,6 +97,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::PrintDefaultConfig => {
+            lifecycle::exit_quietly_on_closed_pipe();
             print!("{DEFAULT_CONFIG}");
             ExitCode::SUCCESS
         }

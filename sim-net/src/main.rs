@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tidemill_runtime::lifecycle;
 use tidemill_sim::{demo, forecast_eval, gen_trace};
 
 #[derive(Debug, Parser)]
@@ -30,8 +31,14 @@ enum Command {
 fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match Cli::parse().command {
         Command::Demo(args) => demo::run(&args).map_err(Into::into),
-        Command::ForecastEval(args) => forecast_eval::run(&args).map_err(Into::into),
-        Command::GenTrace(args) => gen_trace::run(&args).map_err(Into::into),
+        Command::ForecastEval(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            forecast_eval::run(&args).map_err(Into::into)
+        }
+        Command::GenTrace(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            gen_trace::run(&args).map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,17 @@ pub fn init_logging(default_filter: &str) {
         .init();
 }
 
+/// For commands that print and exit: let a closed pipe (`... | head`) end the
+/// process quietly, as it does other Unix tools, instead of making `println!`
+/// panic. Never call it in a server: there SIGPIPE must stay ignored, so a write
+/// to a closed socket fails with an error rather than killing the process.
+pub fn exit_quietly_on_closed_pipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: installs the default disposition, not a handler; this runs at
+    // start-up, before any thread that could be writing to a pipe.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
