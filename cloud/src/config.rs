@@ -59,6 +59,8 @@ pub struct SchedulerConfig {
     pub idle_cpu_threshold_pct: f32,
     /// Tasks per node at once.
     pub max_tasks_per_node: u32,
+    /// The port rank 0 of a distributed job listens on (`MASTER_PORT`).
+    pub master_port: u16,
 }
 
 /// The placement policies.

@@ -10,6 +10,7 @@ pub mod config;
 pub mod coordinator;
 pub mod ingest;
 pub mod job;
+pub mod rendezvous;
 pub mod round;
 pub mod server;
 pub mod store;

@@ -12,6 +12,7 @@ use tidemill_sched::{FirstFit, first_fit};
 
 use crate::config::Policy;
 use crate::coordinator::Coordinator;
+use crate::rendezvous;
 use crate::store::{Owed, StoreError};
 
 /// Runs rounds forever.
@@ -75,7 +76,13 @@ async fn deliver(
     let timeout = Duration::from_secs(coord.cfg.link.stream_timeout_secs);
     for item in owed {
         let (cmd, task_id) = match &item {
-            Owed::Assign(a) => (Command::Assign(a.clone()), a.task_id),
+            Owed::Assign(a) => {
+                // first-fit places each job on one node.
+                let mut a = a.clone();
+                rendezvous::single_node(&mut a.env, coord.cfg.scheduler.master_port);
+                let task_id = a.task_id;
+                (Command::Assign(a), task_id)
+            }
             Owed::Cancel(id) => (Command::Cancel { task_id: *id }, *id),
         };
         let reply = clock::timeout(

@@ -197,9 +197,25 @@ impl Executor {
         } else {
             self.cfg.work_dir.clone()
         };
-        if let Err(e) = std::fs::create_dir_all(&work_dir) {
-            let reason = format!("cannot create work dir {}: {e}", work_dir.display());
-            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+        // Checkpoints outlive a task, so the same job started again resumes
+        // from them: the job's own TIDEMILL_CHECKPOINT_DIR (shared storage, say),
+        // else a directory per job under the edge's data dir.
+        let checkpoints = a.env.get("TIDEMILL_CHECKPOINT_DIR").map_or_else(
+            || {
+                self.data_dir
+                    .join("checkpoints")
+                    .join(format!("job-{}", a.job_id))
+            },
+            PathBuf::from,
+        );
+        for dir in [&work_dir, &checkpoints] {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                let reason = format!(
+                    "cannot create {}: {e}; check the edge's data_dir",
+                    dir.display()
+                );
+                return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+            }
         }
         let spawned = tokio::process::Command::new(program)
             .args(args)
@@ -207,6 +223,7 @@ impl Executor {
             .env("TIDEMILL_NODE_ID", &self.node_id)
             .env("TIDEMILL_JOB_ID", a.job_id.to_string())
             .env("TIDEMILL_TASK_ID", a.task_id.to_string())
+            .env("TIDEMILL_CHECKPOINT_DIR", &checkpoints)
             .current_dir(&work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -427,6 +444,20 @@ mod tests {
             "{:?}",
             last.output_tail
         );
+    }
+
+    #[tokio::test]
+    async fn each_job_gets_a_checkpoint_dir_that_outlives_its_task() {
+        let h = harness(5);
+        let show = "test -d \"$TIDEMILL_CHECKPOINT_DIR\" && echo \"$TIDEMILL_CHECKPOINT_DIR\"";
+        h.exec.handle(assign(6, &["sh", "-c", show])).unwrap();
+        let events = finished(&h).await;
+        let expected = h.dir.path().join("checkpoints").join("job-106");
+        assert_eq!(
+            events.last().unwrap().output_tail,
+            vec![expected.display().to_string()]
+        );
+        assert!(expected.is_dir(), "kept after the task ends");
     }
 
     #[tokio::test]

@@ -70,6 +70,15 @@ fn three_edges_register_and_a_failing_job_is_reported() {
     assert_eq!(job["output_tail"], serde_json::json!(["hi"]), "{job}");
     assert_eq!(job["reason"], "exited with code 3", "{job}");
     assert!(NODES.contains(&job["node"].as_str().unwrap()), "{job}");
+
+    // Every task learns its rendezvous, as torchrun expects.
+    let echo = "echo $RANK/$LOCAL_RANK/$WORLD_SIZE/$MASTER_ADDR/$MASTER_PORT";
+    let id = coord.submit(dir.path(), "rendezvous", &["sh", "-c", echo]);
+    cloud.wait_for(&format!("job_id={id} state=succeeded"), 1, PATIENCE);
+    assert_eq!(
+        coord.job(id)["output_tail"],
+        serde_json::json!(["0/0/1/127.0.0.1/29500"])
+    );
 }
 
 #[test]
