@@ -82,8 +82,7 @@ async fn node_forecast(
     if let Some(f) = store.forecast(&id)? {
         return Ok(Json(f));
     }
-    let known = store.nodes()?.iter().any(|n| n.id == id);
-    let why = if known {
+    let why = if store.node_known(&id)? {
         format!("node {id} has not sent a forecast yet; edges send one soon after they connect")
     } else {
         format!("no node {id}; `tidemill-cloud nodes` lists the nodes")
@@ -149,27 +148,27 @@ async fn cancel_job(
 /// Prometheus text exposition of a few gauges and counters.
 async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<String, Failure> {
     use std::sync::atomic::Ordering::Relaxed;
-    let (nodes, (jobs, reports)) = {
-        let store = c.store.lock().unwrap();
-        (store.nodes()?, store.counts()?)
-    };
-    let online = nodes.iter().filter(|n| n.online).count();
+    let counts = c.store.lock().unwrap().counts()?;
     let mut out = String::new();
     let _ = writeln!(out, "# TYPE tidemill_nodes gauge");
-    let _ = writeln!(out, "tidemill_nodes{{state=\"online\"}} {online}");
+    let _ = writeln!(
+        out,
+        "tidemill_nodes{{state=\"online\"}} {}",
+        counts.nodes_online
+    );
     let _ = writeln!(
         out,
         "tidemill_nodes{{state=\"offline\"}} {}",
-        nodes.len() - online
+        counts.nodes_offline
     );
     let _ = writeln!(out, "# TYPE tidemill_nodes_connected gauge");
     let _ = writeln!(out, "tidemill_nodes_connected {}", c.connected().len());
     let _ = writeln!(out, "# TYPE tidemill_jobs gauge");
-    for (state, n) in jobs {
+    for (state, n) in &counts.jobs {
         let _ = writeln!(out, "tidemill_jobs{{state=\"{state}\"}} {n}");
     }
     let _ = writeln!(out, "# TYPE tidemill_reports_stored gauge");
-    let _ = writeln!(out, "tidemill_reports_stored {reports}");
+    let _ = writeln!(out, "tidemill_reports_stored {}", counts.reports);
     let _ = writeln!(out, "# TYPE tidemill_refused_connections_total counter");
     let _ = writeln!(
         out,

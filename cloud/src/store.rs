@@ -296,6 +296,19 @@ impl ReportKind {
     }
 }
 
+/// Counts for the metrics endpoint, read without loading any record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts {
+    /// Jobs by state.
+    pub jobs: BTreeMap<String, u64>,
+    /// Reports in the ledger.
+    pub reports: u64,
+    /// Nodes online.
+    pub nodes_online: u64,
+    /// Nodes offline.
+    pub nodes_offline: u64,
+}
+
 /// A command owed to a node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Owed {
@@ -428,16 +441,6 @@ impl Store {
             applied.ack = last;
             Ok(applied)
         })
-    }
-
-    /// Applies one report; see [`Store::apply_reports`].
-    pub fn apply_report(
-        &mut self,
-        node_id: &str,
-        report: &Report,
-        now_ms: i64,
-    ) -> Result<Applied, StoreError> {
-        self.apply_reports(node_id, std::slice::from_ref(report), now_ms)
     }
 
     /// Notes when a node was last heard from, for the offline grace period.
@@ -849,7 +852,7 @@ impl Store {
     }
 
     /// Counts for the metrics endpoint: jobs by state, and reports stored.
-    pub fn counts(&self) -> Result<(BTreeMap<String, u64>, u64), StoreError> {
+    pub fn counts(&self) -> Result<Counts, StoreError> {
         let err = self.sql_err();
         let mut stmt = self
             .conn
@@ -866,7 +869,32 @@ impl Store {
             .conn
             .query_row("SELECT COUNT(*) FROM reports", [], |r| r.get(0))
             .map_err(&err)?;
-        Ok((jobs, reports as u64))
+        let (online, total): (i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(SUM(online), 0), COUNT(*) FROM nodes",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(&err)?;
+        Ok(Counts {
+            jobs,
+            reports: reports as u64,
+            nodes_online: online as u64,
+            nodes_offline: (total - online) as u64,
+        })
+    }
+
+    /// Whether a node of this id has ever registered.
+    pub fn node_known(&self, node_id: &str) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM nodes WHERE id = ?1)",
+                [node_id],
+                |r| r.get(0),
+            )
+            .map_err(err)
     }
 }
 
@@ -1069,6 +1097,19 @@ fn apply_task_status(
     };
     event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
     Ok((changed > 0).then_some((s.job_id, new_state)))
+}
+
+#[cfg(test)]
+impl Store {
+    /// Applies one report; see [`Store::apply_reports`].
+    fn apply_report(
+        &mut self,
+        node_id: &str,
+        report: &Report,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        self.apply_reports(node_id, std::slice::from_ref(report), now_ms)
+    }
 }
 
 #[cfg(test)]
@@ -1294,6 +1335,9 @@ mod tests {
         );
         let online: Vec<bool> = store.nodes().unwrap().iter().map(|n| n.online).collect();
         assert_eq!(online, vec![false, true, true]);
+        let counts = store.counts().unwrap();
+        assert_eq!((counts.nodes_online, counts.nodes_offline), (2, 1));
+        assert!(store.node_known("a").unwrap() && !store.node_known("zz").unwrap());
         store.register(&hello("a"), 300).unwrap();
         assert!(
             store.nodes().unwrap()[0].online,
