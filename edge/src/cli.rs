@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// Replay speed-up: trace seconds per wall second.
     #[arg(long, requires = "replay")]
     speed: Option<f64>,
+    /// Wall time (Unix ms) at which the replay and its accelerated clock start;
+    /// give a coordinator and its edges the same value so they agree on the time.
+    #[arg(long, requires = "replay")]
+    clock_anchor: Option<i64>,
 }
 
 impl RunArgs {
@@ -76,17 +80,22 @@ impl RunArgs {
             cfg.sample_interval_secs = v;
         }
         if let (Some(file), Some(node)) = (&self.replay, &self.replay_node) {
-            let speed = self
-                .speed
-                .or(cfg.replay.as_ref().map(|r| r.speed))
-                .unwrap_or(1.0);
+            let kept = cfg.replay.take();
             cfg.replay = Some(ReplayConfig {
                 file: file.clone(),
                 node: node.clone(),
-                speed,
+                speed: kept.as_ref().map_or(1.0, |r| r.speed),
+                clock_anchor_ms: kept.as_ref().and_then(|r| r.clock_anchor_ms),
+                prime_history: kept.as_ref().is_none_or(|r| r.prime_history),
             });
-        } else if let (Some(speed), Some(r)) = (self.speed, cfg.replay.as_mut()) {
-            r.speed = speed;
+        }
+        if let Some(r) = cfg.replay.as_mut() {
+            if let Some(speed) = self.speed {
+                r.speed = speed;
+            }
+            if let Some(anchor) = self.clock_anchor {
+                r.clock_anchor_ms = Some(anchor);
+            }
         }
         Ok(cfg)
     }

@@ -156,6 +156,18 @@ pub struct ReplayConfig {
     /// Time compression factor.
     #[serde(default = "one")]
     pub speed: f64,
+    /// Wall time, Unix ms, at which the accelerated clock and the trace start;
+    /// processes sharing it agree on the time. `None`: this process's start.
+    #[serde(default)]
+    pub clock_anchor_ms: Option<i64>,
+    /// Prime the forecaster with the trace's days before the start when the
+    /// journal holds no history, so a fresh replaying edge forecasts at once.
+    #[serde(default = "yes")]
+    pub prime_history: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> f64 {

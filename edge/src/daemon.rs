@@ -102,7 +102,8 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // Samples follow the trace clock (accelerated under replay); process control
     // and networking stay on the wall clock.
     let speed = cfg.replay.as_ref().map_or(1.0, |r| r.speed);
-    let sample_clock: SharedClock = clock::for_speed(speed);
+    let sample_clock: SharedClock =
+        clock::for_speed(speed, cfg.replay.as_ref().and_then(|r| r.clock_anchor_ms));
     let wall: SharedClock = Arc::new(SystemClock);
 
     let mut sampler = Sampler::open(&cfg, sample_clock.now_ms()).await?;
@@ -150,8 +151,17 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
     let mut forecasting = {
         let refresh_ms = (cfg.forecast_refresh_secs * 1000.0) as i64;
-        let since = sample_clock.now_ms() - i64::from(cfg.forecast.history_days) * 86_400_000;
-        let history = journal.lock().unwrap().history(since)?;
+        let now = sample_clock.now_ms();
+        let since = now - i64::from(cfg.forecast.history_days) * 86_400_000;
+        let mut history = journal.lock().unwrap().history(since)?;
+        let prime = cfg.replay.as_ref().is_some_and(|r| r.prime_history);
+        if history.is_empty() && prime {
+            let step_ms = (cfg.sample_interval_secs * 1000.0) as i64;
+            history = sampler
+                .replay_history(since, now, step_ms)
+                .unwrap_or_default();
+            tracing::info!(node_id = %node_id, rows = history.len(), "forecaster primed with the replayed trace's history");
+        }
         Forecasting::new(cfg.forecast.clone(), refresh_ms, history)?
     };
     let sampling = async {

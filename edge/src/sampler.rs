@@ -6,6 +6,7 @@ use tidemill_proto::{Accelerator, AcceleratorKind, Capabilities, Sample};
 
 use crate::accel::Accelerators;
 use crate::config::{CapabilityOverride, EdgeConfig};
+use crate::journal::HistoryRow;
 use crate::replay::{Replay, ReplayError};
 
 /// Why the host cannot be sampled.
@@ -39,7 +40,10 @@ impl Sampler {
         let networks = Networks::new_with_refreshed_list().map_err(host)?;
         let accel = Accelerators::discover(&cfg.accelerators).await;
         let replay = match &cfg.replay {
-            Some(r) => Some((Replay::load(&r.file, &r.node)?, now_ms)),
+            Some(r) => Some((
+                Replay::load(&r.file, &r.node)?,
+                r.clock_anchor_ms.unwrap_or(now_ms),
+            )),
             None => None,
         };
         Ok(Sampler {
@@ -75,6 +79,28 @@ impl Sampler {
             }
         }
         caps
+    }
+
+    /// Under replay, the trace's readings from `since_ms` up to `until_ms`
+    /// every `step_ms`, as history rows; the trace cycles, so times before the
+    /// replay's origin read its end. `None` when not replaying.
+    pub fn replay_history(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+        step_ms: i64,
+    ) -> Option<Vec<HistoryRow>> {
+        let (replay, origin_ms) = self.replay.as_ref()?;
+        let step = step_ms.max(1);
+        let rows = (0..)
+            .map(|i| since_ms + i * step)
+            .take_while(|&t| t < until_ms)
+            .map(|t| {
+                let r = replay.at((t - origin_ms) as f64 / 1000.0);
+                (t, r.cpu, r.mem, r.gpu)
+            })
+            .collect();
+        Some(rows)
     }
 
     /// Takes one sample stamped `now_ms`. Under replay, utilisation comes from the
@@ -155,11 +181,20 @@ mod tests {
             file: path,
             node: "n1".into(),
             speed: 60.0,
+            clock_anchor_ms: None,
+            prime_history: true,
         });
         let mut sampler = Sampler::open(&cfg, 1_000_000).await.unwrap();
         assert_eq!(sampler.sample(1_000_000).await.cpu_pct, 5.0);
         let later = sampler.sample(1_000_000 + 61_000).await;
         assert_eq!((later.cpu_pct, later.gpu_pct), (80.0, Some(70.0)));
+        // History before the origin reads the trace's end (period 120 s): the
+        // 80 % row from 60 s to 120 s into the cycle.
+        let primed = sampler
+            .replay_history(1_000_000 - 50_000, 1_000_000, 30_000)
+            .unwrap();
+        let cpu: Vec<(i64, f32)> = primed.iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(cpu, vec![(950_000, 80.0), (980_000, 80.0)]);
         let o = CapabilityOverride {
             cpu_cores: Some(4),
             mem_bytes: None,

@@ -219,6 +219,8 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
                 file: trace.clone(),
                 node: node.clone(),
                 speed: args.speed,
+                clock_anchor_ms: None,
+                prime_history: true,
             }),
             ..EdgeConfig::default()
         };

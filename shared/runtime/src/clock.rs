@@ -87,13 +87,20 @@ pub async fn timeout<F: Future>(
 }
 
 /// Picks the clock for a speed-up factor: the wall clock at 1, else a
-/// [`ScaledClock`] that starts at the current wall time.
-pub fn for_speed(speed: f64) -> SharedClock {
+/// [`ScaledClock`] anchored at `anchor_ms` (Unix ms of wall time), or at the
+/// current wall time when no anchor is given.
+///
+/// Anchored clocks read `anchor_ms + speed × (wall − anchor_ms)`, so every
+/// process given the same speed and anchor (a coordinator and its edges in a
+/// demo or test) agrees on the accelerated time, whenever each one started.
+pub fn for_speed(speed: f64, anchor_ms: Option<i64>) -> SharedClock {
     if speed == 1.0 {
-        Arc::new(SystemClock)
-    } else {
-        Arc::new(ScaledClock::new(SystemClock.now_ms(), speed))
+        return Arc::new(SystemClock);
     }
+    let wall = SystemClock.now_ms();
+    let anchor = anchor_ms.unwrap_or(wall);
+    let origin = anchor + ((wall - anchor) as f64 * speed) as i64;
+    Arc::new(ScaledClock::new(origin, speed))
 }
 
 #[cfg(test)]
@@ -107,6 +114,20 @@ mod tests {
         // One virtual minute passes in one (paused, auto-advanced) wall second.
         clock.sleep(Duration::from_secs(60)).await;
         assert_eq!(clock.now_ms(), 1_000 + 60_000);
+    }
+
+    #[test]
+    fn anchored_clocks_agree_whenever_they_start() {
+        let wall = SystemClock.now_ms();
+        // Anchored 10 wall seconds ago at 60×: 600 s of accelerated time later.
+        let clock = for_speed(60.0, Some(wall - 10_000));
+        let expected = wall - 10_000 + 600_000;
+        assert!(
+            (clock.now_ms() - expected).abs() < 60 * 200,
+            "{}",
+            clock.now_ms()
+        );
+        assert!((for_speed(1.0, Some(0)).now_ms() - wall).abs() < 200);
     }
 
     #[tokio::test(start_paused = true)]
