@@ -4,10 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use tidemill_runtime::clock::SystemClock;
 use tidemill_runtime::lifecycle;
 
 use crate::client::Client;
@@ -58,6 +56,12 @@ struct ServeArgs {
     /// Database and PKI directory.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Run the clock this many times faster than real time (demos, tests).
+    #[arg(long)]
+    speed: Option<f64>,
+    /// Wall time (Unix ms) at which accelerated time starts; give edges the same.
+    #[arg(long)]
+    clock_anchor: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -297,11 +301,19 @@ fn serve(args: ServeArgs) -> Outcome {
     if let Some(v) = args.data_dir {
         cfg.data_dir = v;
     }
+    if let Some(v) = args.speed {
+        cfg.clock.speed = v;
+    }
+    if let Some(v) = args.clock_anchor {
+        cfg.clock.anchor_ms = Some(v);
+    }
+    cfg.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let server = crate::server::start(cfg, Arc::new(SystemClock)).await?;
+        let clock = tidemill_runtime::clock::for_speed(cfg.clock.speed, cfg.clock.anchor_ms);
+        let server = crate::server::start(cfg, clock).await?;
         lifecycle::shutdown_signal().await;
         tracing::info!("stopping");
         server.stop().await;

@@ -1,12 +1,15 @@
 //! The coordinator's configuration: TOML with every key documented in
 //! `configs/cloud.toml`, which is embedded as the default.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use tidemill_runtime::config_file::{self, ConfigError};
+use tidemill_sched::cost::LinkSpec;
+use tidemill_sched::{BestEffortOrder, ThroughputError, ThroughputTables};
 
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/cloud.toml");
@@ -33,8 +36,21 @@ pub struct CloudConfig {
     pub retention_hours: u64,
     /// Connection settings.
     pub link: LinkConfig,
+    /// The coordinator's clock: real or accelerated time.
+    pub clock: ClockConfig,
     /// Placement settings.
     pub scheduler: SchedulerConfig,
+}
+
+/// Accelerated time for demos and tests, matching replaying edges.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockConfig {
+    /// Coordinator seconds per wall second; 1 is real time.
+    pub speed: f64,
+    /// Wall time, Unix ms, at which accelerated time starts; `None`: at start.
+    #[serde(default)]
+    pub anchor_ms: Option<i64>,
 }
 
 /// Connection settings.
@@ -61,14 +77,113 @@ pub struct SchedulerConfig {
     pub max_tasks_per_node: u32,
     /// The port rank 0 of a distributed job listens on (`MASTER_PORT`).
     pub master_port: u16,
+    /// Seconds before a forecast idle window ends at which a job leaves the edge.
+    pub grace_secs: f64,
+    /// Seconds a job needs to restart from its checkpoint.
+    pub restart_secs: f64,
+    /// Hours ahead that plans reach.
+    pub horizon_hours: f64,
+    /// Order in which best-effort jobs take leftover capacity.
+    pub best_effort_order: BestEffortOrder,
+    /// Device class of nodes without an accelerator.
+    pub cpu_class: String,
+    /// Throughput tables: device class to a directory in ElasticFlow's format.
+    #[serde(default)]
+    pub throughput: BTreeMap<String, PathBuf>,
+    /// Accelerator model substrings to device classes, e.g. `"T4" = "T4"`.
+    #[serde(default)]
+    pub device_classes: BTreeMap<String, String>,
+    /// Nodes that are rented cloud GPU boxes, by node id.
+    #[serde(default)]
+    pub cloud_nodes: BTreeMap<String, CloudNode>,
+    /// Link defaults per class, used until a link is measured.
+    pub links: LinkDefaults,
+}
+
+/// A rented cloud node: always available, at a price.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudNode {
+    /// Currency units per GPU-hour.
+    pub price_per_gpu_hour: f64,
+}
+
+/// Link defaults per class.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDefaults {
+    /// Between two edge nodes.
+    pub edge_edge: LinkDefault,
+    /// Between a cloud node and an edge node.
+    pub cloud_edge: LinkDefault,
+    /// Between two cloud nodes.
+    pub cloud_cloud: LinkDefault,
+}
+
+/// One link class's default.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDefault {
+    /// Megabits per second.
+    pub bandwidth_mbps: f64,
+    /// One-way latency, milliseconds.
+    pub latency_ms: f64,
+    /// Packet loss share, 0 to 1.
+    pub loss: f64,
+}
+
+impl LinkDefault {
+    /// In the cost model's units.
+    pub fn spec(&self) -> LinkSpec {
+        LinkSpec {
+            bandwidth_bps: self.bandwidth_mbps * 1e6 / 8.0,
+            latency_s: self.latency_ms / 1000.0,
+            loss: self.loss,
+        }
+    }
 }
 
 /// The placement policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
+    /// The deadline-aware tidal scheduler of `tidemill-sched`.
+    Tidal,
     /// First fit on idle nodes.
     FirstFit,
+}
+
+impl SchedulerConfig {
+    /// The scheduler library's settings.
+    pub fn sched_policy(&self) -> tidemill_sched::Policy {
+        tidemill_sched::Policy {
+            horizon_ms: (self.horizon_hours * 3_600_000.0) as i64,
+            restart_s: self.restart_secs,
+            grace_ms: (self.grace_secs * 1000.0) as i64,
+            best_effort_order: self.best_effort_order,
+            ..tidemill_sched::Policy::default()
+        }
+    }
+
+    /// The device class of an accelerator model: the class of the first
+    /// `device_classes` key it contains (case-insensitive), else the model name.
+    pub fn class_of(&self, model: &str) -> String {
+        let lower = model.to_lowercase();
+        self.device_classes
+            .iter()
+            .find(|(k, _)| lower.contains(&k.to_lowercase()))
+            .map_or_else(|| model.to_string(), |(_, class)| class.clone())
+    }
+
+    /// Loads the throughput tables, filling missing models from other classes.
+    pub fn throughput_tables(&self) -> Result<ThroughputTables, ThroughputError> {
+        let mut tables = ThroughputTables::default();
+        for (class, dir) in &self.throughput {
+            tables.load_dir(class, dir)?;
+        }
+        tables.fill_missing();
+        Ok(tables)
+    }
 }
 
 impl Default for CloudConfig {
@@ -123,6 +238,55 @@ impl CloudConfig {
                 "must be in (0, 100]",
             );
         }
+        if !(self.clock.speed.is_finite() && (1.0..=100_000.0).contains(&self.clock.speed)) {
+            return invalid(
+                "clock.speed",
+                self.clock.speed.to_string(),
+                "must be between 1 (real time) and 100000",
+            );
+        }
+        let s = &self.scheduler;
+        for (key, v, min) in [
+            ("scheduler.grace_secs", s.grace_secs, 0.0),
+            ("scheduler.restart_secs", s.restart_secs, 0.0),
+            ("scheduler.horizon_hours", s.horizon_hours, 1.0),
+        ] {
+            if !(v.is_finite() && v >= min) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: v.to_string(),
+                    rule: if min > 0.0 {
+                        "must be at least 1"
+                    } else {
+                        "must be a number, 0 or more"
+                    },
+                });
+            }
+        }
+        for (id, node) in &s.cloud_nodes {
+            if !(node.price_per_gpu_hour.is_finite() && node.price_per_gpu_hour >= 0.0) {
+                return Err(ConfigError::InvalidInTable {
+                    table: "scheduler.cloud_nodes",
+                    key: "price_per_gpu_hour",
+                    value: format!("{} (node {id})", node.price_per_gpu_hour),
+                    rule: "must be 0 or more",
+                });
+            }
+        }
+        for (name, l) in [
+            ("edge_edge", s.links.edge_edge),
+            ("cloud_edge", s.links.cloud_edge),
+            ("cloud_cloud", s.links.cloud_cloud),
+        ] {
+            if !(l.bandwidth_mbps > 0.0 && l.latency_ms >= 0.0 && (0.0..1.0).contains(&l.loss)) {
+                return Err(ConfigError::InvalidInTable {
+                    table: "scheduler.links",
+                    key: name,
+                    value: format!("{} Mb/s, {} ms, {}", l.bandwidth_mbps, l.latency_ms, l.loss),
+                    rule: "bandwidth must be above 0, latency 0 or more, loss in [0, 1)",
+                });
+            }
+        }
         if self.scheduler.max_tasks_per_node == 0 {
             return invalid(
                 "scheduler.max_tasks_per_node",
@@ -148,7 +312,12 @@ mod tests {
         let cfg = CloudConfig::default();
         cfg.validate().unwrap();
         assert_eq!(cfg.quic_listen, "127.0.0.1:7400".parse().unwrap());
-        assert_eq!(cfg.scheduler.policy, Policy::FirstFit);
+        assert_eq!(cfg.scheduler.policy, Policy::Tidal);
+        assert_eq!(cfg.scheduler.class_of("Tesla T4"), "T4");
+        assert_eq!(cfg.scheduler.class_of("NVIDIA A100-SXM4-80GB"), "A100");
+        assert_eq!(cfg.scheduler.class_of("Mali-G78"), "Mali-G78");
+        // 1000 Mb/s is 125 MB/s.
+        assert_eq!(cfg.scheduler.links.edge_edge.spec().bandwidth_bps, 125e6);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
+use tidemill_sched::ThroughputTables;
 use tokio::sync::Notify;
 
 use crate::config::CloudConfig;
@@ -49,14 +50,22 @@ pub struct Coordinator {
     pub clock: SharedClock,
     /// Operational counters.
     pub counters: Counters,
+    /// The throughput tables the tidal scheduler plans with.
+    pub throughput: ThroughputTables,
     /// When history was last pruned, Unix ms (0: never).
     last_prune_ms: AtomicI64,
 }
 
 impl Coordinator {
     /// Shared state over an opened store.
-    pub fn new(store: Store, cfg: CloudConfig, clock: SharedClock) -> Self {
+    pub fn new(
+        store: Store,
+        cfg: CloudConfig,
+        clock: SharedClock,
+        throughput: ThroughputTables,
+    ) -> Self {
         Coordinator {
+            throughput,
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
             wake: Notify::new(),
@@ -138,6 +147,17 @@ impl Coordinator {
     /// The ids of connected nodes.
     pub fn connected(&self) -> HashSet<String> {
         self.sessions.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// The address each connected node connected from, by node id: where a
+    /// distributed job's rank 0 on it can be reached.
+    pub fn addresses(&self) -> HashMap<String, String> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, s)| (k.clone(), s.conn.remote_address().ip().to_string()))
+            .collect()
     }
 
     /// The live connections, for dispatch.

@@ -6,6 +6,10 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use tidemill_sched::cost::StepTime;
+use tidemill_sched::{
+    Action, DataSite, JobClass, JobDecision, OnInfeasible, Segment, Shape, Verdict,
+};
 
 /// A job as submitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,6 +24,80 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     /// When the job must be done.
     pub deadline: DateTime<Utc>,
+    /// `slo` (guaranteed when a plan meets the deadline) or `best-effort`.
+    #[serde(default = "slo")]
+    pub class: JobClass,
+    /// What to do with an SLO job no plan can guarantee.
+    #[serde(default = "run_best_effort")]
+    pub on_infeasible: OnInfeasible,
+    /// The training work, which lets the tidal scheduler plan the job; without
+    /// it the job runs best-effort on an idle node.
+    #[serde(default)]
+    pub work: Option<Work>,
+}
+
+fn slo() -> JobClass {
+    JobClass::Slo
+}
+
+fn run_best_effort() -> OnInfeasible {
+    OnInfeasible::BestEffort
+}
+
+/// A job's training work, as the cost model needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Work {
+    /// The model: the key into the throughput tables.
+    pub model: String,
+    /// Training iterations (steps) in all.
+    pub iterations: f64,
+    /// Global batch size: the throughput table's row.
+    pub global_batch: u32,
+    /// Model size, bytes: what gradient synchronisation moves.
+    #[serde(default)]
+    pub model_bytes: u64,
+    /// Dataset size, bytes: what staging moves to a node.
+    #[serde(default)]
+    pub dataset_bytes: u64,
+    /// Where the dataset lives: `cloud`, or a node id.
+    #[serde(default = "cloud_site")]
+    pub dataset_site: String,
+    /// Fewest workers (devices) the job runs on.
+    #[serde(default = "one")]
+    pub min_workers: u32,
+    /// Most workers the job can use.
+    #[serde(default = "one")]
+    pub max_workers: u32,
+    /// Device memory one worker needs, bytes.
+    #[serde(default)]
+    pub memory_per_worker_bytes: u64,
+    /// Checkpoint size, bytes: what a migration moves.
+    #[serde(default)]
+    pub checkpoint_bytes: u64,
+    /// The job's own measured iterations/s on one worker, per device class;
+    /// used where the throughput tables lack the model for a class.
+    #[serde(default)]
+    pub iters_per_s: BTreeMap<String, f64>,
+}
+
+fn cloud_site() -> String {
+    "cloud".to_string()
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Work {
+    /// Where the dataset lives, as the scheduler names it.
+    pub fn data_site(&self) -> DataSite {
+        if self.dataset_site == "cloud" {
+            DataSite::Cloud
+        } else {
+            DataSite::Node(self.dataset_site.clone())
+        }
+    }
 }
 
 /// Why a job spec is unusable.
@@ -35,7 +113,7 @@ pub enum JobSpecError {
     },
     /// The file is not a valid job.
     #[error(
-        "job file {path} is invalid: {message}\na job needs name, command = [\"prog\", \"arg\"...], deadline = RFC 3339 time, and an optional [env] table"
+        "job file {path} is invalid: {message}\na job needs name, command = [\"prog\", \"arg\"...], deadline = RFC 3339 time, and optional class, on_infeasible, [env] and [work]; see configs/job.toml"
     )]
     Parse {
         /// The file.
@@ -63,6 +141,12 @@ struct JobFile {
     #[serde(default)]
     env: BTreeMap<String, String>,
     deadline: toml::Value,
+    #[serde(default = "slo")]
+    class: JobClass,
+    #[serde(default = "run_best_effort")]
+    on_infeasible: OnInfeasible,
+    #[serde(default)]
+    work: Option<Work>,
 }
 
 impl JobSpec {
@@ -105,6 +189,9 @@ impl JobSpec {
             command: file.command,
             env: file.env,
             deadline,
+            class: file.class,
+            on_infeasible: file.on_infeasible,
+            work: file.work,
         };
         spec.validate()?;
         Ok(spec)
@@ -131,6 +218,26 @@ impl JobSpec {
                 "env",
                 "variable names must be non-empty, without '=' or NUL",
             );
+        }
+        if let Some(w) = &self.work {
+            if w.model.trim().is_empty() {
+                return invalid("work.model", "must name the model, e.g. \"resnet50\"");
+            }
+            if !(w.iterations.is_finite() && w.iterations > 0.0) {
+                return invalid("work.iterations", "must be a number above 0");
+            }
+            if w.global_batch == 0 {
+                return invalid("work.global_batch", "must be at least 1");
+            }
+            if w.min_workers == 0 || w.min_workers > w.max_workers {
+                return invalid(
+                    "work.min_workers",
+                    "must be at least 1 and at most work.max_workers",
+                );
+            }
+            if w.iters_per_s.values().any(|v| !(v.is_finite() && *v > 0.0)) {
+                return invalid("work.iters_per_s", "rates must be numbers above 0");
+            }
         }
         Ok(())
     }
@@ -218,6 +325,69 @@ pub struct JobRecord {
     pub finished_at: Option<DateTime<Utc>>,
     /// Whether an operator asked to cancel it.
     pub cancel_requested: bool,
+    /// `slo` or `best-effort`.
+    pub class: JobClass,
+    /// The training work, if the job file gave it.
+    pub work: Option<Work>,
+    /// Iterations done, estimated from the time it has run at its plan's
+    /// predicted step time (the job does not report its own progress).
+    pub done_iters: f64,
+    /// Seconds it has run.
+    pub attained_s: f64,
+    /// The tidal scheduler's latest plan and why; absent under first-fit or
+    /// before the first round.
+    pub plan: Option<PlanView>,
+}
+
+/// The scheduler's latest decision about a job, as `jobs show` presents it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanView {
+    /// When the round that made it ran.
+    pub decided_at: DateTime<Utc>,
+    /// The admission verdict: guaranteed, best-effort or rejected.
+    pub verdict: Verdict,
+    /// What the round did with the job.
+    pub action: Action,
+    /// The kind of placement.
+    pub shape: Shape,
+    /// Every node the plan uses.
+    pub nodes: Vec<String>,
+    /// When the plan starts the job (or started its current stretch).
+    pub expected_start: Option<DateTime<Utc>>,
+    /// When the plan finishes it; absent when not within the horizon.
+    pub expected_finish: Option<DateTime<Utc>>,
+    /// Predicted step time of the first stretch: compute, sync and total, seconds.
+    pub step: Option<StepTime>,
+    /// Staging or migration before the first step, seconds.
+    pub staging_s: f64,
+    /// Planned cloud spend, currency units.
+    pub cloud_cost: f64,
+    /// Why, in words.
+    pub reason: String,
+    /// The plan stretch by stretch.
+    pub segments: Vec<Segment>,
+}
+
+impl PlanView {
+    /// The view of a round's decision.
+    pub fn of(d: &JobDecision, now_ms: i64) -> Self {
+        let e = &d.explanation;
+        let time = |ms: i64| DateTime::from_timestamp_millis(ms).unwrap_or_default();
+        PlanView {
+            decided_at: time(now_ms),
+            verdict: d.verdict,
+            action: d.action.clone(),
+            shape: e.shape,
+            nodes: e.nodes.clone(),
+            expected_start: e.expected_start_ms.map(time),
+            expected_finish: e.expected_finish_ms.map(time),
+            step: e.step,
+            staging_s: e.staging_s,
+            cloud_cost: e.cloud_cost,
+            reason: e.reason.clone(),
+            segments: d.segments.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

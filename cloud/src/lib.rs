@@ -14,3 +14,4 @@ pub mod rendezvous;
 pub mod round;
 pub mod server;
 pub mod store;
+pub mod world;

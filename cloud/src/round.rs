@@ -8,12 +8,12 @@ use std::time::Duration;
 use tidemill_proto::{CloudMsg, Command, EdgeMsg};
 use tidemill_runtime::clock;
 use tidemill_runtime::frames;
-use tidemill_sched::{FirstFit, first_fit};
+use tidemill_sched::{FirstFit, first_fit, schedule};
 
 use crate::config::Policy;
 use crate::coordinator::Coordinator;
-use crate::rendezvous;
-use crate::store::{Owed, StoreError};
+use crate::store::{Owed, Store, StoreError};
+use crate::world;
 
 /// Runs rounds forever.
 pub async fn run(coord: Arc<Coordinator>) {
@@ -43,24 +43,51 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             let gone = store.prune(before)?;
             tracing::info!(rows = gone, "pruned history past the retention period");
         }
-        let snapshot = store.snapshot(now)?;
-        let plan = match coord.cfg.scheduler.policy {
-            Policy::FirstFit => first_fit(
-                &snapshot,
-                &FirstFit {
-                    idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
-                    max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
-                },
-            ),
-        };
+        let tidal = coord.cfg.scheduler.policy == Policy::Tidal;
+        if tidal {
+            tidal_round(coord, &mut store, now)?;
+        }
+        let snapshot = store.snapshot(now, tidal)?;
+        let plan = first_fit(
+            &snapshot,
+            &FirstFit {
+                idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
+                max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
+            },
+        );
         store.apply_plan(&plan, now)?;
         plan
     };
     for p in &plan.placements {
-        tracing::info!(job_id = p.job_id, node_id = %p.node_id, "job placed");
+        tracing::info!(job_id = p.job_id, node_id = %p.node_id, "job placed first-fit");
     }
     for (node_id, conn) in coord.connections() {
         deliver(coord, &node_id, &conn).await?;
+    }
+    Ok(())
+}
+
+/// Plans every job with a `[work]` section with the tidal scheduler and
+/// commits the round's decisions.
+fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
+    store.advance_progress(now)?;
+    let world = world::snapshot(
+        &coord.cfg.scheduler,
+        &coord.throughput,
+        &store.nodes()?,
+        &store.forecasts()?,
+        &store.links()?,
+        &store.planned_jobs(now)?,
+    );
+    if world.jobs.is_empty() {
+        return Ok(());
+    }
+    let plan = schedule(&world, now, &coord.cfg.scheduler.sched_policy());
+    for (job_id, what) in store.apply_round(&plan, &coord.addresses())? {
+        let reason = plan
+            .decision(job_id)
+            .map_or("", |d| d.explanation.reason.as_str());
+        tracing::info!(job_id, action = %what, %reason, "plan");
     }
     Ok(())
 }
@@ -72,17 +99,15 @@ async fn deliver(
     node_id: &str,
     conn: &quinn::Connection,
 ) -> Result<(), StoreError> {
-    let owed = coord.store.lock().unwrap().owed(node_id)?;
+    let owed = coord
+        .store
+        .lock()
+        .unwrap()
+        .owed(node_id, coord.cfg.scheduler.master_port)?;
     let timeout = Duration::from_secs(coord.cfg.link.stream_timeout_secs);
     for item in owed {
         let (cmd, task_id) = match &item {
-            Owed::Assign(a) => {
-                // first-fit places each job on one node.
-                let mut a = a.clone();
-                rendezvous::single_node(&mut a.env, coord.cfg.scheduler.master_port);
-                let task_id = a.task_id;
-                (Command::Assign(a), task_id)
-            }
+            Owed::Assign(a) => (Command::Assign(a.clone()), a.task_id),
             Owed::Cancel(id) => (Command::Cancel { task_id: *id }, *id),
         };
         let reply = clock::timeout(

@@ -51,6 +51,9 @@ pub enum CloudError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A throughput table named in `scheduler.throughput` is unusable.
+    #[error("config key scheduler.throughput: {0}")]
+    Throughput(#[from] tidemill_sched::ThroughputError),
 }
 
 /// A running coordinator.
@@ -74,6 +77,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         path: cfg.data_dir.clone(),
         source,
     })?;
+    let throughput = cfg.scheduler.throughput_tables()?;
     let store = Store::open(&cfg.data_dir)?;
     let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names)?;
     let ca_path = identity.ca_path.clone();
@@ -100,7 +104,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         source,
     })?;
 
-    let coordinator = Arc::new(Coordinator::new(store, cfg, clock));
+    let coordinator = Arc::new(Coordinator::new(store, cfg, clock, throughput));
     let mut tasks = JoinSet::new();
     tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
     tasks.spawn(round::run(coordinator.clone()));

@@ -19,7 +19,12 @@ use tidemill_proto::{
 use tidemill_runtime::sqlite::{self, DbError};
 use tidemill_sched::{JobView, NodeView, Plan, Snapshot};
 
-use crate::job::{JobRecord, JobSpec, JobState};
+use crate::job::{JobRecord, JobSpec, JobState, PlanView};
+use crate::rendezvous;
+
+mod tidal;
+
+pub use tidal::{PlannedJob, TidalRound};
 
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
@@ -110,6 +115,22 @@ const MIGRATIONS: &[&str] = &[
         loss REAL NOT NULL,
         PRIMARY KEY (from_node, to_node)
     ) WITHOUT ROWID;
+",
+    "
+    ALTER TABLE jobs ADD COLUMN admission TEXT;
+    ALTER TABLE jobs ADD COLUMN reservation TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN plan TEXT;
+    ALTER TABLE jobs ADD COLUMN done_iters REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN attained_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN location TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN rate_ips REAL;
+    ALTER TABLE jobs ADD COLUMN steps_from_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN progress_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN rank INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN world INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE tasks ADD COLUMN workers INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE tasks ADD COLUMN master_addr TEXT NOT NULL DEFAULT '127.0.0.1';
+    ALTER TABLE tasks ADD COLUMN yield_requested INTEGER NOT NULL DEFAULT 0;
 ",
 ];
 
@@ -688,8 +709,9 @@ impl Store {
         if found { self.job(id) } else { Ok(None) }
     }
 
-    /// The view a scheduling round decides on.
-    pub fn snapshot(&self, now_ms: i64) -> Result<Snapshot, StoreError> {
+    /// The view a first-fit round decides on; with `unplanned_only`, only jobs
+    /// without a `[work]` section queue (the tidal scheduler plans the rest).
+    pub fn snapshot(&self, now_ms: i64, unplanned_only: bool) -> Result<Snapshot, StoreError> {
         let err = self.sql_err();
         let nodes = self
             .conn
@@ -716,10 +738,11 @@ impl Store {
                 "SELECT id, submitted_ms, deadline_ms FROM jobs j
                  WHERE state = 'queued' AND cancel_requested = 0
                    AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done')
+                   AND (?1 = 0 OR json_extract(spec, '$.work') IS NULL)
                  ORDER BY submitted_ms, id",
             )
             .and_then(|mut s| {
-                s.query_map([], |r| {
+                s.query_map([unplanned_only], |r| {
                     Ok(JobView { id: r.get::<_, i64>(0)? as u64, submitted_ms: r.get(1)?, deadline_ms: r.get(2)? })
                 })?
                 .collect::<Result<Vec<_>, _>>()
@@ -779,14 +802,18 @@ impl Store {
 
     /// Commands that `node_id` has not yet acknowledged: assignments of its
     /// tasks, and cancels of its running tasks.
-    pub fn owed(&self, node_id: &str) -> Result<Vec<Owed>, StoreError> {
+    /// Assignments carry the rendezvous of their job, with rank 0 listening on
+    /// `master_port`.
+    pub fn owed(&self, node_id: &str, master_port: u16) -> Result<Vec<Owed>, StoreError> {
         let err = self.sql_err();
         let mut out = Vec::new();
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT t.id, t.job_id, j.spec FROM tasks t JOIN jobs j ON j.id = t.job_id
-                 WHERE t.node_id = ?1 AND t.state = 'assigned' AND t.dispatched = 0 AND j.cancel_requested = 0
+                "SELECT t.id, t.job_id, j.spec, t.rank, t.world, t.workers, t.master_addr
+                 FROM tasks t JOIN jobs j ON j.id = t.job_id
+                 WHERE t.node_id = ?1 AND t.state = 'assigned' AND t.dispatched = 0
+                   AND j.cancel_requested = 0 AND t.yield_requested = 0
                  ORDER BY t.id",
             )
             .map_err(&err)?;
@@ -796,18 +823,26 @@ impl Store {
                     r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,
                     r.get::<_, String>(2)?,
+                    (
+                        r.get::<_, u32>(3)?,
+                        r.get::<_, u32>(4)?,
+                        r.get::<_, u32>(5)?,
+                    ),
+                    r.get::<_, String>(6)?,
                 ))
             })
             .map_err(&err)?;
         for row in assigns {
-            let (task_id, job_id, spec) = row.map_err(&err)?;
+            let (task_id, job_id, spec, (rank, world, workers), master_addr) = row.map_err(&err)?;
             let spec: JobSpec =
                 serde_json::from_str(&spec).expect("stored specs were serialised by this build");
+            let mut env = spec.env;
+            rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
             out.push(Owed::Assign(Assignment {
                 task_id: task_id as u64,
                 job_id: job_id as u64,
                 command: spec.command,
-                env: spec.env,
+                env,
             }));
         }
         let mut stmt = self
@@ -815,7 +850,7 @@ impl Store {
             .prepare(
                 "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
                  WHERE t.node_id = ?1 AND t.state != 'done' AND t.dispatched = 1
-                   AND j.cancel_requested = 1 AND t.cancel_sent = 0",
+                   AND (j.cancel_requested = 1 OR t.yield_requested = 1) AND t.cancel_sent = 0",
             )
             .map_err(&err)?;
         let cancels = stmt
@@ -900,7 +935,7 @@ impl Store {
 
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
-    submitted_ms, started_ms, finished_ms FROM jobs";
+    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let bad = |i, e: Box<dyn std::error::Error + Send + Sync>| {
@@ -928,6 +963,15 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         started_at: r.get::<_, Option<i64>>(10)?.map(ms_to_time),
         finished_at: r.get::<_, Option<i64>>(11)?.map(ms_to_time),
         cancel_requested: r.get(8)?,
+        class: spec.class,
+        work: spec.work,
+        done_iters: r.get(12)?,
+        attained_s: r.get(13)?,
+        plan: r
+            .get::<_, Option<String>>(14)?
+            .map(|p| serde_json::from_str::<PlanView>(&p))
+            .transpose()
+            .map_err(|e| bad(14, e.into()))?,
     })
 }
 
@@ -1042,11 +1086,26 @@ fn apply_task_status(
         return Ok(None);
     }
     let tail = serde_json::to_string(&s.output_tail).expect("strings serialise");
-    let (task_state, job_update, reason): (&str, Option<(JobState, Option<i32>)>, String) = match &s
-        .event
-    {
+    let yielding: bool = tx.query_row(
+        "SELECT yield_requested FROM tasks WHERE id = ?1",
+        [s.task_id as i64],
+        |r| r.get(0),
+    )?;
+    let (how, ended) = match &s.event {
         TaskEvent::Started { pid } => {
-            ("running", None, format!("running on {node_id} (pid {pid})"))
+            tx.execute(
+                "UPDATE tasks SET state = 'running' WHERE id = ?1",
+                [s.task_id as i64],
+            )?;
+            let reason = format!("running on {node_id} (pid {pid})");
+            let changed = tx.execute(
+                "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
+                        progress_ms = COALESCE(progress_ms, ?2), reason = ?3
+                 WHERE id = ?1 AND state = 'queued'",
+                params![job, s.t_ms, reason],
+            )?;
+            event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
+            return Ok((changed > 0).then_some((s.job_id, JobState::Running)));
         }
         TaskEvent::Exited {
             exit_code,
@@ -1065,38 +1124,73 @@ fn apply_task_status(
             } else {
                 JobState::Failed
             };
-            let reason = if *cancelled {
-                format!("cancelled by an operator; {how}")
-            } else {
-                how
-            };
-            ("done", Some((state, *exit_code)), reason)
+            (how, (state, *exit_code))
         }
-        TaskEvent::Failed { reason } => ("done", Some((JobState::Failed, None)), reason.clone()),
+        TaskEvent::Failed { reason } => (reason.clone(), (JobState::Failed, None)),
     };
     tx.execute(
-        "UPDATE tasks SET state = ?2 WHERE id = ?1",
-        params![s.task_id as i64, task_state],
+        "UPDATE tasks SET state = 'done' WHERE id = ?1",
+        [s.task_id as i64],
     )?;
-    let (new_state, changed) = match job_update {
-        None => (
-            JobState::Running,
+    let others_open: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done'",
+        [job],
+        |r| r.get(0),
+    )?;
+    let (state, exit_code) = ended;
+    let live = "WHERE id = ?1 AND state IN ('queued', 'running')";
+    let (new_state, reason) = if yielding {
+        if others_open > 0 {
+            (
+                None,
+                format!("stopped on {node_id} to follow the plan ({how})"),
+            )
+        } else {
+            tidal::settle_progress(tx, job, s.t_ms)?;
+            let reason = format!(
+                "checkpointed and stopped on {node_id} to follow the plan ({how}); waiting to resume"
+            );
+            (Some(JobState::Queued), reason)
+        }
+    } else if state == JobState::Succeeded && others_open > 0 {
+        (
+            None,
+            format!("rank on {node_id} {how}; waiting for the other ranks"),
+        )
+    } else {
+        if state == JobState::Failed {
+            // One rank failing fails the job: stop the others.
             tx.execute(
-                "UPDATE jobs SET state = 'running', started_ms = ?2, reason = ?3 WHERE id = ?1 AND state = 'queued'",
-                params![job, s.t_ms, reason],
-            )?,
-        ),
-        Some((state, exit_code)) => (
-            state,
+                "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
+                [job],
+            )?;
             tx.execute(
-                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6
-                 WHERE id = ?1 AND state IN ('queued', 'running')",
-                params![job, state.as_str(), exit_code, tail, reason, s.t_ms],
-            )?,
-        ),
+                "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done'",
+                [job],
+            )?;
+        }
+        let reason = match state {
+            JobState::Cancelled => format!("cancelled by an operator; {how}"),
+            _ if others_open > 0 => format!("{how} on {node_id}; stopping the other ranks"),
+            _ => how,
+        };
+        (Some(state), reason)
+    };
+    let changed = match new_state {
+        None => 0,
+        Some(JobState::Queued) => tx.execute(
+            &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
+            params![job, reason],
+        )?,
+        Some(state) => tx.execute(
+            &format!(
+                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6 {live}"
+            ),
+            params![job, state.as_str(), exit_code, tail, reason, s.t_ms],
+        )?,
     };
     event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
-    Ok((changed > 0).then_some((s.job_id, new_state)))
+    Ok(new_state.filter(|_| changed > 0).map(|st| (s.job_id, st)))
 }
 
 #[cfg(test)]
@@ -1222,19 +1316,19 @@ mod tests {
             idle_cpu_threshold_pct: 30.0,
             max_tasks_per_node: 1,
         };
-        let plan = first_fit(&store.snapshot(3).unwrap(), &policy);
+        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
         assert_eq!(store.apply_plan(&plan, 3).unwrap(), 1);
         assert_eq!(
             store.apply_plan(&plan, 3).unwrap(),
             0,
             "re-check refuses a second placement"
         );
-        let owed = store.owed("n1").unwrap();
+        let owed = store.owed("n1", 29500).unwrap();
         let [Owed::Assign(a)] = &owed[..] else {
             panic!("{owed:?}")
         };
         store.acknowledged(&owed[0]).unwrap();
-        assert!(store.owed("n1").unwrap().is_empty());
+        assert!(store.owed("n1", 29500).unwrap().is_empty());
         store
             .apply_report(
                 "n1",
@@ -1280,16 +1374,19 @@ mod tests {
             max_tasks_per_node: 1,
         };
         store
-            .apply_plan(&first_fit(&store.snapshot(5).unwrap(), &policy), 5)
+            .apply_plan(&first_fit(&store.snapshot(5, false).unwrap(), &policy), 5)
             .unwrap();
-        let assign = store.owed("n1").unwrap().remove(0);
+        let assign = store.owed("n1", 29500).unwrap().remove(0);
         store.acknowledged(&assign).unwrap();
         let job = store.request_cancel(id, 6).unwrap().unwrap();
         assert_eq!((job.state, job.cancel_requested), (JobState::Queued, true));
         let Owed::Assign(a) = assign else {
             unreachable!()
         };
-        assert_eq!(store.owed("n1").unwrap(), vec![Owed::Cancel(a.task_id)]);
+        assert_eq!(
+            store.owed("n1", 29500).unwrap(),
+            vec![Owed::Cancel(a.task_id)]
+        );
         let exit = TaskEvent::Exited {
             exit_code: None,
             signal: Some(15),

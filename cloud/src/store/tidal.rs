@@ -1,0 +1,311 @@
+//! What the tidal scheduler reads from and writes to the store: each planned
+//! job's admission, reservation, progress and plan, and the tasks a round's
+//! decisions start or stop.
+//!
+//! Progress is estimated: a running job is credited `Δt / step_s` iterations
+//! for the time since its placement's staging ended, at the step time its plan
+//! predicted. Jobs do not report their own iterations.
+
+use std::collections::HashMap;
+
+use rusqlite::{Transaction, params};
+use tidemill_proto::NodeForecast;
+use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
+
+use super::{Store, StoreError, event};
+use crate::job::{JobSpec, PlanView};
+
+/// A job the tidal scheduler plans: one with a `[work]` section, not over.
+#[derive(Debug, Clone)]
+pub struct PlannedJob {
+    /// The job id.
+    pub id: u64,
+    /// The job as submitted.
+    pub spec: JobSpec,
+    /// When it was submitted, ms of the coordinator's clock.
+    pub submitted_ms: i64,
+    /// The verdict so far; `Pending` before the first round.
+    pub admission: Admission,
+    /// The segments the last round planned.
+    pub reservation: Vec<Segment>,
+    /// Iterations done (estimated).
+    pub done_iters: f64,
+    /// Seconds run.
+    pub attained_s: f64,
+    /// Its current or last placement.
+    pub location: Vec<Assignment>,
+    /// Running on `location` now: it has tasks, none being stopped.
+    pub running: bool,
+    /// Seconds of staging left before its steps begin.
+    pub startup_left_s: f64,
+    /// It has tasks still open (running, or stopping).
+    pub busy: bool,
+}
+
+/// Where the nodes that may become rank 0 can be reached, by node id.
+pub type TidalRound<'a> = &'a HashMap<String, String>;
+
+impl Store {
+    /// Credits every running planned job with the iterations it did up to `now_ms`.
+    pub fn advance_progress(&mut self, now_ms: i64) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let ids: Vec<i64> = tx
+                .prepare("SELECT id FROM jobs WHERE state = 'running' AND progress_ms IS NOT NULL")
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(&err)?;
+            for id in ids {
+                settle_progress(tx, id, now_ms).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The jobs the tidal scheduler plans, in id order.
+    pub fn planned_jobs(&self, now_ms: i64) -> Result<Vec<PlannedJob>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT j.id, j.spec, j.submitted_ms, j.admission, j.reservation, j.done_iters,
+                        j.attained_s, j.location, j.steps_from_ms,
+                        (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'),
+                        (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'
+                                                         AND t.yield_requested = 1)
+                 FROM jobs j
+                 WHERE j.state IN ('queued', 'running') AND j.cancel_requested = 0
+                   AND json_extract(j.spec, '$.work') IS NOT NULL
+                 ORDER BY j.id",
+            )
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| {
+                let json = |i: usize, text: String| {
+                    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            i,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })
+                };
+                let open: i64 = r.get(9)?;
+                let stopping: i64 = r.get(10)?;
+                let steps_from: Option<i64> = r.get(8)?;
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    json(1, r.get(1)?)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<String>>(3)?
+                        .map(|a| json(3, a))
+                        .transpose()?,
+                    json(4, r.get(4)?)?,
+                    (r.get::<_, f64>(5)?, r.get::<_, f64>(6)?),
+                    json(7, r.get(7)?)?,
+                    (open, stopping, steps_from),
+                ))
+            })
+            .map_err(&err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, spec, submitted_ms, admission, reservation, (done, attained), location, tasks) =
+                row.map_err(&err)?;
+            let (open, stopping, steps_from) = tasks;
+            let running = open > 0 && stopping == 0;
+            out.push(PlannedJob {
+                id,
+                spec: decode(spec),
+                submitted_ms,
+                admission: admission.map_or(Admission::Pending, decode),
+                reservation: decode(reservation),
+                done_iters: done,
+                attained_s: attained,
+                location: decode(location),
+                running,
+                startup_left_s: match (running, steps_from) {
+                    (true, Some(t)) => ((t - now_ms) as f64 / 1000.0).max(0.0),
+                    _ => 0.0,
+                },
+                busy: open > 0,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every node's latest forecast.
+    pub fn forecasts(&self) -> Result<HashMap<String, NodeForecast>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT node_id, forecast FROM forecasts")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&err)?;
+        let mut out = HashMap::new();
+        for row in rows {
+            let (node, json) = row.map_err(&err)?;
+            let f = serde_json::from_str(&json)
+                .expect("stored forecasts were serialised by this build");
+            out.insert(node, f);
+        }
+        Ok(out)
+    }
+
+    /// Commits a tidal round: stores each job's verdict, reservation and plan,
+    /// and carries out its action now. A start needs the job to have no open
+    /// task and rank 0's node to be reachable (`addrs`); a move or pause asks
+    /// the job's tasks to checkpoint and stop, after which the job is queued
+    /// for the plan to resume it. Returns what was done, per job, for the log.
+    pub fn apply_round(
+        &mut self,
+        plan: &RoundPlan,
+        addrs: TidalRound<'_>,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let err = self.sql_err();
+        let now = plan.now_ms;
+        self.write(|tx| {
+            let mut done = Vec::new();
+            for d in &plan.decisions {
+                let job = d.job_id as i64;
+                let (open, live): (i64, bool) = tx
+                    .query_row(
+                        "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done'),
+                                state IN ('queued', 'running') AND cancel_requested = 0
+                         FROM jobs WHERE id = ?1",
+                        [job],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(&err)?;
+                if !live {
+                    continue;
+                }
+                let view = serde_json::to_string(&PlanView::of(d, now)).expect("plans serialise");
+                let admission = d
+                    .verdict
+                    .admission()
+                    .map(|a| serde_json::to_string(&a).expect("admissions serialise"));
+                let reservation = serde_json::to_string(&d.segments).expect("segments serialise");
+                tx.execute(
+                    "UPDATE jobs SET admission = ?2, reservation = ?3, plan = ?4 WHERE id = ?1",
+                    params![job, admission, reservation, view],
+                )
+                .map_err(&err)?;
+                let reason = &d.explanation.reason;
+                let what = match &d.action {
+                    Action::Reject => {
+                        tx.execute(
+                            "UPDATE jobs SET state = 'rejected', reason = ?2, finished_ms = ?3 WHERE id = ?1",
+                            params![job, format!("rejected at admission: {reason}"), now],
+                        )
+                        .map_err(&err)?;
+                        Some("rejected".to_string())
+                    }
+                    Action::Start { on } if open == 0 => {
+                        start(tx, d.job_id, on, d.segments.first(), addrs, now, reason).map_err(&err)?
+                    }
+                    Action::Migrate { .. } | Action::Pause if open > 0 => {
+                        tx.execute(
+                            "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
+                            [job],
+                        )
+                        .map_err(&err)?;
+                        let n = tx
+                            .execute(
+                                "UPDATE tasks SET yield_requested = 1
+                                 WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
+                                [job],
+                            )
+                            .map_err(&err)?;
+                        tx.execute(
+                            "UPDATE jobs SET reason = ?2 WHERE id = ?1",
+                            params![job, format!("checkpointing to follow the plan: {reason}")],
+                        )
+                        .map_err(&err)?;
+                        (n > 0).then(|| "asked to checkpoint and stop".to_string())
+                    }
+                    _ => {
+                        tx.execute(
+                            "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS NOT ?2",
+                            params![job, reason],
+                        )
+                        .map_err(&err)?;
+                        None
+                    }
+                };
+                if let Some(what) = what {
+                    event(tx, now, None, Some(job), "plan", &format!("{what}: {reason}")).map_err(&err)?;
+                    done.push((d.job_id, what));
+                }
+            }
+            Ok(done)
+        })
+    }
+}
+
+/// Reads back a value this build stored as JSON.
+fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("stored by this build")
+}
+
+/// Creates one task per node of `on`, ranked in order, with rank 0's address as
+/// the rendezvous; returns what was done, or `None` when rank 0 is unreachable.
+fn start(
+    tx: &Transaction<'_>,
+    job_id: u64,
+    on: &[Assignment],
+    first: Option<&Segment>,
+    addrs: TidalRound<'_>,
+    now_ms: i64,
+    reason: &str,
+) -> rusqlite::Result<Option<String>> {
+    let Some(master) = on.first().and_then(|a| addrs.get(&a.node_id)) else {
+        return Ok(None);
+    };
+    let job = job_id as i64;
+    for (rank, a) in on.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO tasks (job_id, node_id, state, created_ms, rank, world, workers, master_addr)
+             VALUES (?1, ?2, 'assigned', ?3, ?4, ?5, ?6, ?7)",
+            params![job, a.node_id, now_ms, rank as i64, on.len() as i64, a.workers, master],
+        )?;
+    }
+    let nodes: Vec<&str> = on.iter().map(|a| a.node_id.as_str()).collect();
+    let (rate, steps_from) = match first {
+        Some(s) if s.step.total_s > 0.0 => (
+            Some(1.0 / s.step.total_s),
+            Some(now_ms + (s.startup_s * 1000.0) as i64),
+        ),
+        _ => (None, None),
+    };
+    tx.execute(
+        "UPDATE jobs SET node = ?2, location = ?3, rate_ips = ?4, steps_from_ms = ?5, progress_ms = NULL,
+                reason = ?6
+         WHERE id = ?1",
+        params![
+            job,
+            nodes.join(","),
+            serde_json::to_string(on).expect("assignments serialise"),
+            rate,
+            steps_from,
+            format!("placed on {}; waiting for it to start. {reason}", nodes.join(", "))
+        ],
+    )?;
+    Ok(Some(format!("started on {}", nodes.join(", "))))
+}
+
+/// Credits job `job` with the iterations it did from its last credit up to
+/// `now_ms` at its placement's predicted rate, counting only time after its
+/// staging ended.
+pub(super) fn settle_progress(tx: &Transaction<'_>, job: i64, now_ms: i64) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE jobs SET
+            done_iters = done_iters + COALESCE(rate_ips, 0)
+                * MAX(0, ?2 - MAX(progress_ms, COALESCE(steps_from_ms, progress_ms))) / 1000.0,
+            attained_s = attained_s + MAX(0, ?2 - progress_ms) / 1000.0,
+            progress_ms = ?2
+         WHERE id = ?1 AND progress_ms IS NOT NULL AND ?2 > progress_ms",
+        params![job, now_ms],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! Builds the tidal scheduler's view of the cluster from what the store holds:
+//! nodes with their device class and P90 idle windows, the link matrix over
+//! per-class defaults, and the planned jobs with their progress.
+
+use std::collections::HashMap;
+
+use tidemill_forecast::Resource;
+use tidemill_proto::NodeForecast;
+use tidemill_sched::cost::LinkSpec;
+use tidemill_sched::{
+    EdgeAvailability, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec, Progress,
+    ThroughputTables, WorldSnapshot,
+};
+
+use crate::config::SchedulerConfig;
+use crate::store::{LinkRecord, NodeRecord, PlannedJob};
+
+/// A running job is never credited more than this share of its iterations
+/// from estimates alone: it keeps its reservation until its process exits.
+const MAX_ESTIMATED_SHARE: f64 = 0.99;
+
+/// Resources whose forecast decides whether an edge is idle.
+const IDLE_RESOURCES: [Resource; 2] = [Resource::Cpu, Resource::Gpu];
+
+/// The scheduler's input for one round.
+pub fn snapshot(
+    cfg: &SchedulerConfig,
+    tables: &ThroughputTables,
+    nodes: &[NodeRecord],
+    forecasts: &HashMap<String, NodeForecast>,
+    links: &[LinkRecord],
+    jobs: &[PlannedJob],
+) -> WorldSnapshot {
+    let mut throughput = tables.clone();
+    let jobs = jobs
+        .iter()
+        .filter_map(|j| job_state(j, &mut throughput))
+        .collect();
+    WorldSnapshot {
+        nodes: nodes
+            .iter()
+            .map(|n| node_spec(cfg, n, forecasts.get(&n.id)))
+            .collect(),
+        links: link_table(cfg, links),
+        jobs,
+        throughput,
+    }
+}
+
+fn node_spec(cfg: &SchedulerConfig, n: &NodeRecord, forecast: Option<&NodeForecast>) -> NodeSpec {
+    let (class, devices, memory) = match n.accelerators.first() {
+        Some(a) => (
+            cfg.class_of(&a.model),
+            n.accelerators.len() as u32,
+            a.mem_bytes.unwrap_or(0),
+        ),
+        None => (cfg.cpu_class.clone(), 1, n.mem_bytes),
+    };
+    let kind = match cfg.cloud_nodes.get(&n.id) {
+        Some(c) => NodeKind::Cloud {
+            price_per_gpu_hour: c.price_per_gpu_hour,
+        },
+        None => NodeKind::Edge(availability(n, forecast)),
+    };
+    NodeSpec {
+        id: n.id.clone(),
+        class,
+        devices,
+        memory_per_device_bytes: memory,
+        online: n.online,
+        kind,
+    }
+}
+
+/// Idle windows from the forecast: a slot is idle when the P90 of every idle
+/// resource the node reports is below the node's threshold. The primary load
+/// now is the highest of its latest CPU and accelerator utilisation.
+fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>) -> EdgeAvailability {
+    let util_now = [n.cpu_util, n.gpu_util]
+        .into_iter()
+        .flatten()
+        .map(f64::from)
+        .reduce(f64::max);
+    let Some(f) = forecast else {
+        return EdgeAvailability {
+            windows: Vec::new(),
+            util_now_pct: util_now,
+            idle_threshold_pct: 0.0,
+        };
+    };
+    let resources: Vec<_> = IDLE_RESOURCES
+        .iter()
+        .filter_map(|r| f.resource(*r))
+        .collect();
+    let slots = resources.iter().map(|r| r.slots.len()).min().unwrap_or(0);
+    let p90: Vec<Option<f64>> = (0..slots)
+        .map(|i| {
+            resources
+                .iter()
+                .map(|r| r.slots[i].map(|q| q.p90))
+                .try_fold(0.0, |worst: f64, p| p.map(|p| worst.max(p)))
+        })
+        .collect();
+    EdgeAvailability::from_p90(
+        f.start_ms,
+        i64::from(f.slot_len_s) * 1000,
+        &p90,
+        f.idle_threshold_pct,
+        util_now,
+    )
+}
+
+/// Per-class defaults, overridden by each measured link. A link an edge
+/// measured to the coordinator stands for its link to every cloud node.
+fn link_table(cfg: &SchedulerConfig, links: &[LinkRecord]) -> LinkTable {
+    let cloud: Vec<&String> = cfg.cloud_nodes.keys().collect();
+    let mut measured = Vec::new();
+    for l in links {
+        let link = LinkSpec {
+            bandwidth_bps: l.bandwidth_bps,
+            latency_s: l.rtt_ms / 2000.0,
+            loss: l.loss,
+        };
+        let ends: Vec<&String> = if l.to == tidemill_proto::CLOUD_PEER {
+            cloud.clone()
+        } else {
+            vec![&l.to]
+        };
+        for b in ends {
+            measured.push(MeasuredLink {
+                a: l.from.clone(),
+                b: b.clone(),
+                link,
+            });
+        }
+    }
+    LinkTable {
+        edge_edge: cfg.links.edge_edge.spec(),
+        cloud_edge: cfg.links.cloud_edge.spec(),
+        cloud_cloud: cfg.links.cloud_cloud.spec(),
+        measured,
+    }
+}
+
+/// The scheduler's state of a planned job. A job that gives its own rates is
+/// planned under a model name of its own (`<model>#job<id>`), with those rates
+/// as one-worker tables and the shared tables for the other classes.
+fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobState> {
+    let w = j.spec.work.as_ref()?;
+    let mut model = w.model.clone();
+    if !w.iters_per_s.is_empty() {
+        model = format!("{}#job{}", w.model, j.id);
+        for models in throughput.classes.values_mut() {
+            if let Some(shared) = models.get(&w.model).cloned() {
+                models.insert(model.clone(), shared);
+            }
+        }
+        for (class, &rate) in &w.iters_per_s {
+            throughput
+                .classes
+                .entry(class.clone())
+                .or_default()
+                .insert(model.clone(), one_worker(w.global_batch, rate));
+        }
+    }
+    Some(JobState {
+        spec: tidemill_sched::JobSpec {
+            id: j.id,
+            class: j.spec.class,
+            submitted_ms: j.submitted_ms,
+            deadline_ms: j.spec.deadline.timestamp_millis(),
+            iterations: w.iterations,
+            global_batch: w.global_batch,
+            model,
+            model_bytes: w.model_bytes,
+            dataset_bytes: w.dataset_bytes,
+            dataset_site: w.data_site(),
+            min_workers: w.min_workers,
+            max_workers: w.max_workers,
+            memory_per_worker_bytes: w.memory_per_worker_bytes,
+            checkpoint_bytes: w.checkpoint_bytes,
+            on_infeasible: j.spec.on_infeasible,
+        },
+        admission: j.admission,
+        progress: Progress {
+            done_iters: j.done_iters.min(w.iterations * MAX_ESTIMATED_SHARE),
+            attained_s: j.attained_s,
+            location: j.location.clone(),
+            running: j.running,
+            startup_left_s: j.startup_left_s,
+        },
+        reservation: j.reservation.clone(),
+    })
+}
+
+/// A table with one measured cell: `rate` iterations/s on one worker.
+fn one_worker(batch: u32, rate: f64) -> ModelTable {
+    ModelTable {
+        batches: vec![batch],
+        gpus: vec![1],
+        iters_per_s: vec![vec![Some(rate)]],
+        estimated_from: None,
+    }
+}
