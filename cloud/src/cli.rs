@@ -278,6 +278,9 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
     println!("command:    {:?}", job.command);
     println!("deadline:   {}", job.deadline.to_rfc3339());
     println!("submitted:  {}", job.submitted_at.to_rfc3339());
+    if let Some(p) = &job.plan {
+        print_plan(job, p);
+    }
     if !job.output_tail.is_empty() {
         println!("output (last {} lines):", job.output_tail.len());
         for line in &job.output_tail {
@@ -285,6 +288,30 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         }
     }
     Ok(())
+}
+
+fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
+    let time = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or("-".into(), |t| t.to_rfc3339());
+    let verdict = serde_json::to_value(p.verdict).unwrap_or_default();
+    println!("plan ({}):", p.decided_at.to_rfc3339());
+    println!("  verdict:  {}", verdict["verdict"].as_str().unwrap_or("?"));
+    println!("  shape:    {:?} on {}", p.shape, p.nodes.join(", "));
+    println!("  start:    {}", time(p.expected_start));
+    println!("  finish:   {}", time(p.expected_finish));
+    if let Some(s) = p.step {
+        println!(
+            "  step:     {:.3} s (compute {:.3} s, sync {:.3} s); staging {:.1} s",
+            s.total_s, s.compute_s, s.sync_s, p.staging_s
+        );
+    }
+    println!("  cloud:    {:.2}", p.cloud_cost);
+    println!("  reason:   {}", p.reason);
+    if let Some(w) = &job.work {
+        println!(
+            "  progress: {:.0} of {:.0} iterations (estimated), {:.0} s run",
+            job.done_iters, w.iterations, job.attained_s
+        );
+    }
 }
 
 fn serve(args: ServeArgs) -> Outcome {

@@ -46,7 +46,7 @@ pub struct Coordinator {
     pub wake: Notify,
     /// The configuration in force.
     pub cfg: CloudConfig,
-    /// The coordinator's clock.
+    /// The coordinator's clock for plans, forecasts and records (accelerated in demos); network timeouts use the wall clock.
     pub clock: SharedClock,
     /// Operational counters.
     pub counters: Counters,

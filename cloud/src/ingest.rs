@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Welcome, WireError};
-use tidemill_runtime::clock;
+use tidemill_runtime::clock::{self, SystemClock};
 use tidemill_runtime::frames::{self, FrameError};
 use tidemill_runtime::probe;
 use tidemill_runtime::quic;
@@ -45,7 +45,7 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         }
     };
     let (node_id, probe_port) =
-        match clock::timeout(&*coord.clock, stream_timeout(&coord), hello(&conn, &coord)).await {
+        match clock::timeout(&SystemClock, stream_timeout(&coord), hello(&conn, &coord)).await {
             Ok(Ok(hello)) => hello,
             Ok(Err(why)) => {
                 Counters::bump(&coord.counters.refused_connections);
@@ -164,7 +164,7 @@ async fn serve_stream(
     coord: Arc<Coordinator>,
 ) {
     let read = clock::timeout(
-        &*coord.clock,
+        &SystemClock,
         stream_timeout(&coord),
         frames::read_msg::<EdgeMsg>(&mut recv),
     )

@@ -417,6 +417,11 @@ mod tests {
         assert_eq!(job.command[0], "python3");
         assert_eq!(job.deadline.to_rfc3339(), "2030-01-01T06:00:00+00:00");
         assert_eq!(job.env.len(), 1);
+        assert_eq!(job.class, JobClass::Slo);
+        let work = job.work.expect("the example has [work]");
+        assert_eq!((work.min_workers, work.max_workers), (1, 8));
+        assert_eq!(work.data_site(), DataSite::Cloud);
+        assert_eq!(work.iters_per_s["cpu"], 0.05);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemill_proto::{CloudMsg, Command, EdgeMsg};
-use tidemill_runtime::clock;
+use tidemill_runtime::clock::{self, SystemClock};
 use tidemill_runtime::frames;
 use tidemill_sched::{FirstFit, first_fit, schedule};
 
@@ -111,7 +111,7 @@ async fn deliver(
             Owed::Cancel(id) => (Command::Cancel { task_id: *id }, *id),
         };
         let reply = clock::timeout(
-            &*coord.clock,
+            &SystemClock,
             timeout,
             frames::request::<_, EdgeMsg>(conn, &CloudMsg::Command(cmd)),
         )

@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the daemon: sample, journal, report, and run assigned tasks.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
 }

@@ -125,7 +125,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         cfg.tasks.clone(),
         cfg.data_dir.clone(),
         node_id.clone(),
-        wall.clone(),
+        (wall.clone(), sample_clock.clone()),
     );
     executor.recover()?;
 

@@ -33,20 +33,22 @@ pub struct Executor {
     data_dir: PathBuf,
     node_id: String,
     clock: SharedClock,
+    stamps: SharedClock,
     running: Mutex<HashMap<u64, watch::Sender<bool>>>,
     idle: Notify,
 }
 
 impl Executor {
     /// An executor journaling into `journal` and waking `outbox` after each entry.
-    /// `clock` times the grace period.
+    /// `clock` times the grace period; `stamps` dates task events, and is the
+    /// node's sampling clock so that they match its other reports.
     pub fn new(
         journal: Arc<Mutex<Journal>>,
         outbox: Arc<Notify>,
         cfg: TaskConfig,
         data_dir: PathBuf,
         node_id: String,
-        clock: SharedClock,
+        (clock, stamps): (SharedClock, SharedClock),
     ) -> Arc<Self> {
         Arc::new(Executor {
             journal,
@@ -55,6 +57,7 @@ impl Executor {
             data_dir,
             node_id,
             clock,
+            stamps,
             running: Mutex::new(HashMap::new()),
             idle: Notify::new(),
         })
@@ -153,7 +156,7 @@ impl Executor {
         ReportBody::Task(TaskStatus {
             task_id: a.task_id,
             job_id: a.job_id,
-            t_ms: chrono_now_ms(),
+            t_ms: self.stamps.now_ms(),
             event,
             output_tail,
         })
@@ -302,12 +305,6 @@ impl Executor {
     }
 }
 
-fn chrono_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Whether process `pid` is the one started for `task_id`: its environment
 /// carries the `TIDEMILL_TASK_ID` the executor gave it.
 fn runs_task(pid: u32, task_id: u64) -> bool {
@@ -365,7 +362,7 @@ mod tests {
             cfg,
             dir.path().to_owned(),
             "n1".into(),
-            Arc::new(SystemClock),
+            (Arc::new(SystemClock), Arc::new(SystemClock)),
         );
         Harness { dir, journal, exec }
     }

@@ -1,0 +1,316 @@
+//! End to end on loopback under the tidal scheduler: a coordinator, four edges
+//! replaying tidal traces out of phase and one cloud node, all on one
+//! accelerated clock; ten jobs with mixed deadlines. Every guaranteed job must
+//! finish by its deadline, the infeasible ones must be turned away or demoted
+//! with a reason, and every plan must be explained.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use support::{Coordinator, EDGE, Proc, write_trace};
+
+/// Accelerated seconds per wall second: an hour of tide every 3 s.
+const SPEED: f64 = 1200.0;
+/// Wall seconds per training iteration of the test trainer: 300 s of tide.
+const STEP_WALL_S: f64 = 0.25;
+/// The rate each job declares, iterations per accelerated second: a little
+/// slower than the trainer's 1/300, for process start-up and sh overhead.
+const DECLARED_IPS: f64 = 1.0 / 330.0;
+const EDGES: [&str; 4] = ["e1", "e2", "e3", "e4"];
+const CLOUD_NODE: &str = "c1";
+
+/// A trainer that checkpoints its step after each iteration and on SIGTERM,
+/// and resumes from the checkpoint: what tidemill expects of a job it moves.
+const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
+i=$(cat "$ck" 2>/dev/null || echo 0)
+trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
+while [ "$i" -lt "$1" ]; do sleep "$2" & wait $!; i=$((i+1)); echo "$i" > "$ck"; done
+echo "trained $i iterations on $TIDEMILL_NODE_ID"
+"#;
+
+struct Job {
+    name: &'static str,
+    iterations: u32,
+    deadline_h: f64,
+    class: &'static str,
+    on_infeasible: &'static str,
+}
+
+const JOBS: [Job; 10] = [
+    job("night-1", 8, 3.0, "slo", "reject"),
+    job("night-2", 8, 4.0, "slo", "reject"),
+    job("night-3", 10, 5.0, "slo", "reject"),
+    job("night-4", 6, 6.0, "slo", "reject"),
+    job("night-5", 8, 8.0, "slo", "reject"),
+    job("night-6", 6, 10.0, "slo", "reject"),
+    job("urgent", 6, 1.2, "slo", "reject"),
+    job("impossible", 20, 1.0, "slo", "reject"),
+    job("hopeful", 16, 1.0, "slo", "best-effort"),
+    job("spare", 4, 12.0, "best-effort", "best-effort"),
+];
+
+const fn job(
+    name: &'static str,
+    iterations: u32,
+    deadline_h: f64,
+    class: &'static str,
+    on_infeasible: &'static str,
+) -> Job {
+    Job {
+        name,
+        iterations,
+        deadline_h,
+        class,
+        on_infeasible,
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn write_job(dir: &Path, j: &Job, trainer: &Path, tide_now_ms: i64) -> std::path::PathBuf {
+    let deadline_ms = tide_now_ms + (j.deadline_h * 3.6e6) as i64;
+    let deadline = chrono::DateTime::from_timestamp_millis(deadline_ms)
+        .unwrap()
+        .to_rfc3339();
+    let file = dir.join(format!("{}.toml", j.name));
+    let checkpoints = dir.join("checkpoints").join(j.name);
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "{name}"
+command = ["sh", "{trainer}", "{iters}", "{step}"]
+deadline = "{deadline}"
+class = "{class}"
+on_infeasible = "{on_infeasible}"
+[env]
+TIDEMILL_CHECKPOINT_DIR = "{checkpoints}"
+[work]
+model = "trainer"
+iterations = {iters}
+global_batch = 32
+model_bytes = 97500000
+checkpoint_bytes = 1000000
+[work.iters_per_s]
+cpu = {rate}
+"#,
+            name = j.name,
+            trainer = trainer.display(),
+            iters = j.iterations,
+            step = STEP_WALL_S,
+            class = j.class,
+            on_infeasible = j.on_infeasible,
+            checkpoints = checkpoints.display(),
+            rate = DECLARED_IPS,
+        ),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let anchor = now_ms();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start_with(&[
+        ("speed = 1.0", &format!("speed = {SPEED}")),
+        (
+            "# anchor_ms = 1767225600000",
+            &format!("anchor_ms = {anchor}"),
+        ),
+        ("round_interval_secs = 2", "round_interval_secs = 120"),
+        ("offline_after_secs = 20", "offline_after_secs = 3600"),
+        (
+            "[scheduler.cloud_nodes]\n",
+            &format!("[scheduler.cloud_nodes]\n{CLOUD_NODE} = {{ price_per_gpu_hour = 2.0 }}\n"),
+        ),
+    ]);
+
+    // Four edges whose tide runs 3 h apart; the cloud node replays too, so that
+    // its clock is the shared accelerated one (its load does not matter).
+    let trace = write_trace(dir.path(), &EDGES);
+    let config = dir.path().join("edge.toml");
+    let defaults = Command::new(EDGE)
+        .arg("print-default-config")
+        .output()
+        .unwrap();
+    let toml = String::from_utf8(defaults.stdout)
+        .unwrap()
+        .replace("interval_secs = 600", "interval_secs = 1")
+        .replace(
+            "forecast_refresh_secs = 300.0",
+            "forecast_refresh_secs = 1800.0",
+        );
+    std::fs::write(&config, toml).unwrap();
+    let nodes: Vec<(&str, &str)> = EDGES
+        .iter()
+        .map(|e| (*e, *e))
+        .chain([(CLOUD_NODE, EDGES[0])])
+        .collect();
+    let _edges: Vec<Proc> = nodes
+        .iter()
+        .map(|(node, series)| {
+            let mut cmd = Command::new(EDGE);
+            cmd.arg("run")
+                .arg("--config")
+                .arg(&config)
+                .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
+                .arg("--ca")
+                .arg(coord.ca())
+                .arg("--data-dir")
+                .arg(dir.path().join(node))
+                .args(["--sample-interval", "300"])
+                .arg("--replay")
+                .arg(&trace)
+                .args(["--replay-node", series])
+                .args(["--speed", &SPEED.to_string()])
+                .args(["--clock-anchor", &anchor.to_string()]);
+            Proc::spawn(node, cmd)
+        })
+        .collect();
+    cloud.wait_for("edge connected", nodes.len(), support::PATIENCE);
+    for node in EDGES {
+        cloud.wait_until(
+            &format!("a forecast from {node}"),
+            1,
+            support::PATIENCE,
+            |l| l.contains("forecast stored") && l.contains(&format!("node_id={node} ")),
+        );
+        cloud.wait_until(
+            &format!("link reports from {node}"),
+            1,
+            support::PATIENCE,
+            |l| l.contains("kind=links") && l.contains(&format!("node_id={node} ")),
+        );
+    }
+
+    let trainer = dir.path().join("trainer.sh");
+    std::fs::write(&trainer, TRAINER).unwrap();
+    let ids: Vec<u64> = JOBS
+        .iter()
+        .map(|j| {
+            // Deadlines count from submission, on the shared accelerated clock.
+            let tide_now = anchor + ((now_ms() - anchor) as f64 * SPEED) as i64;
+            let file = write_job(dir.path(), j, &trainer, tide_now);
+            coord
+                .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
+                .trim()
+                .parse()
+                .expect("job id")
+        })
+        .collect();
+
+    // Every job ends: succeeded, or rejected at admission. The longest
+    // deadline is 12 h of tide, 36 wall seconds after submission.
+    let ended = |l: &str| {
+        l.contains("job state changed")
+            && ["succeeded", "failed", "cancelled"]
+                .iter()
+                .any(|s| l.contains(&format!("state={s}")))
+            || l.contains("action=rejected")
+    };
+    cloud.wait_until(
+        "every job to end",
+        JOBS.len(),
+        std::time::Duration::from_secs(90),
+        ended,
+    );
+
+    let mut guaranteed = 0;
+    for (j, id) in JOBS.iter().zip(&ids) {
+        let job = coord.job(*id);
+        let plan = &job["plan"];
+        eprintln!(
+            "{:<10} {:<9} {:<11} nodes {:<8} submitted {} finished {} deadline {} | {}",
+            j.name,
+            job["state"].as_str().unwrap_or(""),
+            plan["verdict"]["verdict"].as_str().unwrap_or(""),
+            job["node"].as_str().unwrap_or("-"),
+            job["submitted_at"].as_str().unwrap_or("-"),
+            job["finished_at"].as_str().unwrap_or("-"),
+            job["deadline"].as_str().unwrap_or("-"),
+            plan["reason"].as_str().unwrap_or("")
+        );
+        let verdict = plan["verdict"]["verdict"].as_str().unwrap_or("none");
+        let reason = plan["reason"].as_str().unwrap_or("");
+        assert!(
+            !reason.is_empty(),
+            "{}: every plan has a reason: {job:#}",
+            j.name
+        );
+        match j.name {
+            "impossible" => {
+                assert_eq!(job["state"], "rejected", "{job:#}");
+                assert_eq!(verdict, "rejected", "{job:#}");
+                assert!(
+                    job["reason"]
+                        .as_str()
+                        .unwrap()
+                        .contains("rejected at admission"),
+                    "{job:#}"
+                );
+                continue;
+            }
+            "hopeful" | "spare" => {
+                assert_eq!(verdict, "best-effort", "{}: {job:#}", j.name);
+            }
+            _ => {
+                assert_eq!(verdict, "guaranteed", "{}: {job:#}", j.name);
+                guaranteed += 1;
+                let finished = chrono::DateTime::parse_from_rfc3339(
+                    job["finished_at"].as_str().expect("finished"),
+                )
+                .unwrap();
+                let deadline =
+                    chrono::DateTime::parse_from_rfc3339(job["deadline"].as_str().unwrap())
+                        .unwrap();
+                assert!(
+                    finished <= deadline,
+                    "{} finished at {finished}, after its deadline {deadline}: {job:#}",
+                    j.name
+                );
+            }
+        }
+        assert_eq!(job["state"], "succeeded", "{}: {job:#}", j.name);
+        let tail = job["output_tail"].to_string();
+        assert!(
+            tail.contains(&format!("trained {} iterations", j.iterations)),
+            "{tail}"
+        );
+        let step = &plan["step"];
+        assert!(step["compute_s"].as_f64().unwrap() > 0.0, "{job:#}");
+        assert!(
+            plan["nodes"].as_array().is_some_and(|n| !n.is_empty()),
+            "{job:#}"
+        );
+        assert!(plan["expected_finish"].is_string(), "{job:#}");
+    }
+    assert_eq!(guaranteed, 7, "seven SLO jobs are feasible and guaranteed");
+
+    // The link matrix holds what the edges measured.
+    let links: Vec<serde_json::Value> =
+        serde_json::from_str(&coord.cli(&["links", "--json"])).unwrap();
+    for node in EDGES {
+        assert!(
+            links
+                .iter()
+                .any(|l| l["from"] == node && l["to"] == "cloud"),
+            "{node} measured its cloud link: {links:#?}"
+        );
+        assert!(
+            links
+                .iter()
+                .any(|l| l["from"] == node && l["class"] == "edge-edge"),
+            "{node} measured an edge link: {links:#?}"
+        );
+    }
+    let shown = coord.cli(&["jobs", "show", &ids[0].to_string()]);
+    assert!(
+        shown.contains("verdict:  guaranteed") && shown.contains("step:"),
+        "{shown}"
+    );
+}
