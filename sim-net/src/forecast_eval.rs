@@ -13,7 +13,7 @@ use tidemill_forecast::{ConfigError, ForecastConfig, Method};
 
 use crate::backtest::Backtest;
 use crate::plot::{PlotError, plot_node};
-use crate::trace::{Format, Mapping, TraceError, ValueScale, read_trace};
+use crate::trace::{MappingFlags, TraceError, read_trace};
 
 /// Options of `forecast-eval`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -21,21 +21,9 @@ pub struct Args {
     /// Trace file: CSV, optionally gzip (detected by `.gz` or the magic bytes).
     #[arg(long)]
     pub trace: PathBuf,
-    /// Preset column mapping for a known data set; the column flags override it.
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
-    /// Column with the node id (omit, with no preset, to read one series).
-    #[arg(long)]
-    pub node_col: Option<String>,
-    /// Column with the time in seconds (absolute or relative).
-    #[arg(long)]
-    pub time_col: Option<String>,
-    /// Column with the utilisation value.
-    #[arg(long)]
-    pub value_col: Option<String>,
-    /// How values become percent.
-    #[arg(long, value_enum)]
-    pub value_scale: Option<ValueScale>,
+    /// Which columns hold what.
+    #[command(flatten)]
+    pub mapping: MappingFlags,
     /// Forecast horizon, e.g. 24h, 90m, 3600s (at most 48h).
     #[arg(long, default_value = "24h", value_parser = parse_duration_s)]
     pub horizon: u32,
@@ -84,14 +72,6 @@ pub enum EvalError {
         "{0} (set by --slot, --horizon, --idle-threshold, --idle-confidence or --history-days)"
     )]
     Config(#[from] ConfigError),
-    /// A column mapping is incomplete.
-    #[error("{trace}: no --{flag} given; pass --format with a preset or --{flag} COLUMN")]
-    MissingMapping {
-        /// The trace.
-        trace: PathBuf,
-        /// The missing flag.
-        flag: &'static str,
-    },
     /// `--step` is zero.
     #[error("--step 0: the time between origins must be positive")]
     ZeroStep,
@@ -146,34 +126,6 @@ struct Report {
 }
 
 impl Args {
-    fn mapping(&self) -> Result<Mapping, EvalError> {
-        let preset = self.format.map(Format::mapping);
-        let missing = |flag| EvalError::MissingMapping {
-            trace: self.trace.clone(),
-            flag,
-        };
-        Ok(Mapping {
-            node_col: self
-                .node_col
-                .clone()
-                .or_else(|| preset.as_ref().and_then(|p| p.node_col.clone())),
-            time_col: self
-                .time_col
-                .clone()
-                .or_else(|| preset.as_ref().map(|p| p.time_col.clone()))
-                .ok_or_else(|| missing("time-col"))?,
-            value_col: self
-                .value_col
-                .clone()
-                .or_else(|| preset.as_ref().map(|p| p.value_col.clone()))
-                .ok_or_else(|| missing("value-col"))?,
-            scale: self
-                .value_scale
-                .or(preset.as_ref().map(|p| p.scale))
-                .unwrap_or(ValueScale::Percent),
-        })
-    }
-
     fn config(&self) -> Result<ForecastConfig, EvalError> {
         let config = ForecastConfig {
             slot_len_s: self.slot,
@@ -195,7 +147,7 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
     if args.step == 0 {
         return Err(EvalError::ZeroStep);
     }
-    let series = read_trace(&args.trace, &args.mapping()?)?;
+    let series = read_trace(&args.trace, &args.mapping.resolve(&args.trace, None)?)?;
     eprintln!(
         "read {} series ({} samples) from {} in {:.1}s",
         series.len(),

@@ -7,4 +7,5 @@ pub mod demo;
 pub mod forecast_eval;
 pub mod gen_trace;
 pub mod plot;
+pub mod simulate;
 pub mod trace;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{demo, forecast_eval, gen_trace};
+use tidemill_sim::{demo, forecast_eval, gen_trace, simulate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +26,9 @@ enum Command {
     ForecastEval(forecast_eval::Args),
     /// Write a synthetic tidal utilisation trace in tidemill's format.
     GenTrace(gen_trace::Args),
+    /// Trace-driven simulation of tidemill against EdgeFlow and the classic
+    /// baselines on the same jobs, nodes and edge load.
+    Simulate(simulate::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,10 @@ fn main() -> ExitCode {
         Command::GenTrace(args) => {
             lifecycle::exit_quietly_on_closed_pipe();
             gen_trace::run(&args).map_err(Into::into)
+        }
+        Command::Simulate(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            simulate::run(&args).map_err(Into::into)
         }
     };
     match result {

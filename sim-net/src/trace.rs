@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
+use clap::{Args as ClapArgs, ValueEnum};
 use flate2::read::MultiGzDecoder;
 use thiserror::Error;
 
@@ -89,6 +89,59 @@ impl Format {
     }
 }
 
+/// The column-mapping flags shared by every subcommand that reads a
+/// utilisation trace: a preset, and per-column overrides.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub struct MappingFlags {
+    /// Preset column mapping for a known data set; the column flags override it.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Column with the node id (omit, with no preset, to read one series).
+    #[arg(long)]
+    pub node_col: Option<String>,
+    /// Column with the time in seconds (absolute or relative).
+    #[arg(long)]
+    pub time_col: Option<String>,
+    /// Column with the utilisation value.
+    #[arg(long)]
+    pub value_col: Option<String>,
+    /// How values become percent.
+    #[arg(long, value_enum)]
+    pub value_scale: Option<ValueScale>,
+}
+
+impl MappingFlags {
+    /// The mapping for `trace`: the flags over the preset; `default` stands in
+    /// for `--format` when none was given (e.g. from a config file).
+    pub fn resolve(&self, trace: &Path, default: Option<Format>) -> Result<Mapping, TraceError> {
+        let preset = self.format.or(default).map(Format::mapping);
+        let missing = |flag| TraceError::MissingMapping {
+            path: trace.to_path_buf(),
+            flag,
+        };
+        Ok(Mapping {
+            node_col: self
+                .node_col
+                .clone()
+                .or_else(|| preset.as_ref().and_then(|p| p.node_col.clone())),
+            time_col: self
+                .time_col
+                .clone()
+                .or_else(|| preset.as_ref().map(|p| p.time_col.clone()))
+                .ok_or_else(|| missing("time-col"))?,
+            value_col: self
+                .value_col
+                .clone()
+                .or_else(|| preset.as_ref().map(|p| p.value_col.clone()))
+                .ok_or_else(|| missing("value-col"))?,
+            scale: self
+                .value_scale
+                .or(preset.as_ref().map(|p| p.scale))
+                .unwrap_or(ValueScale::Percent),
+        })
+    }
+}
+
 /// One node's samples: (Unix ms, percent), sorted by time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
@@ -150,6 +203,14 @@ pub enum TraceError {
         line: u64,
         /// The parser's error.
         source: csv::Error,
+    },
+    /// A column mapping is incomplete.
+    #[error("{path}: no --{flag} given; pass --format with a preset or --{flag} COLUMN")]
+    MissingMapping {
+        /// The trace.
+        path: PathBuf,
+        /// The missing flag.
+        flag: &'static str,
     },
     /// No usable rows.
     #[error("{path}: no rows with a value in column `{column}`; check --value-col")]

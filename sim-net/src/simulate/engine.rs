@@ -1,0 +1,478 @@
+//! The discrete-event engine: simulated time only, jumping from event to event.
+//!
+//! Events are job arrivals, job completions, changes of reported edge load
+//! that the policy asked for ([`EdgeInterest`]) and the policy's own wake-up
+//! time. Events are coalesced into scheduling slots of `slot_ms` (60 s, as
+//! ElasticFlow's simulator does): the policy is asked at the first slot
+//! boundary at or after the earliest pending event, and the allocation it
+//! returns holds until the next such boundary. A job finishing inside a slot
+//! records its exact finish time; its devices become free at the boundary.
+//!
+//! Between boundaries every running job advances by the cost model: first its
+//! start-up (staging, checkpoint transfer, restart), then iterations at its
+//! placement's step time. Cloud GPU time, edge time while truly idle, edge
+//! time while truly busy (interference) and WAN bytes are added up as it runs.
+//! A decision that puts more workers on a node than it has devices, or runs a
+//! job that is not active, is a policy bug and stops the run with an error.
+
+use thiserror::Error;
+
+use super::edges::EdgeWorld;
+use super::jobs::TraceJob;
+use super::metrics::{Accumulators, EdgeTotals};
+use super::placement::{CostModel, Place};
+use super::policies::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
+
+/// Everything a run needs, shared by all policies.
+pub struct World {
+    /// The jobs, sorted by submission (id = index).
+    pub jobs: Vec<TraceJob>,
+    /// Nodes and cost model.
+    pub model: CostModel,
+    /// Edge load.
+    pub edges: EdgeWorld,
+    /// Scheduling slot, ms.
+    pub slot_ms: i64,
+    /// Measurement window, ms: first submission to last deadline or submission.
+    pub window: (i64, i64),
+    /// When the run stops, ms.
+    pub end_ms: i64,
+}
+
+/// A stretch of a job on one placement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stint {
+    /// The job.
+    pub job: usize,
+    /// Start, ms.
+    pub start_ms: i64,
+    /// End, ms.
+    pub end_ms: i64,
+    /// Where.
+    pub place: Place,
+    /// Iterations done in it.
+    pub iters: f64,
+}
+
+/// Devices in use at a time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageSample {
+    /// When, ms.
+    pub t_ms: i64,
+    /// Cloud GPUs held.
+    pub cloud: u32,
+    /// Edge devices held.
+    pub edge: u32,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The jobs' final states.
+    pub jobs: Vec<JobRun>,
+    /// Totals.
+    pub acc: Accumulators,
+    /// Every stint, when recorded.
+    pub stints: Vec<Stint>,
+    /// Device use after every round, when recorded.
+    pub usage: Vec<UsageSample>,
+}
+
+/// A policy broke the rules of the world.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// More workers on a node than it has devices.
+    #[error(
+        "policy bug at t={t_ms} ms: node {node} given {used} workers but has {devices} devices"
+    )]
+    OverCapacity {
+        /// The node.
+        node: String,
+        /// When.
+        t_ms: i64,
+        /// Workers placed.
+        used: u32,
+        /// Devices.
+        devices: u32,
+    },
+    /// A decision names a job that is not active, or a bad placement.
+    #[error("policy bug at t={t_ms} ms: job {job}: {what}")]
+    BadDecision {
+        /// The job.
+        job: usize,
+        /// When.
+        t_ms: i64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A job was placed where no throughput table covers its model.
+    #[error(
+        "job {job} (model {model}) was placed on a device class with no throughput table for it; add a table for the model to --throughputs"
+    )]
+    NoThroughput {
+        /// The job.
+        job: usize,
+        /// Its model.
+        model: String,
+    },
+}
+
+struct Run<'w> {
+    world: &'w World,
+    jobs: Vec<JobRun>,
+    active: Vec<usize>,
+    acc: Accumulators,
+    record: bool,
+    stints: Vec<Stint>,
+    usage: Vec<UsageSample>,
+    /// Per job: (start ms, iterations at start) of its open stint.
+    open: Vec<Option<(i64, f64)>>,
+}
+
+/// Runs `policy` over `world`; `progress(fraction)` is called now and then;
+/// `record` keeps stints and usage samples for tests and plots.
+pub fn run(
+    world: &World,
+    policy: &mut dyn Policy,
+    record: bool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Outcome, EngineError> {
+    let mut r = Run {
+        world,
+        jobs: world
+            .jobs
+            .iter()
+            .map(|t| JobRun {
+                spec: t.spec.clone(),
+                requested_gpus: t.requested_gpus,
+                done_iters: 0.0,
+                attained_s: 0.0,
+                attained_gpu_s: 0.0,
+                place: Place::new(),
+                location: Place::new(),
+                startup_left_s: 0.0,
+                step_s: 0.0,
+                status: JobStatus::Active,
+                finish_ms: None,
+                migrations: 0,
+                preemptions: 0,
+            })
+            .collect(),
+        active: Vec::new(),
+        acc: Accumulators::default(),
+        record,
+        stints: Vec::new(),
+        usage: Vec::new(),
+        open: vec![None; world.jobs.len()],
+    };
+    let slot = world.slot_ms.max(1);
+    let ceil = |t: i64| t.div_euclid(slot) * slot + if t.rem_euclid(slot) > 0 { slot } else { 0 };
+    let n = world.jobs.len();
+    let mut next = 0;
+    let mut arrived = Vec::new();
+    let Some(first) = world.jobs.first() else {
+        return Ok(r.finish());
+    };
+    let start = ceil(first.spec.submitted_ms);
+    let mut now = start;
+    let span = (world.end_ms - start).max(1) as f64;
+    let mut rounds_since_progress = 0;
+    while now < world.end_ms {
+        arrived.clear();
+        while next < n && r.jobs[next].spec.submitted_ms <= now {
+            r.active.push(next);
+            arrived.push(next);
+            next += 1;
+        }
+        if r.active.is_empty() {
+            if next == n {
+                break;
+            }
+            now = ceil(r.jobs[next].spec.submitted_ms);
+            continue;
+        }
+        let decision = policy.plan(&View {
+            now_ms: now,
+            jobs: &r.jobs,
+            active: &r.active,
+            arrived: &arrived,
+            model: &world.model,
+            edges: &world.edges,
+        });
+        r.acc.rounds += 1;
+        r.apply(now, &decision)?;
+        let mut t = world.end_ms;
+        if next < n {
+            t = t.min(r.jobs[next].spec.submitted_ms);
+        }
+        for &j in &r.active {
+            let job = &r.jobs[j];
+            if job.running() {
+                let secs = job.startup_left_s + job.remaining() * job.step_s;
+                t = t.min(now + (secs * 1000.0).ceil() as i64);
+            }
+        }
+        let edges = &world.edges;
+        let flip = |q: u32| {
+            world.model.nodes[q as usize]
+                .edge
+                .and_then(|e| edges.next_reported_flip(e, now))
+        };
+        match policy.edge_interest() {
+            EdgeInterest::None => {}
+            EdgeInterest::InUse => {
+                for &j in &r.active {
+                    for &(q, _) in &r.jobs[j].place {
+                        if let Some(f) = flip(q) {
+                            t = t.min(f);
+                        }
+                    }
+                }
+            }
+            EdgeInterest::All => {
+                for q in 0..world.model.nodes.len() as u32 {
+                    if let Some(f) = flip(q) {
+                        t = t.min(f);
+                    }
+                }
+            }
+        }
+        if let Some(w) = decision.wake_ms {
+            t = t.min(w);
+        }
+        let t_next = ceil(t).max(now + slot).min(world.end_ms.max(now + slot));
+        r.advance(now, t_next);
+        now = t_next;
+        rounds_since_progress += 1;
+        if rounds_since_progress >= 256 {
+            rounds_since_progress = 0;
+            progress((now - start) as f64 / span);
+        }
+    }
+    progress(1.0);
+    Ok(r.finish())
+}
+
+impl Run<'_> {
+    fn finish(mut self) -> Outcome {
+        let end = self.world.end_ms;
+        for j in 0..self.jobs.len() {
+            self.close(j, end);
+        }
+        Outcome {
+            jobs: self.jobs,
+            acc: self.acc,
+            stints: self.stints,
+            usage: self.usage,
+        }
+    }
+
+    fn close(&mut self, j: usize, t_ms: i64) {
+        if let Some((start, iters0)) = self.open[j].take()
+            && self.record
+        {
+            self.stints.push(Stint {
+                job: j,
+                start_ms: start,
+                end_ms: t_ms,
+                place: self.jobs[j].place.clone(),
+                iters: self.jobs[j].done_iters - iters0,
+            });
+        }
+    }
+
+    fn apply(&mut self, now: i64, d: &Decision) -> Result<(), EngineError> {
+        let model = &self.world.model;
+        let mut used = vec![0u32; model.nodes.len()];
+        let mut wanted: Vec<Option<&Place>> = vec![None; self.jobs.len()];
+        for (j, p) in &d.run {
+            let bad = |what: &str| EngineError::BadDecision {
+                job: *j,
+                t_ms: now,
+                what: what.to_string(),
+            };
+            if self
+                .jobs
+                .get(*j)
+                .is_none_or(|job| job.status != JobStatus::Active)
+                || !self.active.contains(j)
+            {
+                return Err(bad("not an active job"));
+            }
+            if wanted[*j].is_some() {
+                return Err(bad("placed twice in one round"));
+            }
+            if p.iter()
+                .any(|&(q, w)| w == 0 || q as usize >= model.nodes.len())
+            {
+                return Err(bad("placement names an unknown node or zero workers"));
+            }
+            if d.reject.contains(j) || d.abandon.contains(j) {
+                return Err(bad("both placed and turned away"));
+            }
+            for &(q, w) in p {
+                used[q as usize] += w;
+            }
+            wanted[*j] = (!p.is_empty()).then_some(p);
+        }
+        for (q, &u) in used.iter().enumerate() {
+            if u > model.nodes[q].devices {
+                return Err(EngineError::OverCapacity {
+                    node: model.nodes[q].id.clone(),
+                    t_ms: now,
+                    used: u,
+                    devices: model.nodes[q].devices,
+                });
+            }
+        }
+        for (list, status) in [
+            (&d.reject, JobStatus::Rejected),
+            (&d.abandon, JobStatus::Abandoned),
+        ] {
+            for &j in list {
+                if self
+                    .jobs
+                    .get(j)
+                    .is_some_and(|job| job.status == JobStatus::Active)
+                {
+                    self.close(j, now);
+                    let job = &mut self.jobs[j];
+                    job.status = status;
+                    job.place.clear();
+                }
+            }
+        }
+        self.active
+            .retain(|&j| self.jobs[j].status == JobStatus::Active);
+        for i in 0..self.active.len() {
+            let j = self.active[i];
+            let new: Place = wanted[j].cloned().unwrap_or_default();
+            if new == self.jobs[j].place {
+                continue;
+            }
+            self.close(j, now);
+            let job = &mut self.jobs[j];
+            if new.is_empty() {
+                job.preemptions += 1;
+                job.place.clear();
+                job.startup_left_s = 0.0;
+                continue;
+            }
+            let from = if job.running() {
+                job.migrations += 1;
+                job.place.clone()
+            } else {
+                job.location.clone()
+            };
+            let su = model.startup(&job.spec, &from, &new);
+            let Some((step, _)) = model.step(&job.spec, &new) else {
+                return Err(EngineError::NoThroughput {
+                    job: j,
+                    model: job.spec.model.clone(),
+                });
+            };
+            self.acc.wan.add_all(&su.wan);
+            job.startup_left_s = su.secs;
+            job.step_s = step;
+            job.location = new.clone();
+            job.place = new;
+            self.open[j] = Some((now, job.done_iters));
+        }
+        if self.record {
+            let (mut cloud, mut edge) = (0, 0);
+            for (q, &u) in used.iter().enumerate() {
+                if model.nodes[q].is_cloud() {
+                    cloud += u;
+                } else {
+                    edge += u;
+                }
+            }
+            self.usage.push(UsageSample {
+                t_ms: now,
+                cloud,
+                edge,
+            });
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, now: i64, t1: i64) {
+        let model = &self.world.model;
+        let edges = &self.world.edges;
+        let (_, window_end) = self.world.window;
+        let dt_s = (t1 - now) as f64 / 1000.0;
+        let mut busy_ms = vec![0i64; model.nodes.len()];
+        let mut done = Vec::new();
+        for &j in &self.active {
+            let job = &mut self.jobs[j];
+            if !job.running() {
+                continue;
+            }
+            let su = job.startup_left_s.min(dt_s);
+            job.startup_left_s -= su;
+            let need_s = job.remaining() * job.step_s;
+            let (used_s, iters) = if su + need_s <= dt_s {
+                done.push(j);
+                (su + need_s, job.remaining())
+            } else {
+                (dt_s, (dt_s - su) / job.step_s)
+            };
+            job.done_iters += iters;
+            job.attained_s += used_s;
+            let workers: u32 = job.place.iter().map(|p| p.1).sum();
+            job.attained_gpu_s += used_s * f64::from(workers);
+            let used_ms = (used_s * 1000.0).ceil() as i64;
+            if let Some((_, Some(class))) = model.step(&job.spec, &job.place) {
+                self.acc
+                    .wan
+                    .add(class, iters * model.allreduce_bytes(&job.spec, &job.place));
+            }
+            for &(q, w) in &job.place {
+                let node = &model.nodes[q as usize];
+                let w = f64::from(w);
+                match (node.price_per_gpu_hour, node.edge) {
+                    (Some(price), _) => {
+                        self.acc.cloud_gpu_s += w * used_s;
+                        self.acc.cloud_cost += price * w * used_s / 3600.0;
+                    }
+                    (None, Some(e)) => {
+                        self.acc.edge_used_s += w * used_s;
+                        let until = (now + used_ms).min(window_end);
+                        if until > now {
+                            let (idle, busy) = edges.split_idle(e, now, until);
+                            self.acc.edge_idle_used_s += w * idle as f64 / 1000.0;
+                            busy_ms[q as usize] = busy_ms[q as usize].max(busy);
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            if done.last() == Some(&j) {
+                job.finish_ms = Some(now + used_ms);
+                job.status = JobStatus::Done;
+            }
+        }
+        self.acc.interference_s += busy_ms.iter().sum::<i64>() as f64 / 1000.0;
+        for j in done {
+            let f = self.jobs[j].finish_ms.unwrap_or(t1);
+            self.close(j, f);
+            self.jobs[j].place.clear();
+        }
+        self.active
+            .retain(|&j| self.jobs[j].status == JobStatus::Active);
+    }
+}
+
+/// The edge's totals over the measurement window.
+pub fn edge_totals(world: &World) -> EdgeTotals {
+    let (t0, t1) = world.window;
+    let mut totals = EdgeTotals::default();
+    for n in &world.model.nodes {
+        if let Some(e) = n.edge {
+            let (idle, busy) = world.edges.split_idle(e, t0, t1);
+            totals.idle_device_s += f64::from(n.devices) * idle as f64 / 1000.0;
+            totals.box_s += (idle + busy) as f64 / 1000.0;
+        }
+    }
+    totals
+}

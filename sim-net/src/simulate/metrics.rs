@@ -1,0 +1,155 @@
+//! The figures reported per policy, and how they are computed from the
+//! engine's accumulators and the jobs' final states.
+//!
+//! - Deadline satisfaction ratio (DSR), all jobs: SLO jobs finished by their
+//!   deadline plus best-effort jobs finished at all, over all jobs; SLO DSR:
+//!   SLO jobs finished by their deadline over SLO jobs. A rejected or
+//!   abandoned job counts as missed.
+//! - Best-effort JCT: finish − submission of finished best-effort jobs.
+//! - Edge figures are measured over the window from the first submission to
+//!   the last deadline or submission (`window_ms`): harvested = device-hours
+//!   jobs held on boxes while truly idle, over the device-hours truly idle;
+//!   interference = box-hours with a job on the box while its true load was
+//!   over the threshold, over all box-hours.
+
+use serde::Serialize;
+
+use super::placement::WanBytes;
+use super::policies::{JobRun, JobStatus};
+
+/// What the engine adds up while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Accumulators {
+    /// Cloud GPU-seconds held.
+    pub cloud_gpu_s: f64,
+    /// Cloud money.
+    pub cloud_cost: f64,
+    /// Edge device-seconds held while the box was truly idle.
+    pub edge_idle_used_s: f64,
+    /// Edge device-seconds held in all.
+    pub edge_used_s: f64,
+    /// Box-seconds of interference.
+    pub interference_s: f64,
+    /// WAN bytes by class.
+    pub wan: WanBytes,
+    /// Rounds the policy was asked.
+    pub rounds: u64,
+}
+
+/// One policy's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyMetrics {
+    /// The policy.
+    pub policy: String,
+    /// Jobs in the trace.
+    pub jobs: usize,
+    /// Jobs with a deadline.
+    pub slo_jobs: usize,
+    /// Deadline satisfaction ratio over all jobs.
+    pub deadline_satisfaction_ratio: f64,
+    /// Deadline satisfaction ratio over SLO jobs.
+    pub slo_deadline_satisfaction_ratio: f64,
+    /// SLO jobs that met their deadline.
+    pub deadlines_met: usize,
+    /// Jobs rejected at admission.
+    pub rejected: usize,
+    /// Admitted jobs given up on after their deadline passed.
+    pub abandoned: usize,
+    /// Jobs not finished when the simulation ended.
+    pub unfinished: usize,
+    /// Finished best-effort jobs.
+    pub best_effort_finished: usize,
+    /// Mean best-effort JCT, seconds.
+    pub best_effort_jct_mean_s: Option<f64>,
+    /// 95th-percentile best-effort JCT, seconds.
+    pub best_effort_jct_p95_s: Option<f64>,
+    /// Cloud GPU-hours held.
+    pub cloud_gpu_hours: f64,
+    /// Cloud money, currency units.
+    pub cloud_cost: f64,
+    /// Edge device-hours held while truly idle.
+    pub edge_gpu_hours_harvested: f64,
+    /// Edge device-hours truly idle in the window.
+    pub edge_gpu_hours_idle: f64,
+    /// Harvested over idle.
+    pub harvested_idle_share: f64,
+    /// Box-hours of interference.
+    pub interference_node_hours: f64,
+    /// Interference over all box-hours in the window.
+    pub interference_share: f64,
+    /// Migrations per job.
+    pub migrations_per_job: f64,
+    /// Preemptions per job.
+    pub preemptions_per_job: f64,
+    /// WAN bytes by link class.
+    pub wan_bytes: WanBytes,
+    /// Scheduling rounds.
+    pub rounds: u64,
+    /// Wall time of this policy's run, seconds.
+    pub elapsed_s: f64,
+}
+
+/// Totals of the edge over the measurement window.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EdgeTotals {
+    /// Device-seconds truly idle.
+    pub idle_device_s: f64,
+    /// Box-seconds in all.
+    pub box_s: f64,
+}
+
+/// Computes the figures.
+pub fn summarise(
+    policy: &str,
+    jobs: &[JobRun],
+    acc: &Accumulators,
+    edge: EdgeTotals,
+    elapsed_s: f64,
+) -> PolicyMetrics {
+    let n = jobs.len();
+    let slo: Vec<&JobRun> = jobs.iter().filter(|j| j.slo()).collect();
+    let met = slo
+        .iter()
+        .filter(|j| j.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms))
+        .count();
+    let mut be_jct: Vec<f64> = jobs
+        .iter()
+        .filter(|j| !j.slo())
+        .filter_map(|j| Some((j.finish_ms? - j.spec.submitted_ms) as f64 / 1000.0))
+        .collect();
+    be_jct.sort_by(f64::total_cmp);
+    let count = |s: JobStatus| jobs.iter().filter(|j| j.status == s).count();
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let per_job =
+        |f: fn(&JobRun) -> u32| ratio(jobs.iter().map(|j| f64::from(f(j))).sum::<f64>(), n as f64);
+    PolicyMetrics {
+        policy: policy.to_string(),
+        jobs: n,
+        slo_jobs: slo.len(),
+        deadline_satisfaction_ratio: ratio((met + be_jct.len()) as f64, n as f64),
+        slo_deadline_satisfaction_ratio: ratio(met as f64, slo.len() as f64),
+        deadlines_met: met,
+        rejected: count(JobStatus::Rejected),
+        abandoned: count(JobStatus::Abandoned),
+        unfinished: count(JobStatus::Active),
+        best_effort_finished: be_jct.len(),
+        best_effort_jct_mean_s: (!be_jct.is_empty())
+            .then(|| be_jct.iter().sum::<f64>() / be_jct.len() as f64),
+        best_effort_jct_p95_s: (!be_jct.is_empty()).then(|| {
+            let k = ((be_jct.len() as f64 * 0.95).ceil() as usize).clamp(1, be_jct.len());
+            be_jct[k - 1]
+        }),
+        cloud_gpu_hours: acc.cloud_gpu_s / 3600.0,
+        cloud_cost: acc.cloud_cost,
+        edge_gpu_hours_harvested: acc.edge_idle_used_s / 3600.0,
+        edge_gpu_hours_idle: edge.idle_device_s / 3600.0,
+        harvested_idle_share: ratio(acc.edge_idle_used_s, edge.idle_device_s),
+        interference_node_hours: acc.interference_s / 3600.0,
+        interference_share: ratio(acc.interference_s, edge.box_s),
+        migrations_per_job: per_job(|j| j.migrations),
+        preemptions_per_job: per_job(|j| j.preemptions),
+        wan_bytes: acc.wan,
+        rounds: acc.rounds,
+        elapsed_s,
+    }
+}

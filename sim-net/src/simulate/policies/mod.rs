@@ -1,0 +1,188 @@
+//! The policies the simulator compares, behind one trait: each round the
+//! engine shows a policy the jobs and the nodes, and the policy says which
+//! jobs run where, which it turns away, and when it wants to be asked again.
+//! One file per policy; each file's docs name its source and every simplification.
+
+mod chronus;
+mod cloud_pool;
+mod edf;
+mod edgeflow;
+mod elasticflow;
+mod first_fit;
+mod profile;
+mod tidemill;
+mod tiresias;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+pub use chronus::Chronus;
+pub use edf::Edf;
+pub use edgeflow::EdgeFlow;
+pub use elasticflow::ElasticFlow;
+pub use first_fit::FirstFit;
+pub use tidemill::{Tidemill, TidemillConfig};
+pub use tiresias::Tiresias;
+
+use super::edges::EdgeWorld;
+use super::placement::{CostModel, Place};
+
+/// The policies, by their command-line names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// This project's scheduler (`tidemill_sched::schedule`), cloud and edge.
+    Tidemill,
+    /// EdgeFlow (Journal of Software, 2025), as described in the module docs.
+    Edgeflow,
+    /// ElasticFlow (ASPLOS '23): minimum satisfactory share with admission control, cloud only.
+    Elasticflow,
+    /// Earliest deadline first, cloud only.
+    Edf,
+    /// Chronus (SoCC '21): leases for SLO jobs, SRTF for the rest, cloud only.
+    Chronus,
+    /// Tiresias (NSDI '19): 2D-LAS with discretised queues, cloud only.
+    Tiresias,
+    /// First-fit in submission order, cloud only.
+    FirstFit,
+    /// tidemill's scheduler without the edge.
+    CloudOnly,
+}
+
+impl PolicyName {
+    /// Every policy, in report order.
+    pub const ALL: [PolicyName; 8] = [
+        PolicyName::Tidemill,
+        PolicyName::Edgeflow,
+        PolicyName::Elasticflow,
+        PolicyName::Edf,
+        PolicyName::Chronus,
+        PolicyName::Tiresias,
+        PolicyName::FirstFit,
+        PolicyName::CloudOnly,
+    ];
+
+    /// The command-line name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Tidemill => "tidemill",
+            PolicyName::Edgeflow => "edgeflow",
+            PolicyName::Elasticflow => "elasticflow",
+            PolicyName::Edf => "edf",
+            PolicyName::Chronus => "chronus",
+            PolicyName::Tiresias => "tiresias",
+            PolicyName::FirstFit => "first-fit",
+            PolicyName::CloudOnly => "cloud-only",
+        }
+    }
+}
+
+/// Where a job stands in the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobStatus {
+    /// Submitted, not finished, not turned away.
+    Active,
+    /// All its iterations are done.
+    Done,
+    /// Turned away by the policy at admission.
+    Rejected,
+    /// Given up on after its deadline passed.
+    Abandoned,
+}
+
+/// A job as the engine tracks it.
+#[derive(Debug, Clone)]
+pub struct JobRun {
+    /// The submitted job.
+    pub spec: tidemill_sched::JobSpec,
+    /// GPUs it asked for (non-elastic baselines run it on exactly this many).
+    pub requested_gpus: u32,
+    /// Iterations done.
+    pub done_iters: f64,
+    /// Seconds it has held devices.
+    pub attained_s: f64,
+    /// Device-seconds it has held (Tiresias' service).
+    pub attained_gpu_s: f64,
+    /// Where it runs now; empty when it does not.
+    pub place: Place,
+    /// Where its data and latest checkpoint are; empty before its first start.
+    pub location: Place,
+    /// Start-up seconds left before steps resume.
+    pub startup_left_s: f64,
+    /// Step time on `place`, seconds.
+    pub step_s: f64,
+    /// Status.
+    pub status: JobStatus,
+    /// When it finished, ms.
+    pub finish_ms: Option<i64>,
+    /// Moves from one running placement to another.
+    pub migrations: u32,
+    /// Stops while running (checkpoint and wait).
+    pub preemptions: u32,
+}
+
+impl JobRun {
+    /// Iterations still to do.
+    pub fn remaining(&self) -> f64 {
+        (self.spec.iterations - self.done_iters).max(0.0)
+    }
+
+    /// True when it runs now.
+    pub fn running(&self) -> bool {
+        !self.place.is_empty()
+    }
+
+    /// True when it has a deadline.
+    pub fn slo(&self) -> bool {
+        self.spec.class == tidemill_sched::JobClass::Slo
+    }
+}
+
+/// What a policy sees in a round.
+pub struct View<'a> {
+    /// The round's time, ms.
+    pub now_ms: i64,
+    /// Every job of the trace, by id.
+    pub jobs: &'a [JobRun],
+    /// Ids of the submitted, unfinished, not rejected jobs, in submission order.
+    pub active: &'a [usize],
+    /// Ids of the jobs submitted since the previous round.
+    pub arrived: &'a [usize],
+    /// Nodes and the cost model.
+    pub model: &'a CostModel,
+    /// The edge boxes' load (policies read only what is reported, or forecasts).
+    pub edges: &'a EdgeWorld,
+}
+
+/// A policy's answer for one round.
+#[derive(Debug, Clone, Default)]
+pub struct Decision {
+    /// Jobs to run and where; active jobs not listed stop (or keep waiting).
+    pub run: Vec<(usize, Place)>,
+    /// Jobs to turn away at admission.
+    pub reject: Vec<usize>,
+    /// Admitted jobs given up on (their deadline passed); they count as missed.
+    pub abandon: Vec<usize>,
+    /// Ask again at this time at the latest, ms.
+    pub wake_ms: Option<i64>,
+}
+
+/// Which changes of edge load make the engine ask the policy again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeInterest {
+    /// None: the policy does not use the edge.
+    None,
+    /// Changes on boxes its jobs run on.
+    InUse,
+    /// Every change of the set of idle boxes.
+    All,
+}
+
+/// A scheduling policy under simulation.
+pub trait Policy: Send {
+    /// Which edge changes trigger a round.
+    fn edge_interest(&self) -> EdgeInterest;
+    /// One round.
+    fn plan(&mut self, view: &View) -> Decision;
+}

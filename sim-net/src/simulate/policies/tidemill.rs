@@ -1,0 +1,204 @@
+//! `tidemill` and `cloud-only`: this project's scheduler,
+//! [`tidemill_sched::schedule`], driven unchanged, exactly as the live
+//! coordinator drives it: each round the simulator builds a [`WorldSnapshot`]
+//! (nodes with their idle windows and reported load, jobs with their progress,
+//! admission and standing reservation), calls `schedule`, and carries out the
+//! actions (start, continue, migrate, pause, wait, reject). Edge windows come
+//! from each box's online forecaster (P90 under the threshold, via
+//! [`EdgeAvailability::from_p90`]), or from the truth with `--oracle-forecast`.
+//! `cloud-only` is the same scheduler with no edge box in its snapshot.
+
+use std::collections::HashMap;
+
+use tidemill_forecast::ForecastConfig;
+use tidemill_sched::{
+    Action, Admission, Assignment, JobState, NodeKind, NodeSpec, Policy as SchedPolicy, Progress,
+    Segment, WorldSnapshot, schedule,
+};
+
+use super::{Decision, EdgeInterest, Policy, View};
+use crate::simulate::edges::OnlineForecast;
+use crate::simulate::placement::{CostModel, Place};
+
+/// How the tidemill policy runs.
+#[derive(Debug, Clone)]
+pub struct TidemillConfig {
+    /// The scheduler's settings.
+    pub policy: SchedPolicy,
+    /// Offer the edge boxes (false: `cloud-only`).
+    pub use_edge: bool,
+    /// Give the scheduler the true future instead of forecasts.
+    pub oracle: bool,
+    /// Forecaster settings.
+    pub forecast: ForecastConfig,
+    /// Seconds between forecast refreshes.
+    pub refresh_ms: i64,
+}
+
+/// The tidemill policy's memory between rounds: what the coordinator stores.
+pub struct Tidemill {
+    config: TidemillConfig,
+    world: WorldSnapshot,
+    /// Snapshot node index → simulator node index.
+    node_of: Vec<u32>,
+    index_of: HashMap<String, u32>,
+    forecasts: Vec<OnlineForecast>,
+    kept: HashMap<usize, (Admission, Vec<Segment>)>,
+}
+
+impl Tidemill {
+    /// A tidemill policy over `model`'s nodes.
+    pub fn new(
+        config: TidemillConfig,
+        model: &CostModel,
+    ) -> Result<Tidemill, tidemill_forecast::ConfigError> {
+        let mut nodes = Vec::new();
+        let mut node_of = Vec::new();
+        let mut forecasts = Vec::new();
+        for (q, n) in model.nodes.iter().enumerate() {
+            let kind = match (n.price_per_gpu_hour, n.edge) {
+                (Some(price), _) => NodeKind::Cloud {
+                    price_per_gpu_hour: price,
+                },
+                (None, Some(_)) if config.use_edge => {
+                    forecasts.push(OnlineForecast::new(config.forecast.clone())?);
+                    NodeKind::Edge(Default::default())
+                }
+                _ => continue,
+            };
+            nodes.push(NodeSpec {
+                id: n.id.clone(),
+                class: n.class.clone(),
+                devices: n.devices,
+                memory_per_device_bytes: u64::MAX,
+                online: true,
+                kind,
+            });
+            node_of.push(q as u32);
+        }
+        let index_of = model
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(q, n)| (n.id.clone(), q as u32))
+            .collect();
+        let world = WorldSnapshot {
+            nodes,
+            links: model.links.clone(),
+            jobs: Vec::new(),
+            throughput: model.tables.clone(),
+        };
+        Ok(Tidemill {
+            config,
+            world,
+            node_of,
+            index_of,
+            forecasts,
+            kept: HashMap::new(),
+        })
+    }
+
+    fn to_place(&self, on: &[Assignment]) -> Place {
+        let mut p: Place = on
+            .iter()
+            .filter_map(|a| Some((*self.index_of.get(&a.node_id)?, a.workers)))
+            .collect();
+        p.sort_unstable();
+        p
+    }
+
+    fn to_assignments(&self, v: &View, place: &[(u32, u32)]) -> Vec<Assignment> {
+        place
+            .iter()
+            .map(|&(q, w)| Assignment {
+                node_id: v.model.nodes[q as usize].id.clone(),
+                workers: w,
+            })
+            .collect()
+    }
+}
+
+impl Policy for Tidemill {
+    fn edge_interest(&self) -> EdgeInterest {
+        if self.config.use_edge {
+            EdgeInterest::InUse
+        } else {
+            EdgeInterest::None
+        }
+    }
+
+    fn plan(&mut self, v: &View) -> Decision {
+        let mut f = 0;
+        for (i, &q) in self.node_of.iter().enumerate() {
+            let Some(e) = v.model.nodes[q as usize].edge else {
+                continue;
+            };
+            let av = if self.config.oracle {
+                v.edges.oracle(e, v.now_ms, self.config.policy.horizon_ms)
+            } else {
+                self.forecasts[f].availability(v.edges, e, v.now_ms, self.config.refresh_ms)
+            };
+            f += 1;
+            self.world.nodes[i].kind = NodeKind::Edge(av);
+        }
+        self.kept.retain(|j, _| v.active.contains(j));
+        self.world.jobs = v
+            .active
+            .iter()
+            .map(|&j| {
+                let job = &v.jobs[j];
+                let (admission, reservation) = self
+                    .kept
+                    .get(&j)
+                    .cloned()
+                    .unwrap_or((Admission::Pending, Vec::new()));
+                let admission = match (admission, job.slo()) {
+                    (Admission::Pending, false) => Admission::BestEffort,
+                    (a, _) => a,
+                };
+                JobState {
+                    spec: job.spec.clone(),
+                    admission,
+                    progress: Progress {
+                        done_iters: job.done_iters,
+                        attained_s: job.attained_s,
+                        location: self.to_assignments(v, &job.location),
+                        running: job.running(),
+                        startup_left_s: job.startup_left_s,
+                    },
+                    reservation,
+                }
+            })
+            .collect();
+        let plan = schedule(&self.world, v.now_ms, &self.config.policy);
+        let mut d = Decision::default();
+        for dec in &plan.decisions {
+            let j = dec.job_id as usize;
+            match &dec.action {
+                Action::Start { on } | Action::Migrate { to: on, .. } => {
+                    d.run.push((j, self.to_place(on)));
+                }
+                Action::Continue => d.run.push((j, v.jobs[j].place.clone())),
+                Action::Reject => {
+                    d.reject.push(j);
+                    continue;
+                }
+                Action::Pause | Action::Wait => {}
+            }
+            if let Some(a) = dec.verdict.admission() {
+                self.kept.insert(j, (a, dec.segments.clone()));
+            }
+            let next = dec
+                .segments
+                .iter()
+                .flat_map(|s| [s.start_ms, s.end_ms])
+                .filter(|&t| t > v.now_ms)
+                .min();
+            d.wake_ms = match (d.wake_ms, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        d
+    }
+}
