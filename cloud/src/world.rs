@@ -74,7 +74,10 @@ fn node_spec(cfg: &SchedulerConfig, n: &NodeRecord, forecast: Option<&NodeForeca
 
 /// Idle windows from the forecast: a slot is idle when the P90 of every idle
 /// resource the node reports is below the node's threshold. The primary load
-/// now is the highest of its latest CPU and accelerator utilisation.
+/// now is the highest of its latest CPU and accelerator utilisation; it also
+/// stands for the slot in progress when the forecast was issued (forecasts
+/// start at the next slot boundary), so a node idle now and forecast idle
+/// next has a window that covers the present.
 fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>) -> EdgeAvailability {
     let util_now = [n.cpu_util, n.gpu_util]
         .into_iter()
@@ -93,17 +96,21 @@ fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>) -> EdgeAvailabi
         .filter_map(|r| f.resource(*r))
         .collect();
     let slots = resources.iter().map(|r| r.slots.len()).min().unwrap_or(0);
-    let p90: Vec<Option<f64>> = (0..slots)
-        .map(|i| {
+    let current = util_now.filter(|_| f.issued_ms < f.start_ms);
+    let p90: Vec<Option<f64>> = current
+        .into_iter()
+        .map(Some)
+        .chain((0..slots).map(|i| {
             resources
                 .iter()
                 .map(|r| r.slots[i].map(|q| q.p90))
                 .try_fold(0.0, |worst: f64, p| p.map(|p| worst.max(p)))
-        })
+        }))
         .collect();
+    let slot_ms = i64::from(f.slot_len_s) * 1000;
     EdgeAvailability::from_p90(
-        f.start_ms,
-        i64::from(f.slot_len_s) * 1000,
+        f.start_ms - if current.is_some() { slot_ms } else { 0 },
+        slot_ms,
         &p90,
         f.idle_threshold_pct,
         util_now,
@@ -200,5 +207,66 @@ fn one_worker(batch: u32, rate: f64) -> ModelTable {
         gpus: vec![1],
         iters_per_s: vec![vec![Some(rate)]],
         estimated_from: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_forecast::{CycleVerdict, DailyCycle, Method, Quantiles, ResourceForecast};
+
+    fn node(cpu_now: f32) -> NodeRecord {
+        serde_json::from_value(serde_json::json!({
+            "id": "e1", "online": true, "cpu_cores": 4, "mem_bytes": 8_000_000_000u64,
+            "accelerators": [], "os": "linux", "arch": "x86_64", "daemon_version": "0",
+            "last_seq": 1, "cpu_util": cpu_now, "mem_util": 40.0, "gpu_util": null,
+            "last_sample_at": null, "last_seen_at": "2026-01-01T00:00:00Z",
+            "registered_at": "2026-01-01T00:00:00Z", "forecast": null
+        }))
+        .unwrap()
+    }
+
+    fn forecast(p90: &[Option<f64>]) -> NodeForecast {
+        let q = |p: f64| Quantiles {
+            p10: p,
+            p50: p,
+            p90: p,
+        };
+        NodeForecast {
+            method: Method::Tidemill,
+            issued_ms: 1_000_000 - 300_000,
+            start_ms: 1_000_000,
+            slot_len_s: 900,
+            idle_threshold_pct: 30.0,
+            resources: vec![ResourceForecast {
+                resource: Resource::Cpu,
+                cycle: CycleVerdict {
+                    daily_cycle: DailyCycle::Present,
+                    strength: None,
+                    days_used: 0,
+                },
+                slots: p90.iter().map(|p| p.map(q)).collect(),
+            }],
+            idle_windows: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_slot_in_progress_is_judged_on_the_load_now() {
+        let f = forecast(&[Some(20.0), Some(50.0), Some(10.0), None]);
+        // Idle now (10 % < 30 %): the window runs from the slot in progress,
+        // which began at 1_000_000 − 900_000, to the end of the first slot.
+        let idle = availability(&node(10.0), Some(&f));
+        let spans: Vec<(i64, i64)> = idle
+            .windows
+            .iter()
+            .map(|w| (w.start_ms, w.end_ms))
+            .collect();
+        assert_eq!(spans, vec![(100_000, 1_900_000), (2_800_000, 3_700_000)]);
+        // Busy now: the present is not in a window.
+        let busy = availability(&node(80.0), Some(&f));
+        assert_eq!(busy.windows[0].start_ms, 1_000_000);
+        assert!(busy.tide_in());
+        assert!(availability(&node(10.0), None).windows.is_empty());
     }
 }

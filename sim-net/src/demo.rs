@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemill_cloud::client::{Client, ClientError};
-use tidemill_cloud::config::CloudConfig;
-use tidemill_cloud::job::{JobRecord, JobSpec, JobState};
+use tidemill_cloud::config::{ClockConfig, CloudConfig};
+use tidemill_cloud::job::{JobRecord, JobSpec, JobState, Work};
 use tidemill_edge::config::{EdgeConfig, ReplayConfig};
-use tidemill_runtime::clock::{Clock, ScaledClock, SystemClock};
+use tidemill_runtime::clock::{self, Clock, SharedClock, SystemClock};
+use tidemill_sched::{JobClass, OnInfeasible};
 use tokio::sync::watch;
 
 use crate::gen_trace;
@@ -87,45 +88,67 @@ pub enum DemoError {
     Outcome(String),
 }
 
-/// The jobs submitted: (name, command, expected state, submit at trace hour).
-const JOBS: &[(&str, &str, JobState, f64)] = &[
-    (
-        "resnet50-night-1",
-        "echo epoch 1; sleep 1; echo epoch 2; sleep 1; echo checkpoint saved",
-        JobState::Succeeded,
-        0.0,
-    ),
-    (
-        "bert-night-2",
-        "echo epoch 1; sleep 2; echo checkpoint saved",
-        JobState::Succeeded,
-        0.0,
-    ),
-    (
-        "vgg16-night-3",
-        "echo epoch 1; sleep 1; echo checkpoint saved",
-        JobState::Succeeded,
-        0.0,
-    ),
-    (
-        "broken-config",
-        "echo loading config; echo 'no such dataset' >&2; exit 3",
-        JobState::Failed,
-        0.0,
-    ),
-    (
-        "gpt2-noon-1",
-        "echo epoch 1; sleep 1; echo checkpoint saved",
-        JobState::Succeeded,
-        12.0,
-    ),
-    (
-        "gpt2-noon-2",
-        "echo epoch 1; sleep 1; echo checkpoint saved",
-        JobState::Succeeded,
-        12.0,
-    ),
+/// One demo job.
+struct DemoJob {
+    name: &'static str,
+    command: &'static str,
+    expect: JobState,
+    /// The trace hour at which it is submitted.
+    at_hour: f64,
+    /// Its training work in one-second epochs, which lets the tidal scheduler
+    /// plan it; `None` for a job without a `[work]` section.
+    epochs: Option<f64>,
+}
+
+/// The jobs submitted: night jobs planned into the tide, one that fails on
+/// purpose, and noon jobs that wait for the next night.
+const JOBS: &[DemoJob] = &[
+    DemoJob {
+        name: "resnet50-night-1",
+        command: "echo epoch 1; sleep 1; echo epoch 2; sleep 1; echo checkpoint saved",
+        expect: JobState::Succeeded,
+        at_hour: 0.0,
+        epochs: Some(2.0),
+    },
+    DemoJob {
+        name: "bert-night-2",
+        command: "echo epoch 1; sleep 2; echo checkpoint saved",
+        expect: JobState::Succeeded,
+        at_hour: 0.0,
+        epochs: Some(2.0),
+    },
+    DemoJob {
+        name: "vgg16-night-3",
+        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        expect: JobState::Succeeded,
+        at_hour: 0.0,
+        epochs: Some(1.0),
+    },
+    DemoJob {
+        name: "broken-config",
+        command: "echo loading config; echo 'no such dataset' >&2; exit 3",
+        expect: JobState::Failed,
+        at_hour: 0.0,
+        epochs: None,
+    },
+    DemoJob {
+        name: "gpt2-noon-1",
+        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        expect: JobState::Succeeded,
+        at_hour: 12.0,
+        epochs: Some(1.0),
+    },
+    DemoJob {
+        name: "gpt2-noon-2",
+        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        expect: JobState::Succeeded,
+        at_hour: 12.0,
+        epochs: Some(1.0),
+    },
 ];
+
+/// Hours of tide from submission to each job's deadline.
+const DEADLINE_HOURS: i64 = 14;
 
 /// Runs the demo; see the module docs.
 pub fn run(args: &Args) -> Result<(), DemoError> {
@@ -192,14 +215,22 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         trace.display()
     );
 
+    // The coordinator and the edges share one accelerated clock from here.
+    let anchor = SystemClock.now_ms();
     let cloud_cfg = CloudConfig {
         quic_listen: "127.0.0.1:0".parse().expect("valid address"),
         api_listen: "127.0.0.1:0".parse().expect("valid address"),
         data_dir: args.data_dir.join("cloud"),
-        round_interval_secs: 0.25,
+        // A round every quarter of a wall second, in accelerated seconds.
+        round_interval_secs: 0.25 * args.speed,
+        clock: ClockConfig {
+            speed: args.speed,
+            anchor_ms: Some(anchor),
+        },
         ..CloudConfig::default()
     };
-    let server = tidemill_cloud::server::start(cloud_cfg, Arc::new(SystemClock)).await?;
+    let coordinator_clock = clock::for_speed(args.speed, Some(anchor));
+    let server = tidemill_cloud::server::start(cloud_cfg, coordinator_clock.clone()).await?;
     println!(
         "coordinator: QUIC {}  API http://{}",
         server.quic_addr, server.api_addr
@@ -219,7 +250,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
                 file: trace.clone(),
                 node: node.clone(),
                 speed: args.speed,
-                clock_anchor_ms: None,
+                clock_anchor_ms: Some(anchor),
                 prime_history: true,
             }),
             ..EdgeConfig::default()
@@ -242,8 +273,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     );
 
     let client = Arc::new(Client::new(&format!("http://{}", server.api_addr)));
-    let tide = ScaledClock::new(0, args.speed);
-    let outcome = watch_jobs(args, &client, &tide).await;
+    let outcome = watch_jobs(args, &client, &coordinator_clock, anchor).await;
     stop_tx.send_replace(true);
     while let Some(joined) = edges.join_next().await {
         if let Ok(Err(e)) = joined {
@@ -262,32 +292,36 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
 async fn watch_jobs(
     args: &Args,
     client: &Arc<Client>,
-    tide: &ScaledClock,
+    coordinator_clock: &SharedClock,
+    anchor: i64,
 ) -> Result<(), DemoError> {
-    let deadline = chrono::Utc::now() + chrono::Duration::days(1);
     let mut submitted: Vec<(u64, JobState)> = Vec::new();
     let mut reasons: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     let wall = SystemClock;
     let started = wall.now_ms();
     loop {
-        let hour = tide.now_ms() as f64 / 3_600_000.0;
-        for (name, cmd, expect, at) in JOBS.iter().skip(submitted.len()) {
-            if hour < *at {
+        let hour = (coordinator_clock.now_ms() - anchor) as f64 / 3_600_000.0;
+        // Jobs go in once every edge has sent its first forecast, so that
+        // admission sees the tide.
+        let c = client.clone();
+        let nodes = blocking(move || c.nodes()).await?;
+        let forecasting = nodes.iter().filter(|n| n.forecast.is_some()).count();
+        for job in JOBS.iter().skip(submitted.len()) {
+            if hour < job.at_hour || forecasting < args.edges as usize {
                 break;
             }
-            let spec = JobSpec {
-                name: name.to_string(),
-                command: vec!["sh".into(), "-c".into(), cmd.to_string()],
-                env: Default::default(),
-                deadline,
-            };
+            let spec = job_spec(job, args.speed, coordinator_clock.now_ms());
             let c = client.clone();
             let id = blocking(move || c.submit(&spec)).await?;
-            println!("[tide {:>5}] submitted job {id} {name}", clock_text(hour));
-            submitted.push((id, *expect));
+            println!(
+                "[tide {:>5}] submitted job {id} {}",
+                clock_text(hour),
+                job.name
+            );
+            submitted.push((id, job.expect));
         }
         let c = client.clone();
-        let (nodes, jobs) = blocking(move || Ok((c.nodes()?, c.jobs()?))).await?;
+        let jobs = blocking(move || c.jobs()).await?;
         let loads: Vec<String> = nodes
             .iter()
             .map(|n| {
@@ -336,6 +370,33 @@ async fn watch_jobs(
     }
 }
 
+/// The job file of a demo job. An epoch is a second of wall time, `speed`
+/// seconds of tide; the declared rate is 10 % slower, for process start-up.
+fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobSpec {
+    JobSpec {
+        name: job.name.to_string(),
+        command: vec!["sh".into(), "-c".into(), job.command.to_string()],
+        env: Default::default(),
+        deadline: chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default()
+            + chrono::Duration::hours(DEADLINE_HOURS),
+        class: JobClass::Slo,
+        on_infeasible: OnInfeasible::BestEffort,
+        work: job.epochs.map(|epochs| Work {
+            model: job.name.to_string(),
+            iterations: epochs,
+            global_batch: 32,
+            model_bytes: 0,
+            dataset_bytes: 0,
+            dataset_site: "cloud".into(),
+            min_workers: 1,
+            max_workers: 1,
+            memory_per_worker_bytes: 0,
+            checkpoint_bytes: 0,
+            iters_per_s: [("cpu".to_string(), 1.0 / (1.1 * speed))].into(),
+        }),
+    }
+}
+
 fn clock_text(hour: f64) -> String {
     let minutes = (hour * 60.0) as i64;
     format!(
@@ -356,22 +417,31 @@ async fn blocking<T: Send + 'static>(
 
 fn print_jobs(jobs: &[JobRecord]) {
     println!(
-        "\n{:>4} {:<18} {:<10} {:<9} {:<5} REASON / LAST OUTPUT",
-        "ID", "NAME", "STATE", "NODE", "EXIT"
+        "\n{:>4} {:<18} {:<10} {:<9} {:<5} {:<11} REASON / LAST OUTPUT",
+        "ID", "NAME", "STATE", "NODE", "EXIT", "VERDICT"
     );
     for j in jobs.iter().rev() {
         let tail = j
             .output_tail
             .last()
             .map_or(String::new(), |l| format!(" / {l}"));
+        let verdict = j.plan.as_ref().map_or("first-fit".to_string(), |p| {
+            serde_json::to_value(p.verdict).unwrap_or_default()["verdict"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        });
         println!(
-            "{:>4} {:<18} {:<10} {:<9} {:<5} {}{tail}",
+            "{:>4} {:<18} {:<10} {:<9} {:<5} {:<11} {}{tail}",
             j.id,
             j.name,
             j.state.as_str(),
             j.node.as_deref().unwrap_or("-"),
             j.exit_code.map_or("-".into(), |c| c.to_string()),
-            j.reason.as_deref().unwrap_or(""),
+            verdict,
+            j.plan
+                .as_ref()
+                .map_or(j.reason.as_deref().unwrap_or(""), |p| &p.reason),
         );
     }
 }
