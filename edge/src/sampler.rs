@@ -1,7 +1,9 @@
 //! Turns the host, or a replayed trace posing as the host, into [`Sample`]s and
 //! [`Capabilities`].
 
-use sysinfo::{Networks, System};
+use std::collections::HashMap;
+
+use sysinfo::{Networks, ProcessesToUpdate, System};
 use tidemill_proto::{Accelerator, AcceleratorKind, Capabilities, Sample};
 
 use crate::accel::Accelerators;
@@ -105,7 +107,11 @@ impl Sampler {
 
     /// Takes one sample stamped `now_ms`. Under replay, utilisation comes from the
     /// trace at `now_ms − origin` and network counters are 0.
-    pub async fn sample(&mut self, now_ms: i64) -> Sample {
+    ///
+    /// `own_pids` are the processes of tidemill's own running tasks: their CPU
+    /// (with their descendants') is left out, so that the sample measures the
+    /// box's primary workload, the tide, and not the training it hosts.
+    pub async fn sample(&mut self, now_ms: i64, own_pids: &[u32]) -> Sample {
         if let Some((replay, origin_ms)) = &self.replay {
             let r = replay.at((now_ms - origin_ms) as f64 / 1000.0);
             return Sample {
@@ -125,9 +131,22 @@ impl Sampler {
         let (rx, tx) = self.networks.values().fold((0, 0), |(rx, tx), n| {
             (rx + n.received(), tx + n.transmitted())
         });
+        let own = if own_pids.is_empty() {
+            0.0
+        } else {
+            self.system.refresh_processes(ProcessesToUpdate::All, true);
+            let procs = self.system.processes().iter().map(|(pid, p)| {
+                (
+                    pid.as_u32(),
+                    p.parent().map(|pp| pp.as_u32()),
+                    p.cpu_usage(),
+                )
+            });
+            own_cpu_pct(procs, own_pids, self.system.cpus().len())
+        };
         Sample {
             t_ms: now_ms,
-            cpu_pct: self.system.global_cpu_usage(),
+            cpu_pct: (self.system.global_cpu_usage() - own).max(0.0),
             per_core_pct: self.system.cpus().iter().map(|c| c.usage()).collect(),
             mem_pct: (self.system.used_memory() as f64 / total as f64 * 100.0) as f32,
             net_rx_bytes: rx,
@@ -135,6 +154,38 @@ impl Sampler {
             gpu_pct: self.accel.mean_load().await,
         }
     }
+}
+
+/// Host CPU percent used by the processes `roots` and their descendants:
+/// the sum of their per-core percentages (`cpu_usage`, 100 = one core) over
+/// the number of cores. `procs` yields (pid, parent pid, cpu_usage).
+fn own_cpu_pct(
+    procs: impl Iterator<Item = (u32, Option<u32>, f32)>,
+    roots: &[u32],
+    cores: usize,
+) -> f32 {
+    let procs: HashMap<u32, (Option<u32>, f32)> = procs
+        .map(|(pid, parent, cpu)| (pid, (parent, cpu)))
+        .collect();
+    let owned = |mut pid: u32| {
+        // Walk up the parent chain; bounded in case of a cycle in stale data.
+        for _ in 0..64 {
+            if roots.contains(&pid) {
+                return true;
+            }
+            match procs.get(&pid).and_then(|(parent, _)| *parent) {
+                Some(parent) => pid = parent,
+                None => return false,
+            }
+        }
+        false
+    };
+    let total: f32 = procs
+        .iter()
+        .filter(|(pid, _)| owned(**pid))
+        .map(|(_, (_, cpu))| cpu)
+        .sum();
+    total / cores.max(1) as f32
 }
 
 #[cfg(test)]
@@ -149,6 +200,22 @@ mod tests {
         cfg
     }
 
+    #[test]
+    fn own_tasks_and_their_children_are_left_out_of_the_load() {
+        // Task 10 (50 % of a core) runs 11 (100 %), which runs 12 (30 %);
+        // 20 (80 %) is the box's own workload. On 4 cores the task tree uses
+        // (50 + 100 + 30) / 4 = 45 % of the host.
+        let procs = [
+            (1, None, 0.0),
+            (10, Some(1), 50.0),
+            (11, Some(10), 100.0),
+            (12, Some(11), 30.0),
+            (20, Some(1), 80.0),
+        ];
+        assert_eq!(own_cpu_pct(procs.into_iter(), &[10], 4), 45.0);
+        assert_eq!(own_cpu_pct(procs.into_iter(), &[99], 4), 0.0);
+    }
+
     #[tokio::test]
     async fn samples_the_real_host() {
         let mut sampler = Sampler::open(&no_accelerators(), 0).await.unwrap();
@@ -160,7 +227,7 @@ mod tests {
             caps.cpu_cores
         );
         assert!(caps.mem_bytes > 0);
-        let s = sampler.sample(42).await;
+        let s = sampler.sample(42, &[std::process::id()]).await;
         assert_eq!(s.t_ms, 42);
         assert_eq!(s.per_core_pct.len(), caps.cpu_cores as usize);
         assert!((0.0..=100.0).contains(&s.mem_pct) && s.mem_pct > 0.0);
@@ -185,8 +252,8 @@ mod tests {
             prime_history: true,
         });
         let mut sampler = Sampler::open(&cfg, 1_000_000).await.unwrap();
-        assert_eq!(sampler.sample(1_000_000).await.cpu_pct, 5.0);
-        let later = sampler.sample(1_000_000 + 61_000).await;
+        assert_eq!(sampler.sample(1_000_000, &[]).await.cpu_pct, 5.0);
+        let later = sampler.sample(1_000_000 + 61_000, &[]).await;
         assert_eq!((later.cpu_pct, later.gpu_pct), (80.0, Some(70.0)));
         // History before the origin reads the trace's end (period 120 s): the
         // 80 % row from 60 s to 120 s into the cycle.
