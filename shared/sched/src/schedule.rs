@@ -200,6 +200,18 @@ struct EdgeRun {
     ran_before: Vec<bool>,
 }
 
+/// One way to run a job on a cloud group.
+struct CloudConfig {
+    /// Money, currency units.
+    cost: f64,
+    /// Start-up plus work, seconds.
+    secs: f64,
+    /// Index into the round's cloud groups.
+    group: usize,
+    /// Workers.
+    workers: u32,
+}
+
 struct CloudGroup {
     class: usize,
     devices: u32,
@@ -226,6 +238,8 @@ struct Round<'a> {
     /// First slot with free devices at the start of the round, per node.
     first_free: Vec<usize>,
     cloud_groups: Vec<CloudGroup>,
+    /// `cloud_frees[slot]`: a cloud reservation ends at this slot (capacity may free up).
+    cloud_frees: Vec<bool>,
 }
 
 impl<'a> Round<'a> {
@@ -314,6 +328,7 @@ impl<'a> Round<'a> {
             free_slot_count,
             first_free,
             cloud_groups,
+            cloud_frees: vec![false; n_slots + 1],
         }
     }
 
@@ -685,7 +700,10 @@ impl<'a> Round<'a> {
         v
     }
 
-    /// The cheapest cloud tail from slot `x` that does `work` by `deadline_ms`.
+    /// The cloud tail that does `work` by `deadline_ms` starting soonest at or
+    /// after slot `x`, the cheapest among those starting then. Later starts are
+    /// tried only at slots where a cloud reservation ends, so a job that finds
+    /// the cloud booked now can take capacity that frees before its deadline.
     fn cloud_tail(
         &self,
         ctx: &JobCtx,
@@ -695,9 +713,38 @@ impl<'a> Round<'a> {
         owed: f64,
         deadline_ms: i64,
     ) -> Option<Vec<Seg>> {
+        let configs = self.cloud_configs(ctx, work, from, owed);
+        for start in x..self.n_slots {
+            let start_ms = self.slot_start(start);
+            if start_ms >= deadline_ms {
+                break;
+            }
+            if start > x && !self.cloud_frees[start] {
+                continue;
+            }
+            let fits = |c: &&CloudConfig| start_ms + (c.secs * 1000.0).ceil() as i64 <= deadline_ms;
+            if !configs.iter().any(|c| fits(&c)) {
+                break;
+            }
+            for c in configs.iter().filter(fits).take(4) {
+                if let Some(segs) = self.cloud_run(ctx, c, start, work, from, owed, deadline_ms) {
+                    return Some(segs);
+                }
+            }
+        }
+        None
+    }
+
+    /// Every (cloud group, worker count) for `work`, with its duration, cheapest first.
+    fn cloud_configs(
+        &self,
+        ctx: &JobCtx,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+    ) -> Vec<CloudConfig> {
         let spec = &ctx.job.spec;
-        let start_ms = self.slot_start(x);
-        let mut configs: Vec<(f64, usize, u32)> = Vec::new();
+        let mut configs: Vec<CloudConfig> = Vec::new();
         for (gi, g) in self.cloud_groups.iter().enumerate() {
             let node0 = g.nodes[0];
             if ctx.tables[g.class].is_none()
@@ -716,44 +763,55 @@ impl<'a> Round<'a> {
                 };
                 let su = self.startup(ctx, &place, from, owed, false);
                 let secs = su + work * step.total_s;
-                if start_ms + (secs * 1000.0).ceil() as i64 <= deadline_ms {
-                    configs.push((gpu_cost(g.price, w, secs), gi, w));
+                configs.push(CloudConfig {
+                    cost: gpu_cost(g.price, w, secs),
+                    secs,
+                    group: gi,
+                    workers: w,
+                });
+            }
+        }
+        configs.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        configs
+    }
+
+    /// `c` from slot `x` on free nodes of its group, if it finishes by the deadline.
+    #[allow(clippy::too_many_arguments)]
+    fn cloud_run(
+        &self,
+        ctx: &JobCtx,
+        c: &CloudConfig,
+        x: usize,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+        deadline_ms: i64,
+    ) -> Option<Vec<Seg>> {
+        let g = &self.cloud_groups[c.group];
+        let w = c.workers;
+        let k = w.div_ceil(g.devices) as usize;
+        let per = w.div_ceil(k as u32);
+        // Rough span to look for free nodes; checked exactly below.
+        let end_guess = self.slot_start(x) + (c.secs * 1000.0).ceil() as i64;
+        let last = self
+            .slot_of(end_guess - 1)
+            .min(self.n_slots.saturating_sub(1));
+        let mut chosen = Vec::with_capacity(k);
+        let open = g.nodes.iter().filter(|&&q| self.free_slot_count[q] > 0);
+        for &q in open.take(512) {
+            if (x..=last).all(|s| self.free[q * self.n_slots + s] >= per) {
+                chosen.push(q);
+                if chosen.len() == k {
+                    break;
                 }
             }
         }
-        configs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (_, gi, w) in configs.into_iter().take(4) {
-            let g = &self.cloud_groups[gi];
-            let k = w.div_ceil(g.devices) as usize;
-            let per = w.div_ceil(k as u32);
-            // Rough span to look for free nodes; checked exactly below.
-            let probe = spread(&g.nodes[..k], w, g.devices);
-            let step = self.step(ctx, &probe)?;
-            let su = self.startup(ctx, &probe, from, owed, false);
-            let end_guess = start_ms + ((su + work * step.total_s) * 1000.0).ceil() as i64;
-            let last = self
-                .slot_of(end_guess - 1)
-                .min(self.n_slots.saturating_sub(1));
-            let mut chosen = Vec::with_capacity(k);
-            let open = g.nodes.iter().filter(|&&q| self.free_slot_count[q] > 0);
-            for &q in open.take(512) {
-                if (x..=last).all(|s| self.free[q * self.n_slots + s] >= per) {
-                    chosen.push(q);
-                    if chosen.len() == k {
-                        break;
-                    }
-                }
-            }
-            if chosen.len() < k {
-                continue;
-            }
-            let place = spread(&chosen, w, g.devices);
-            let run = self.walk(ctx, &place, from, owed, x, last + 1, work, false)?;
-            if run.segs.len() == 1 && run.finished.is_some_and(|f| f <= deadline_ms) {
-                return Some(run.segs);
-            }
+        if chosen.len() < k {
+            return None;
         }
-        None
+        let place = spread(&chosen, w, g.devices);
+        let run = self.walk(ctx, &place, from, owed, x, last + 1, work, false)?;
+        (run.segs.len() == 1 && run.finished.is_some_and(|f| f <= deadline_ms)).then_some(run.segs)
     }
 
     /// Plans a job; with `deadline` the plan must finish by it (and may use cloud),
@@ -1027,6 +1085,9 @@ impl<'a> Round<'a> {
 
     fn reserve(&mut self, segs: &[Seg]) {
         for s in segs {
+            if s.place.iter().any(|&(q, _)| self.is_cloud(q)) {
+                self.cloud_frees[s.end_slot.min(self.n_slots)] = true;
+            }
             for &(q, w) in &s.place {
                 for slot in s.first_slot..s.end_slot.min(self.n_slots) {
                     let f = &mut self.free[q * self.n_slots + slot];
