@@ -1,0 +1,287 @@
+//! `simulate` on slices of the real traces: the world's invariants hold for
+//! every policy, runs are deterministic, the classic baselines order as in the
+//! ElasticFlow paper, and bad inputs end in a one-line error, not a panic.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use clap::Parser;
+use tidemill_sim::simulate::engine::Outcome;
+use tidemill_sim::simulate::metrics::PolicyMetrics;
+use tidemill_sim::simulate::policies::{JobStatus, PolicyName};
+use tidemill_sim::simulate::{Args, Setup, setup};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn data(rel: &str) -> String {
+    repo()
+        .join("../shared/data")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// `simulate` arguments with the shipped topology and absolute data paths.
+fn args(extra: &[&str]) -> Args {
+    let topology = repo().join("configs/topology-edgeflow-eval.toml");
+    let mut argv = vec![
+        "simulate".to_string(),
+        "--topology".into(),
+        topology.display().to_string(),
+        "--throughputs".into(),
+        format!("A100={}", data("elasticflow/throughputs_A100")),
+        "--throughputs".into(),
+        format!("T4={}", data("elasticflow/throughputs_T4")),
+        "--utilization".into(),
+        data("alibaba-2018-machine-usage/machine_usage.csv.gz"),
+        "--format".into(),
+        "alibaba-2018".into(),
+    ];
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    Cli::parse_from(argv).args
+}
+
+/// The first 120 jobs of cluster 06 with 8 edge boxes: every kind of job size,
+/// arrivals in bursts, and a day and more of tide.
+fn slice() -> Setup {
+    let jobs = data("elasticflow/traces/cluster06.csv");
+    setup(&args(&[
+        "--jobs",
+        &jobs,
+        "--max-jobs",
+        "120",
+        "--edge-boxes",
+        "8",
+    ]))
+    .expect("the slice loads")
+}
+
+fn run(s: &Setup, p: PolicyName) -> (PolicyMetrics, Outcome) {
+    s.run_one(p, true, &mut |_| {}).expect("the policy runs")
+}
+
+#[test]
+fn every_policy_keeps_the_invariants() {
+    let s = slice();
+    for p in PolicyName::ALL {
+        let (m, o) = run(&s, p);
+        // No node over its capacity: sweep every stint's start and end.
+        let mut edges: BTreeMap<(u32, i64), i64> = BTreeMap::new();
+        for st in &o.stints {
+            for &(q, w) in &st.place {
+                *edges.entry((q, st.start_ms)).or_default() += i64::from(w);
+                *edges.entry((q, st.end_ms)).or_default() -= i64::from(w);
+            }
+        }
+        let mut used: BTreeMap<u32, i64> = BTreeMap::new();
+        for (&(q, t), &d) in &edges {
+            let u = used.entry(q).or_default();
+            *u += d;
+            let cap = i64::from(s.world.model.nodes[q as usize].devices);
+            assert!(*u <= cap, "{p:?}: node {q} at {t} ms holds {u} > {cap}");
+        }
+        let mut per_job = vec![0.0; o.jobs.len()];
+        for st in &o.stints {
+            let job = &o.jobs[st.job];
+            // No start before submission, and stints never run backwards.
+            assert!(
+                st.start_ms >= job.spec.submitted_ms,
+                "{p:?}: job {} starts at {} before its submission {}",
+                st.job,
+                st.start_ms,
+                job.spec.submitted_ms
+            );
+            assert!(st.end_ms >= st.start_ms && st.iters >= 0.0, "{p:?}: {st:?}");
+            per_job[st.job] += st.iters;
+        }
+        // Work is conserved across migrations and pauses.
+        for (j, job) in o.jobs.iter().enumerate() {
+            let tol = 1e-6 * job.spec.iterations.max(1.0);
+            assert!(
+                (per_job[j] - job.done_iters).abs() <= tol,
+                "{p:?}: job {j}: stints sum to {} iterations, the job did {}",
+                per_job[j],
+                job.done_iters
+            );
+            if job.status == JobStatus::Done {
+                assert!(
+                    (job.done_iters - job.spec.iterations).abs() <= tol,
+                    "{p:?}: finished job {j} did {} of {}",
+                    job.done_iters,
+                    job.spec.iterations
+                );
+            } else {
+                assert!(job.done_iters < job.spec.iterations + tol);
+            }
+        }
+        assert_eq!(m.jobs, 120);
+        assert!((0.0..=1.0).contains(&m.deadline_satisfaction_ratio));
+        assert!(m.interference_share >= 0.0 && m.harvested_idle_share <= 1.0 + 1e-9);
+    }
+}
+
+#[test]
+fn a_run_is_deterministic_for_a_seed() {
+    let s = slice();
+    for p in [
+        PolicyName::Tidemill,
+        PolicyName::Edgeflow,
+        PolicyName::Elasticflow,
+    ] {
+        let (mut a, oa) = run(&s, p);
+        let (mut b, ob) = run(&slice(), p);
+        a.elapsed_s = 0.0;
+        b.elapsed_s = 0.0;
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap(),
+            "{p:?}"
+        );
+        assert_eq!(oa.stints, ob.stints, "{p:?}");
+    }
+}
+
+#[test]
+fn tidemill_uses_the_edge_and_yields_to_the_tide() {
+    let s = slice();
+    let (m, _) = run(&s, PolicyName::Tidemill);
+    assert!(m.edge_gpu_hours_harvested > 0.0, "{m:?}");
+    assert!(m.interference_share < 0.01, "{m:?}");
+    let (cloud_only, _) = run(&s, PolicyName::CloudOnly);
+    assert_eq!(cloud_only.edge_gpu_hours_harvested, 0.0);
+}
+
+/// ElasticFlow ≥ EDF ≥ first-fit in deadline satisfaction on ElasticFlow's own
+/// traces and clusters, cloud only, as in the ElasticFlow paper (figure 8).
+#[test]
+fn baselines_order_as_in_the_elasticflow_paper() {
+    for (trace, topology, class, dir) in [
+        (
+            "elasticflow/traces/philly_103959.csv",
+            "cloud-a100-n4g8.toml",
+            "A100",
+            "elasticflow/throughputs_A100",
+        ),
+        (
+            "elasticflow/traces/elasticVpollux_e.csv",
+            "cloud-t4-n16g4.toml",
+            "T4",
+            "elasticflow/throughputs_T4",
+        ),
+    ] {
+        let topo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(topology);
+        let a = Cli::parse_from([
+            "simulate".to_string(),
+            "--topology".into(),
+            topo.display().to_string(),
+            "--jobs".into(),
+            data(trace),
+            "--throughputs".into(),
+            format!("{class}={}", data(dir)),
+        ])
+        .args;
+        let s = setup(&a).expect("loads");
+        let dsr = |p| run(&s, p).0.deadline_satisfaction_ratio;
+        let (ef, edf, ff) = (
+            dsr(PolicyName::Elasticflow),
+            dsr(PolicyName::Edf),
+            dsr(PolicyName::FirstFit),
+        );
+        assert!(ef >= edf && edf >= ff, "{trace}: {ef} {edf} {ff}");
+    }
+}
+
+fn sim(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemill-sim"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_inputs_end_in_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = repo().join("configs/topology-edgeflow-eval.toml");
+    let topo = topo.to_str().unwrap();
+    let a100 = format!("A100={}", data("elasticflow/throughputs_A100"));
+    let t4 = format!("T4={}", data("elasticflow/throughputs_T4"));
+    let util = data("alibaba-2018-machine-usage/machine_usage.csv.gz");
+    let base = [
+        "--topology",
+        topo,
+        "--throughputs",
+        &a100,
+        "--throughputs",
+        &t4,
+    ];
+
+    let (ok, err) = sim(&[&base[..], &["--jobs", "/nonexistent/jobs.csv"]].concat());
+    assert!(
+        !ok && err.starts_with("error: /nonexistent/jobs.csv: cannot read"),
+        "{err}"
+    );
+
+    let jobs = dir.path().join("jobs.csv");
+    std::fs::write(
+        &jobs,
+        "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\na,0,10,alexnet,100,64,1,10\n",
+    )
+    .unwrap();
+    let j = jobs.to_str().unwrap();
+    let (ok, err) = sim(&[
+        &base[..],
+        &[
+            "--jobs",
+            j,
+            "--utilization",
+            &util,
+            "--format",
+            "alibaba-2018",
+        ],
+    ]
+    .concat());
+    assert!(
+        !ok && err.contains("model alexnet") && err.contains("add alexnet.csv"),
+        "{err}"
+    );
+
+    let bert = dir.path().join("bert.csv");
+    std::fs::write(
+        &bert,
+        "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\na,0,10,bert,100,64,1,10\n",
+    )
+    .unwrap();
+    let b = bert.to_str().unwrap();
+    let (ok, err) = sim(&[
+        &base[..],
+        &[
+            "--jobs",
+            b,
+            "--utilization",
+            &util,
+            "--value-col",
+            "nope",
+            "--format",
+            "alibaba-2018",
+        ],
+    ]
+    .concat());
+    assert!(!ok && err.contains("no column `nope`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
