@@ -72,6 +72,7 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
 fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
     store.advance_progress(now)?;
     let world = world::snapshot(
+        now,
         &coord.cfg.scheduler,
         &coord.throughput,
         &store.nodes()?,

@@ -22,8 +22,9 @@ const MAX_ESTIMATED_SHARE: f64 = 0.99;
 /// Resources whose forecast decides whether an edge is idle.
 const IDLE_RESOURCES: [Resource; 2] = [Resource::Cpu, Resource::Gpu];
 
-/// The scheduler's input for one round.
+/// The scheduler's input for one round at `now_ms`.
 pub fn snapshot(
+    now_ms: i64,
     cfg: &SchedulerConfig,
     tables: &ThroughputTables,
     nodes: &[NodeRecord],
@@ -39,7 +40,7 @@ pub fn snapshot(
     WorldSnapshot {
         nodes: nodes
             .iter()
-            .map(|n| node_spec(cfg, n, forecasts.get(&n.id)))
+            .map(|n| node_spec(cfg, n, forecasts.get(&n.id), now_ms))
             .collect(),
         links: link_table(cfg, links),
         jobs,
@@ -47,7 +48,12 @@ pub fn snapshot(
     }
 }
 
-fn node_spec(cfg: &SchedulerConfig, n: &NodeRecord, forecast: Option<&NodeForecast>) -> NodeSpec {
+fn node_spec(
+    cfg: &SchedulerConfig,
+    n: &NodeRecord,
+    forecast: Option<&NodeForecast>,
+    now_ms: i64,
+) -> NodeSpec {
     let (class, devices, memory) = match n.accelerators.first() {
         Some(a) => (
             cfg.class_of(&a.model),
@@ -60,7 +66,7 @@ fn node_spec(cfg: &SchedulerConfig, n: &NodeRecord, forecast: Option<&NodeForeca
         Some(c) => NodeKind::Cloud {
             price_per_gpu_hour: c.price_per_gpu_hour,
         },
-        None => NodeKind::Edge(availability(n, forecast)),
+        None => NodeKind::Edge(availability(n, forecast, now_ms)),
     };
     NodeSpec {
         id: n.id.clone(),
@@ -77,13 +83,23 @@ fn node_spec(cfg: &SchedulerConfig, n: &NodeRecord, forecast: Option<&NodeForeca
 /// now is the highest of its latest CPU and accelerator utilisation; it also
 /// stands for the slot in progress when the forecast was issued (forecasts
 /// start at the next slot boundary), so a node idle now and forecast idle
-/// next has a window that covers the present.
-fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>) -> EdgeAvailability {
-    let util_now = [n.cpu_util, n.gpu_util]
+/// next has a window that covers the present. A sample taken before the
+/// forecast slot in progress began says nothing about that slot and is not
+/// used: the tide has not come in just because the last sample predates a
+/// window's start.
+fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) -> EdgeAvailability {
+    let mut util_now = [n.cpu_util, n.gpu_util]
         .into_iter()
         .flatten()
         .map(f64::from)
         .reduce(f64::max);
+    if let (Some(f), Some(at)) = (forecast, n.last_sample_at) {
+        let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
+        let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
+        if at.timestamp_millis() < slot_start {
+            util_now = None;
+        }
+    }
     let Some(f) = forecast else {
         return EdgeAvailability {
             windows: Vec::new(),
@@ -220,7 +236,7 @@ mod tests {
             "id": "e1", "online": true, "cpu_cores": 4, "mem_bytes": 8_000_000_000u64,
             "accelerators": [], "os": "linux", "arch": "x86_64", "daemon_version": "0",
             "last_seq": 1, "cpu_util": cpu_now, "mem_util": 40.0, "gpu_util": null,
-            "last_sample_at": null, "last_seen_at": "2026-01-01T00:00:00Z",
+            "last_sample_at": "1970-01-01T00:15:30Z", "last_seen_at": "2026-01-01T00:00:00Z",
             "registered_at": "2026-01-01T00:00:00Z", "forecast": null
         }))
         .unwrap()
@@ -256,7 +272,8 @@ mod tests {
         let f = forecast(&[Some(20.0), Some(50.0), Some(10.0), None]);
         // Idle now (10 % < 30 %): the window runs from the slot in progress,
         // which began at 1_000_000 − 900_000, to the end of the first slot.
-        let idle = availability(&node(10.0), Some(&f));
+        let now = 1_000_000 - 60_000;
+        let idle = availability(&node(10.0), Some(&f), now);
         let spans: Vec<(i64, i64)> = idle
             .windows
             .iter()
@@ -264,9 +281,12 @@ mod tests {
             .collect();
         assert_eq!(spans, vec![(100_000, 1_900_000), (2_800_000, 3_700_000)]);
         // Busy now: the present is not in a window.
-        let busy = availability(&node(80.0), Some(&f));
+        let busy = availability(&node(80.0), Some(&f), now);
         assert_eq!(busy.windows[0].start_ms, 1_000_000);
         assert!(busy.tide_in());
-        assert!(availability(&node(10.0), None).windows.is_empty());
+        // Once the idle slot has begun, a busy sample from before it is stale.
+        let stale = availability(&node(80.0), Some(&f), 1_000_000 + 5_000);
+        assert!(!stale.tide_in(), "{stale:?}");
+        assert!(availability(&node(10.0), None, now).windows.is_empty());
     }
 }

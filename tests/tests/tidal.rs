@@ -25,6 +25,7 @@ const CLOUD_NODE: &str = "c1";
 /// and resumes from the checkpoint: what tidemill expects of a job it moves.
 const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
 i=$(cat "$ck" 2>/dev/null || echo 0)
+if [ "$i" -gt 0 ]; then echo "resumed at $i on $TIDEMILL_NODE_ID"; fi
 trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
 while [ "$i" -lt "$1" ]; do sleep "$2" & wait $!; i=$((i+1)); echo "$i" > "$ck"; done
 echo "trained $i iterations on $TIDEMILL_NODE_ID"
@@ -111,98 +112,126 @@ cpu = {rate}
     file
 }
 
+/// A coordinator and replaying nodes on one accelerated clock.
+struct Cluster {
+    coord: Coordinator,
+    cloud: Proc,
+    _nodes: Vec<Proc>,
+    anchor: i64,
+}
+
+impl Cluster {
+    /// Starts the coordinator with `cloud_nodes` as rented nodes, then each
+    /// (node, trace series) of `nodes`, and waits until every node in
+    /// `forecasting` has sent a forecast and a link report.
+    fn start(
+        dir: &Path,
+        trace: &Path,
+        nodes: &[(&str, &str)],
+        cloud_nodes: &[&str],
+        forecasting: &[&str],
+    ) -> Cluster {
+        let anchor = now_ms();
+        let coord = Coordinator::new(dir);
+        let rented: String = cloud_nodes
+            .iter()
+            .map(|n| format!("{n} = {{ price_per_gpu_hour = 2.0 }}\n"))
+            .collect();
+        let cloud = coord.start_with(&[
+            ("speed = 1.0", &format!("speed = {SPEED}")),
+            (
+                "# anchor_ms = 1767225600000",
+                &format!("anchor_ms = {anchor}"),
+            ),
+            ("round_interval_secs = 2", "round_interval_secs = 120"),
+            ("offline_after_secs = 20", "offline_after_secs = 3600"),
+            (
+                "[scheduler.cloud_nodes]\n",
+                &format!("[scheduler.cloud_nodes]\n{rented}"),
+            ),
+        ]);
+        let config = dir.join("edge.toml");
+        let defaults = Command::new(EDGE)
+            .arg("print-default-config")
+            .output()
+            .unwrap();
+        let toml = String::from_utf8(defaults.stdout)
+            .unwrap()
+            .replace("interval_secs = 600", "interval_secs = 1")
+            .replace(
+                "forecast_refresh_secs = 300.0",
+                "forecast_refresh_secs = 1800.0",
+            );
+        std::fs::write(&config, toml).unwrap();
+        let procs: Vec<Proc> = nodes
+            .iter()
+            .map(|(node, series)| {
+                let mut cmd = Command::new(EDGE);
+                cmd.arg("run")
+                    .arg("--config")
+                    .arg(&config)
+                    .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
+                    .arg("--ca")
+                    .arg(coord.ca())
+                    .arg("--data-dir")
+                    .arg(dir.join(node))
+                    .args(["--sample-interval", "300"])
+                    .arg("--replay")
+                    .arg(trace)
+                    .args(["--replay-node", series])
+                    .args(["--speed", &SPEED.to_string()])
+                    .args(["--clock-anchor", &anchor.to_string()]);
+                Proc::spawn(node, cmd)
+            })
+            .collect();
+        cloud.wait_for("edge connected", nodes.len(), support::PATIENCE);
+        for node in forecasting {
+            for (what, kind) in [("a forecast", "forecast stored"), ("links", "kind=links")] {
+                cloud.wait_until(&format!("{what} from {node}"), 1, support::PATIENCE, |l| {
+                    l.contains(kind) && l.contains(&format!("node_id={node} "))
+                });
+            }
+        }
+        Cluster {
+            coord,
+            cloud,
+            _nodes: procs,
+            anchor,
+        }
+    }
+
+    /// The shared accelerated clock now, Unix ms.
+    fn tide_now(&self) -> i64 {
+        self.anchor + ((now_ms() - self.anchor) as f64 * SPEED) as i64
+    }
+
+    /// Writes and submits a job whose deadline counts from now; returns its id.
+    fn submit(&self, dir: &Path, j: &Job) -> u64 {
+        let trainer = dir.join("trainer.sh");
+        std::fs::write(&trainer, TRAINER).unwrap();
+        let file = write_job(dir, j, &trainer, self.tide_now());
+        self.coord
+            .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
+            .trim()
+            .parse()
+            .expect("job id")
+    }
+}
+
 #[test]
 fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
     let dir = tempfile::tempdir().unwrap();
-    let anchor = now_ms();
-    let coord = Coordinator::new(dir.path());
-    let cloud = coord.start_with(&[
-        ("speed = 1.0", &format!("speed = {SPEED}")),
-        (
-            "# anchor_ms = 1767225600000",
-            &format!("anchor_ms = {anchor}"),
-        ),
-        ("round_interval_secs = 2", "round_interval_secs = 120"),
-        ("offline_after_secs = 20", "offline_after_secs = 3600"),
-        (
-            "[scheduler.cloud_nodes]\n",
-            &format!("[scheduler.cloud_nodes]\n{CLOUD_NODE} = {{ price_per_gpu_hour = 2.0 }}\n"),
-        ),
-    ]);
-
     // Four edges whose tide runs 3 h apart; the cloud node replays too, so that
     // its clock is the shared accelerated one (its load does not matter).
     let trace = write_trace(dir.path(), &EDGES);
-    let config = dir.path().join("edge.toml");
-    let defaults = Command::new(EDGE)
-        .arg("print-default-config")
-        .output()
-        .unwrap();
-    let toml = String::from_utf8(defaults.stdout)
-        .unwrap()
-        .replace("interval_secs = 600", "interval_secs = 1")
-        .replace(
-            "forecast_refresh_secs = 300.0",
-            "forecast_refresh_secs = 1800.0",
-        );
-    std::fs::write(&config, toml).unwrap();
     let nodes: Vec<(&str, &str)> = EDGES
         .iter()
         .map(|e| (*e, *e))
         .chain([(CLOUD_NODE, EDGES[0])])
         .collect();
-    let _edges: Vec<Proc> = nodes
-        .iter()
-        .map(|(node, series)| {
-            let mut cmd = Command::new(EDGE);
-            cmd.arg("run")
-                .arg("--config")
-                .arg(&config)
-                .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
-                .arg("--ca")
-                .arg(coord.ca())
-                .arg("--data-dir")
-                .arg(dir.path().join(node))
-                .args(["--sample-interval", "300"])
-                .arg("--replay")
-                .arg(&trace)
-                .args(["--replay-node", series])
-                .args(["--speed", &SPEED.to_string()])
-                .args(["--clock-anchor", &anchor.to_string()]);
-            Proc::spawn(node, cmd)
-        })
-        .collect();
-    cloud.wait_for("edge connected", nodes.len(), support::PATIENCE);
-    for node in EDGES {
-        cloud.wait_until(
-            &format!("a forecast from {node}"),
-            1,
-            support::PATIENCE,
-            |l| l.contains("forecast stored") && l.contains(&format!("node_id={node} ")),
-        );
-        cloud.wait_until(
-            &format!("link reports from {node}"),
-            1,
-            support::PATIENCE,
-            |l| l.contains("kind=links") && l.contains(&format!("node_id={node} ")),
-        );
-    }
-
-    let trainer = dir.path().join("trainer.sh");
-    std::fs::write(&trainer, TRAINER).unwrap();
-    let ids: Vec<u64> = JOBS
-        .iter()
-        .map(|j| {
-            // Deadlines count from submission, on the shared accelerated clock.
-            let tide_now = anchor + ((now_ms() - anchor) as f64 * SPEED) as i64;
-            let file = write_job(dir.path(), j, &trainer, tide_now);
-            coord
-                .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
-                .trim()
-                .parse()
-                .expect("job id")
-        })
-        .collect();
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[CLOUD_NODE], &EDGES);
+    let (coord, cloud) = (&cluster.coord, &cluster.cloud);
+    let ids: Vec<u64> = JOBS.iter().map(|j| cluster.submit(dir.path(), j)).collect();
 
     // Every job ends: succeeded, or rejected at admission. The longest
     // deadline is 12 h of tide, 36 wall seconds after submission.
@@ -313,4 +342,93 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
         shown.contains("verdict:  guaranteed") && shown.contains("step:"),
         "{shown}"
     );
+}
+
+/// When an edge's load rises sooner than its forecast said (the tide comes in
+/// early), its job is checkpointed and moved, and resumes from its checkpoint
+/// on another edge, still by its deadline.
+#[test]
+fn a_job_is_moved_when_the_tide_comes_in_early() {
+    let dir = tempfile::tempdir().unwrap();
+    // Eight days. `ebb` is idle 0-8 h on every day but the first, when its
+    // load returns at 3 h; the replay starts on that first day, and its
+    // forecaster, primed with the days before (the trace cycles), expects
+    // 0-8 h. `flood` is idle from 2 h every day.
+    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
+    for i in 0..8 * 288 {
+        let hour = f64::from(i % 288) / 12.0;
+        let ebb_until = if i < 288 { 3.0 } else { 8.0 };
+        let ebb = if hour < ebb_until { 8.0 } else { 85.0 };
+        let flood = if hour < 2.0 { 85.0 } else { 8.0 };
+        csv.push_str(&format!(
+            "ebb,{t},{ebb},30,\nflood,{t},{flood},30,\n",
+            t = i * 300
+        ));
+    }
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, csv).unwrap();
+    let names = ["ebb", "flood"];
+    let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names);
+    let start_h = (cluster.tide_now() - cluster.anchor) as f64 / 3.6e6;
+    assert!(
+        start_h < 1.5,
+        "the cluster came up {start_h:.1} h into the tide"
+    );
+
+    // 42 iterations of 300 s (3.5 h) by a 12 h deadline: the earliest finish
+    // starts on `ebb` at once.
+    let id = cluster.submit(dir.path(), &job("long", 42, 12.0, "slo", "reject"));
+    let (coord, cloud) = (&cluster.coord, &cluster.cloud);
+    let job_line = format!("job_id={id} ");
+    let ended = |l: &str| {
+        l.contains(&job_line)
+            && l.contains("job state changed")
+            && ["succeeded", "failed", "cancelled"]
+                .iter()
+                .any(|s| l.contains(&format!("state={s}")))
+    };
+    cloud.wait_until(
+        "the job to end",
+        1,
+        std::time::Duration::from_secs(60),
+        ended,
+    );
+    let log: Vec<String> = cloud
+        .log()
+        .into_iter()
+        .filter(|l| l.contains(&job_line))
+        .collect();
+    for l in &log {
+        eprintln!("{l}");
+    }
+
+    let job = coord.job(id);
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert_eq!(job["plan"]["verdict"]["verdict"], "guaranteed", "{job:#}");
+    assert!(
+        log.iter().any(|l| l.contains("action=started on ebb")),
+        "it started on ebb"
+    );
+    assert!(
+        log.iter().any(
+            |l| l.contains("asked to checkpoint and stop") && l.contains("tide came in on ebb")
+        ),
+        "it was moved because ebb's tide came in"
+    );
+    assert_eq!(
+        job["node"], "flood",
+        "it finished on the other edge: {job:#}"
+    );
+    let tail = job["output_tail"].to_string();
+    let resumed: u32 = tail
+        .split("resumed at ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the second run resumed from the checkpoint: {tail}"));
+    assert!((1..42).contains(&resumed), "{tail}");
+    assert!(tail.contains("trained 42 iterations on flood"), "{tail}");
+    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
+    assert!(time("finished_at") <= time("deadline"), "{job:#}");
 }
