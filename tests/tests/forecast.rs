@@ -29,25 +29,8 @@ fn the_coordinator_serves_a_replaying_edges_forecast() {
         "forecast_refresh_secs = 3600.0",
     );
     std::fs::write(&config, toml).unwrap();
-    let mut cmd = Command::new(EDGE);
-    cmd.arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args([
-            "--coordinator",
-            &coord.quic.to_string(),
-            "--node-id",
-            "r1",
-            "--sample-interval",
-            "300",
-        ])
-        .arg("--ca")
-        .arg(coord.ca())
-        .arg("--data-dir")
-        .arg(dir.path().join("edge"))
-        .arg("--replay")
-        .arg(&trace)
-        .args(["--replay-node", "r1", "--speed", "3600"]);
+    let mut cmd = support::replaying_edge(&coord, &config, dir.path(), "r1", &trace, "r1");
+    cmd.args(["--sample-interval", "300", "--speed", "3600"]);
     let _edge = Proc::spawn("r1", cmd);
 
     // Two forecasts: the first at start, the next after a trace hour of history.

@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Command;
 
-use support::{Coordinator, EDGE, PATIENCE, Proc, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, replaying_edge, write_trace};
 
 #[test]
 fn edges_measure_the_link_matrix() {
@@ -28,18 +28,7 @@ fn edges_measure_the_link_matrix() {
     let _edges: Vec<Proc> = ["a", "b", "c"]
         .iter()
         .map(|node| {
-            let mut cmd = Command::new(EDGE);
-            cmd.arg("run")
-                .arg("--config")
-                .arg(&config)
-                .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
-                .arg("--ca")
-                .arg(coord.ca())
-                .arg("--data-dir")
-                .arg(dir.path().join(node))
-                .arg("--replay")
-                .arg(&trace)
-                .args(["--replay-node", node]);
+            let cmd = replaying_edge(&coord, &config, dir.path(), node, &trace, node);
             Proc::spawn(node, cmd)
         })
         .collect();

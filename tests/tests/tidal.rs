@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use support::{Coordinator, EDGE, Proc, write_trace};
+use support::{Coordinator, EDGE, Proc, replaying_edge, write_trace};
 
 /// Accelerated seconds per wall second: an hour of tide every 3 s.
 const SPEED: f64 = 1200.0;
@@ -166,19 +166,8 @@ impl Cluster {
         let procs: Vec<Proc> = nodes
             .iter()
             .map(|(node, series)| {
-                let mut cmd = Command::new(EDGE);
-                cmd.arg("run")
-                    .arg("--config")
-                    .arg(&config)
-                    .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
-                    .arg("--ca")
-                    .arg(coord.ca())
-                    .arg("--data-dir")
-                    .arg(dir.join(node))
-                    .args(["--sample-interval", "300"])
-                    .arg("--replay")
-                    .arg(trace)
-                    .args(["--replay-node", series])
+                let mut cmd = replaying_edge(&coord, &config, dir, node, trace, series);
+                cmd.args(["--sample-interval", "300"])
                     .args(["--speed", &SPEED.to_string()])
                     .args(["--clock-anchor", &anchor.to_string()]);
                 Proc::spawn(node, cmd)

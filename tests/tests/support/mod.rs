@@ -272,6 +272,31 @@ pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&P
     Proc::spawn(node, cmd)
 }
 
+/// The command of an edge `node` under `config`, replaying `series` of
+/// `trace`, with its data under `dir/node`; callers add flags.
+pub fn replaying_edge(
+    coord: &Coordinator,
+    config: &Path,
+    dir: &Path,
+    node: &str,
+    trace: &Path,
+    series: &str,
+) -> Command {
+    let mut cmd = Command::new(EDGE);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(config)
+        .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
+        .arg("--ca")
+        .arg(coord.ca())
+        .arg("--data-dir")
+        .arg(dir.join(node))
+        .arg("--replay")
+        .arg(trace)
+        .args(["--replay-node", series]);
+    cmd
+}
+
 /// Writes a two-node tidal trace (`tidemill` CSV format) and returns its path.
 pub fn write_trace(dir: &Path, nodes: &[&str]) -> PathBuf {
     let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
