@@ -23,11 +23,15 @@ const CLOUD_NODE: &str = "c1";
 
 /// A trainer that checkpoints its step after each iteration and on SIGTERM,
 /// and resumes from the checkpoint: what tidemill expects of a job it moves.
-const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
+/// Each of `WORLD_SIZE` ranks steps `WORLD_SIZE` times faster, as data
+/// parallelism would, and logs the rendezvous it was given.
+const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step.$RANK"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
+echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT workers=$TIDEMILL_WORKERS node=$TIDEMILL_NODE_ID" >> "$TIDEMILL_CHECKPOINT_DIR/ranks.log"
+step=$(awk "BEGIN { print $2 / $WORLD_SIZE }")
 i=$(cat "$ck" 2>/dev/null || echo 0)
 if [ "$i" -gt 0 ]; then echo "resumed at $i on $TIDEMILL_NODE_ID"; fi
 trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
-while [ "$i" -lt "$1" ]; do sleep "$2" & wait $!; i=$((i+1)); echo "$i" > "$ck"; done
+while [ "$i" -lt "$1" ]; do sleep "$step" & wait $!; i=$((i+1)); echo "$i" > "$ck"; done
 echo "trained $i iterations on $TIDEMILL_NODE_ID"
 "#;
 
@@ -121,15 +125,17 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the coordinator with `cloud_nodes` as rented nodes, then each
-    /// (node, trace series) of `nodes`, and waits until every node in
-    /// `forecasting` has sent a forecast and a link report.
+    /// Starts the coordinator with `cloud_nodes` as rented nodes and
+    /// `throughput` as its `[scheduler.throughput]` lines, then each (node,
+    /// trace series) of `nodes`, and waits until every node in `forecasting`
+    /// has sent a forecast and a link report.
     fn start(
         dir: &Path,
         trace: &Path,
         nodes: &[(&str, &str)],
         cloud_nodes: &[&str],
         forecasting: &[&str],
+        throughput: &str,
     ) -> Cluster {
         let anchor = now_ms();
         let coord = Coordinator::new(dir);
@@ -137,6 +143,7 @@ impl Cluster {
             .iter()
             .map(|n| format!("{n} = {{ price_per_gpu_hour = 2.0 }}\n"))
             .collect();
+        let tables = format!("[scheduler.throughput]\n{throughput}");
         let cloud = coord.start_with(&[
             ("speed = 1.0", &format!("speed = {SPEED}")),
             (
@@ -149,6 +156,7 @@ impl Cluster {
                 "[scheduler.cloud_nodes]\n",
                 &format!("[scheduler.cloud_nodes]\n{rented}"),
             ),
+            ("[scheduler.throughput]\n", &tables),
         ]);
         let config = dir.join("edge.toml");
         let defaults = Command::new(EDGE)
@@ -218,7 +226,7 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
         .map(|e| (*e, *e))
         .chain([(CLOUD_NODE, EDGES[0])])
         .collect();
-    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[CLOUD_NODE], &EDGES);
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[CLOUD_NODE], &EDGES, "");
     let (coord, cloud) = (&cluster.coord, &cluster.cloud);
     let ids: Vec<u64> = JOBS.iter().map(|j| cluster.submit(dir.path(), j)).collect();
 
@@ -358,7 +366,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
     std::fs::write(&trace, csv).unwrap();
     let names = ["ebb", "flood"];
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
-    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names);
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "");
     let start_h = (cluster.tide_now() - cluster.anchor) as f64 / 3.6e6;
     assert!(
         start_h < 1.5,
@@ -418,6 +426,100 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
         .unwrap_or_else(|| panic!("the second run resumed from the checkpoint: {tail}"));
     assert!((1..42).contains(&resumed), "{tail}");
     assert!(tail.contains("trained 42 iterations on flood"), "{tail}");
+    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
+    assert!(time("finished_at") <= time("deadline"), "{job:#}");
+}
+
+/// A job too long for one edge by its deadline runs data-parallel on two
+/// edges at once, each task with its own rank and the same rendezvous.
+#[test]
+fn a_job_spans_two_edges_when_one_is_too_slow() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
+    for i in 0..288 {
+        let cpu = if i < 144 { 8.0 } else { 85.0 };
+        csv.push_str(&format!("a,{t},{cpu},30,\nb,{t},{cpu},30,\n", t = i * 300));
+    }
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, csv).unwrap();
+    // One worker does an iteration per 330 s; two do 1.9 times as many.
+    let tables = dir.path().join("throughputs");
+    std::fs::create_dir_all(&tables).unwrap();
+    std::fs::write(
+        tables.join("ddp.csv"),
+        format!(
+            "global_batch_size,1,2\n32,{},{}\n",
+            DECLARED_IPS,
+            1.9 * DECLARED_IPS
+        ),
+    )
+    .unwrap();
+    let names = ["a", "b"];
+    let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
+    let throughput = format!("cpu = {:?}\n", tables.display().to_string());
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, &throughput);
+
+    // 24 iterations: 2.2 h on one worker, 1.2 h on two; the deadline is 1.8 h.
+    let trainer = dir.path().join("trainer.sh");
+    std::fs::write(&trainer, TRAINER).unwrap();
+    let deadline = chrono::DateTime::from_timestamp_millis(cluster.tide_now() + 6_480_000)
+        .unwrap()
+        .to_rfc3339();
+    let checkpoints = dir.path().join("checkpoints");
+    let file = dir.path().join("ddp.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"ddp\"\ncommand = [\"sh\", {trainer:?}, \"24\", \"{STEP_WALL_S}\"]\n\
+             deadline = \"{deadline}\"\non_infeasible = \"reject\"\n\
+             [env]\nTIDEMILL_CHECKPOINT_DIR = {checkpoints:?}\n\
+             [work]\nmodel = \"ddp\"\niterations = 24\nglobal_batch = 32\n\
+             model_bytes = 97500000\nmin_workers = 1\nmax_workers = 2\n",
+            trainer = trainer.display().to_string(),
+            checkpoints = checkpoints.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let id: u64 = cluster
+        .coord
+        .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
+        .trim()
+        .parse()
+        .unwrap();
+    let job_line = format!("job_id={id} ");
+    cluster.cloud.wait_until(
+        "the job to end",
+        1,
+        std::time::Duration::from_secs(60),
+        |l| {
+            l.contains(&job_line)
+                && l.contains("job state changed")
+                && ["succeeded", "failed", "cancelled"]
+                    .iter()
+                    .any(|s| l.contains(&format!("state={s}")))
+        },
+    );
+
+    let job = cluster.coord.job(id);
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let plan = &job["plan"];
+    assert_eq!(plan["verdict"]["verdict"], "guaranteed", "{job:#}");
+    assert_eq!(plan["shape"], "multi-edge", "{job:#}");
+    assert!(plan["step"]["sync_s"].as_f64().unwrap() > 0.0, "{job:#}");
+    let mut ranks: Vec<String> = std::fs::read_to_string(checkpoints.join("ranks.log"))
+        .unwrap()
+        .lines()
+        .map(|l| l.rsplit_once(" node=").unwrap().0.to_string())
+        .collect();
+    ranks.sort();
+    assert_eq!(
+        ranks,
+        [
+            "rank=0 world=2 master=127.0.0.1:29500 workers=1",
+            "rank=1 world=2 master=127.0.0.1:29500 workers=1"
+        ],
+        "each task got its rank and the same rendezvous"
+    );
     let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
     assert!(time("finished_at") <= time("deadline"), "{job:#}");
 }
