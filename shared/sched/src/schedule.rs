@@ -8,7 +8,8 @@
 //! 1. guaranteed jobs whose standing reservation is still valid keep it, in admission order;
 //! 2. guaranteed jobs whose reservation broke (tide in, node lost) are re-planned, earliest deadline first;
 //! 3. new SLO jobs are admitted earliest deadline first, only if a plan meets the deadline;
-//! 4. best-effort jobs take what is left, on edge capacity, in least-attained-service
+//! 4. best-effort jobs take what is left, on edge capacity (and, if the policy
+//!    allows it, on cloud capacity that is free now), in least-attained-service
 //!    or shortest-remaining-time order.
 //!
 //! A plan for one job picks, among an edge placement (none, one node, or the
@@ -814,8 +815,62 @@ impl<'a> Round<'a> {
         (run.segs.len() == 1 && run.finished.is_some_and(|f| f <= deadline_ms)).then_some(run.segs)
     }
 
+    /// A best-effort run on cloud capacity free now: the cheapest configuration
+    /// that would still finish by the job's deadline (any time for a job without
+    /// one), on nodes free in the first slot, for as long as they stay free.
+    fn cloud_now(&self, ctx: &JobCtx, owed0: f64) -> Option<Candidate> {
+        let spec = &ctx.job.spec;
+        let configs = self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed0);
+        for c in &configs {
+            if self.now_ms.saturating_add((c.secs * 1000.0).ceil() as i64) > spec.deadline_ms {
+                continue;
+            }
+            let g = &self.cloud_groups[c.group];
+            let k = c.workers.div_ceil(g.devices) as usize;
+            let per = c.workers.div_ceil(k as u32);
+            let chosen: Vec<usize> = g
+                .nodes
+                .iter()
+                .copied()
+                .filter(|&q| self.free[q * self.n_slots] >= per)
+                .take(k)
+                .collect();
+            if chosen.len() < k {
+                continue;
+            }
+            let place = spread(&chosen, c.workers, g.devices);
+            let run = self.walk(
+                ctx,
+                &place,
+                &ctx.location,
+                owed0,
+                0,
+                self.n_slots,
+                ctx.remaining,
+                false,
+            )?;
+            let Some(first) = run.segs.into_iter().next().filter(|s| s.first_slot == 0) else {
+                continue;
+            };
+            let finish_ms = (first.iters >= ctx.remaining - DONE_EPS_ITERS).then_some(first.end_ms);
+            let why = format!(
+                "no free edge capacity now; runs on cloud capacity no reservation holds, {} for {:.2}",
+                describe(self, &place),
+                first.cost
+            );
+            return Some(Candidate {
+                cost: first.cost,
+                finish_ms,
+                segs: vec![first],
+                why,
+            });
+        }
+        None
+    }
+
     /// Plans a job; with `deadline` the plan must finish by it (and may use cloud),
-    /// without it the job only takes leftover edge capacity within the horizon.
+    /// without it the job only takes leftover edge capacity within the horizon
+    /// (and, with `best_effort_cloud`, cloud capacity no reservation holds now).
     fn plan(&self, ctx: &JobCtx, deadline: bool) -> Result<Candidate, String> {
         let spec = &ctx.job.spec;
         if ctx.remaining <= DONE_EPS_ITERS {
@@ -933,6 +988,15 @@ impl<'a> Round<'a> {
                 },
                 &mut best,
             );
+        }
+        if !deadline
+            && self.policy.best_effort_cloud
+            && best
+                .as_ref()
+                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0))
+            && let Some(c) = self.cloud_now(ctx, owed0)
+        {
+            best = Some(c);
         }
         best.ok_or_else(|| {
             if deadline {

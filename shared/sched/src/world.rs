@@ -347,11 +347,18 @@ pub struct Policy {
     pub edge_candidates: usize,
     /// Most edge nodes one job may span.
     pub max_edge_nodes: usize,
+    /// Best-effort jobs with no free edge capacity now may take cloud capacity
+    /// that no reservation holds now (paid); a job that was an SLO job does so
+    /// only while that capacity could still meet its deadline. Off by default:
+    /// best-effort work then never costs money.
+    #[serde(default)]
+    pub best_effort_cloud: bool,
 }
 
 impl Default for Policy {
     /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
-    /// 2-minute grace, least-attained-service, 12 candidates, up to 8 edge nodes.
+    /// 2-minute grace, least-attained-service, 12 candidates, up to 8 edge nodes,
+    /// best-effort jobs on the edge only.
     fn default() -> Self {
         Policy {
             slot_ms: 900_000,
@@ -362,6 +369,7 @@ impl Default for Policy {
             best_effort_order: BestEffortOrder::LeastAttainedService,
             edge_candidates: 12,
             max_edge_nodes: 8,
+            best_effort_cloud: false,
         }
     }
 }

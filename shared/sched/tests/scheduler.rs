@@ -321,6 +321,59 @@ fn best_effort_order_is_least_attained_service() {
     );
 }
 
+#[test]
+fn a_job_the_cloud_can_start_later_is_admitted_not_rejected() {
+    // One 1-GPU cloud node, booked by job 1 for about 1.4 h; job 2 cannot start
+    // now but can after job 1, before its deadline: it must wait, not be rejected.
+    let nodes = vec![cloud("c1", 1)];
+    let w = world(
+        nodes.clone(),
+        vec![job(1, JobClass::Slo, NOW, 24 * H, 30_000.0)],
+    );
+    let first = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    let mut j1 = w.jobs[0].clone();
+    j1.admission = first.verdict.admission().unwrap();
+    j1.reservation = first.segments.clone();
+    let w = world(
+        nodes,
+        vec![j1, job(2, JobClass::Slo, NOW, NOW + 6 * H, 20_000.0)],
+    );
+    let plan = schedule(&w, NOW, &policy());
+    let d2 = plan.decision(2).unwrap();
+    assert!(
+        matches!(d2.verdict, Verdict::Guaranteed { .. }),
+        "{}",
+        d2.explanation.reason
+    );
+    assert_eq!(d2.action, Action::Wait);
+    let end1 = first.segments.last().unwrap().end_ms;
+    assert!(
+        d2.segments[0].start_ms >= end1,
+        "{:?} vs {end1}",
+        d2.segments
+    );
+    assert!(d2.explanation.expected_finish_ms.unwrap() <= NOW + 6 * H);
+}
+
+#[test]
+fn best_effort_takes_free_cloud_capacity_only_when_allowed() {
+    let nodes = vec![cloud("c1", 2)];
+    let w = world(
+        nodes,
+        vec![job(1, JobClass::BestEffort, NOW, 32 * H, 5_000.0)],
+    );
+    let edge_only = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert!(edge_only.segments.is_empty(), "{:?}", edge_only.segments);
+    let allowed = Policy {
+        best_effort_cloud: true,
+        ..policy()
+    };
+    let d = schedule(&w, NOW, &allowed).decision(1).unwrap().clone();
+    assert!(matches!(d.action, Action::Start { .. }), "{:?}", d.action);
+    assert!(d.explanation.cloud_cost > 0.0);
+    assert!(d.explanation.reason.contains("no reservation holds"));
+}
+
 mod guarantee {
     use super::common::*;
     use proptest::prelude::*;
