@@ -294,8 +294,7 @@ impl Run<'_> {
             if self
                 .jobs
                 .get(*j)
-                .is_none_or(|job| job.status != JobStatus::Active)
-                || !self.active.contains(j)
+                .is_none_or(|job| job.status != JobStatus::Active || job.spec.submitted_ms > now)
             {
                 return Err(bad("not an active job"));
             }

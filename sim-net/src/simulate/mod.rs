@@ -375,8 +375,10 @@ impl Setup {
                         grace_ms: i64::from(t.grace_s) * 1000,
                         edge_candidates: t.edge_candidates,
                         max_edge_nodes: t.max_edge_nodes,
+                        best_effort_cloud: t.best_effort_cloud,
                         ..SchedPolicy::default()
                     },
+                    on_infeasible: t.on_infeasible,
                     use_edge: name == PolicyName::Tidemill,
                     oracle: self.oracle,
                     forecast,

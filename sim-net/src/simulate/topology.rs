@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use tidemill_sched::LinkTable;
 use tidemill_sched::cost::LinkSpec;
+use tidemill_sched::{LinkTable, OnInfeasible};
 
 use crate::trace::Format;
 
@@ -260,6 +260,10 @@ pub struct TidemillSpec {
     pub edge_candidates: usize,
     /// Most edge boxes one job may span.
     pub max_edge_nodes: usize,
+    /// What becomes of an SLO job no plan can guarantee: `reject` or `best-effort`.
+    pub on_infeasible: OnInfeasible,
+    /// Best-effort jobs may use cloud capacity no reservation holds.
+    pub best_effort_cloud: bool,
 }
 
 impl Default for TidemillSpec {
@@ -270,6 +274,8 @@ impl Default for TidemillSpec {
             grace_s: 120,
             edge_candidates: 12,
             max_edge_nodes: 8,
+            on_infeasible: OnInfeasible::Reject,
+            best_effort_cloud: true,
         }
     }
 }

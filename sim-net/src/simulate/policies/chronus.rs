@@ -57,7 +57,12 @@ impl Policy for Chronus {
 
     fn plan(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
-        self.admitted.retain(|j| v.active.contains(j));
+        // A lease ends with its job, or at its deadline (the job then runs best-effort).
+        let mut live = vec![false; v.jobs.len()];
+        for &j in v.active {
+            live[j] = v.jobs[j].spec.deadline_ms > v.now_ms;
+        }
+        self.admitted.retain(|&j| live[j]);
         for &j in v.arrived.iter().filter(|&&j| v.jobs[j].slo()) {
             if self.leases_hold(v, Some(j), capacity) {
                 self.admitted.insert(j);

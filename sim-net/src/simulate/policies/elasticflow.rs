@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 
 use super::cloud_pool::{CloudPool, cloud_rate};
 use super::profile::{Fill, Profile};
-use super::{Decision, EdgeInterest, JobRun, Policy, View};
+use super::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
 
 /// The ElasticFlow policy.
 #[derive(Debug, Default)]
@@ -178,7 +178,8 @@ impl Policy for ElasticFlow {
     fn plan(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         let mut d = Decision::default();
-        self.admitted.retain(|j| v.active.contains(j));
+        self.admitted
+            .retain(|&j| v.jobs[j].status == JobStatus::Active);
         for &j in v.active {
             if self.admitted.contains(&j) && v.jobs[j].spec.deadline_ms <= v.now_ms {
                 self.admitted.remove(&j);

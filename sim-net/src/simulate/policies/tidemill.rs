@@ -7,16 +7,22 @@
 //! from each box's online forecaster (P90 under the threshold, via
 //! [`EdgeAvailability::from_p90`]), or from the truth with `--oracle-forecast`.
 //! `cloud-only` is the same scheduler with no edge box in its snapshot.
+//!
+//! What the simulator decides, not the scheduler: an SLO job whose deadline
+//! has passed is given up on (as its owner would), and the topology's
+//! `[tidemill]` table sets what becomes of an SLO job no plan can guarantee
+//! (`on_infeasible`) and whether best-effort work may use unreserved cloud
+//! capacity (`best_effort_cloud`).
 
 use std::collections::HashMap;
 
 use tidemill_forecast::ForecastConfig;
 use tidemill_sched::{
-    Action, Admission, Assignment, JobState, NodeKind, NodeSpec, Policy as SchedPolicy, Progress,
-    Segment, WorldSnapshot, schedule,
+    Action, Admission, Assignment, EdgeAvailability, JobSpec, JobState, NodeKind, NodeSpec,
+    OnInfeasible, Policy as SchedPolicy, Progress, Segment, WorldSnapshot, schedule,
 };
 
-use super::{Decision, EdgeInterest, Policy, View};
+use super::{Decision, EdgeInterest, JobStatus, Policy, View};
 use crate::simulate::edges::OnlineForecast;
 use crate::simulate::placement::{CostModel, Place};
 
@@ -25,6 +31,8 @@ use crate::simulate::placement::{CostModel, Place};
 pub struct TidemillConfig {
     /// The scheduler's settings.
     pub policy: SchedPolicy,
+    /// What becomes of an SLO job no plan can guarantee.
+    pub on_infeasible: OnInfeasible,
     /// Offer the edge boxes (false: `cloud-only`).
     pub use_edge: bool,
     /// Give the scheduler the true future instead of forecasts.
@@ -118,6 +126,53 @@ impl Tidemill {
     }
 }
 
+impl Tidemill {
+    /// Every edge box's availability now, by snapshot node index: the oracle's,
+    /// or its forecaster's; forecasts are refreshed on all cores, since with
+    /// many boxes they are most of a round's work.
+    fn edge_availability(&mut self, v: &View) -> Vec<(usize, EdgeAvailability)> {
+        let edges: Vec<(usize, usize)> = self
+            .node_of
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &q)| Some((i, v.model.nodes[q as usize].edge?)))
+            .collect();
+        if self.config.oracle {
+            let h = self.config.policy.horizon_ms;
+            return edges
+                .into_iter()
+                .map(|(i, e)| (i, v.edges.oracle(e, v.now_ms, h)))
+                .collect();
+        }
+        let refresh = self.config.refresh_ms;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(edges.len() / 64)
+            .max(1);
+        let per = edges.len().div_ceil(threads).max(1);
+        let mut out: Vec<(usize, EdgeAvailability)> = Vec::with_capacity(edges.len());
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = self
+                .forecasts
+                .chunks_mut(per)
+                .zip(edges.chunks(per))
+                .map(|(fc, ed)| {
+                    scope.spawn(move || {
+                        fc.iter_mut()
+                            .zip(ed)
+                            .map(|(f, &(i, e))| (i, f.availability(v.edges, e, v.now_ms, refresh)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for w in workers {
+                out.extend(w.join().expect("a forecast does not panic"));
+            }
+        });
+        out
+    }
+}
+
 impl Policy for Tidemill {
     fn edge_interest(&self) -> EdgeInterest {
         if self.config.use_edge {
@@ -128,22 +183,19 @@ impl Policy for Tidemill {
     }
 
     fn plan(&mut self, v: &View) -> Decision {
-        let mut f = 0;
-        for (i, &q) in self.node_of.iter().enumerate() {
-            let Some(e) = v.model.nodes[q as usize].edge else {
-                continue;
-            };
-            let av = if self.config.oracle {
-                v.edges.oracle(e, v.now_ms, self.config.policy.horizon_ms)
-            } else {
-                self.forecasts[f].availability(v.edges, e, v.now_ms, self.config.refresh_ms)
-            };
-            f += 1;
+        for (i, av) in self.edge_availability(v) {
             self.world.nodes[i].kind = NodeKind::Edge(av);
         }
-        self.kept.retain(|j, _| v.active.contains(j));
-        self.world.jobs = v
+        self.kept
+            .retain(|&j, _| v.jobs[j].status == JobStatus::Active);
+        let mut d = Decision::default();
+        // A job whose deadline has passed has missed it; its owner gives up on it.
+        let (late, live): (Vec<usize>, Vec<usize>) = v
             .active
+            .iter()
+            .partition(|&&j| v.jobs[j].slo() && v.jobs[j].spec.deadline_ms <= v.now_ms);
+        d.abandon = late;
+        self.world.jobs = live
             .iter()
             .map(|&j| {
                 let job = &v.jobs[j];
@@ -157,7 +209,10 @@ impl Policy for Tidemill {
                     (a, _) => a,
                 };
                 JobState {
-                    spec: job.spec.clone(),
+                    spec: JobSpec {
+                        on_infeasible: self.config.on_infeasible,
+                        ..job.spec.clone()
+                    },
                     admission,
                     progress: Progress {
                         done_iters: job.done_iters,
@@ -171,7 +226,6 @@ impl Policy for Tidemill {
             })
             .collect();
         let plan = schedule(&self.world, v.now_ms, &self.config.policy);
-        let mut d = Decision::default();
         for dec in &plan.decisions {
             let j = dec.job_id as usize;
             match &dec.action {
