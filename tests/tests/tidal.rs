@@ -26,7 +26,7 @@ const CLOUD_NODE: &str = "c1";
 /// Each of `WORLD_SIZE` ranks steps `WORLD_SIZE` times faster, as data
 /// parallelism would, and logs the rendezvous it was given.
 const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step.$RANK"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
-echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT workers=$TIDEMILL_WORKERS node=$TIDEMILL_NODE_ID" >> "$TIDEMILL_CHECKPOINT_DIR/ranks.log"
+echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT workers=$TIDEMILL_WORKERS node=$TIDEMILL_NODE_ID pid=$$" >> "$TIDEMILL_CHECKPOINT_DIR/ranks.log"
 step=$(awk "BEGIN { print $2 / $WORLD_SIZE }")
 i=$(cat "$ck" 2>/dev/null || echo 0)
 if [ "$i" -gt 0 ]; then echo "resumed at $i on $TIDEMILL_NODE_ID"; fi
@@ -120,7 +120,7 @@ cpu = {rate}
 struct Cluster {
     coord: Coordinator,
     cloud: Proc,
-    _nodes: Vec<Proc>,
+    nodes: Vec<(String, Proc)>,
     anchor: i64,
 }
 
@@ -151,6 +151,9 @@ impl Cluster {
                 &format!("anchor_ms = {anchor}"),
             ),
             ("round_interval_secs = 2", "round_interval_secs = 120"),
+            // A dead edge is noticed within seconds.
+            ("keep_alive_secs = 5", "keep_alive_secs = 1"),
+            ("idle_timeout_secs = 30", "idle_timeout_secs = 4"),
             ("offline_after_secs = 20", "offline_after_secs = 3600"),
             (
                 "[scheduler.cloud_nodes]\n",
@@ -166,19 +169,21 @@ impl Cluster {
         let toml = String::from_utf8(defaults.stdout)
             .unwrap()
             .replace("interval_secs = 600", "interval_secs = 1")
+            .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
+            .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")
             .replace(
                 "forecast_refresh_secs = 300.0",
                 "forecast_refresh_secs = 1800.0",
             );
         std::fs::write(&config, toml).unwrap();
-        let procs: Vec<Proc> = nodes
+        let procs: Vec<(String, Proc)> = nodes
             .iter()
             .map(|(node, series)| {
                 let mut cmd = replaying_edge(&coord, &config, dir, node, trace, series);
                 cmd.args(["--sample-interval", "300"])
                     .args(["--speed", &SPEED.to_string()])
                     .args(["--clock-anchor", &anchor.to_string()]);
-                Proc::spawn(node, cmd)
+                (node.to_string(), Proc::spawn(node, cmd))
             })
             .collect();
         cloud.wait_for("edge connected", nodes.len(), support::PATIENCE);
@@ -192,7 +197,7 @@ impl Cluster {
         Cluster {
             coord,
             cloud,
-            _nodes: procs,
+            nodes: procs,
             anchor,
         }
     }
@@ -520,6 +525,93 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         ],
         "each task got its rank and the same rendezvous"
     );
+    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
+    assert!(time("finished_at") <= time("deadline"), "{job:#}");
+}
+
+/// An edge that dies with a job on it goes offline; the job resumes from its
+/// checkpoint on another edge and still meets its deadline.
+#[test]
+fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
+    for i in 0..288 {
+        csv.push_str(&format!("a,{t},8,30,\nb,{t},8,30,\n", t = i * 300));
+    }
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, csv).unwrap();
+    let names = ["a", "b"];
+    let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
+    let mut cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "");
+    // 24 iterations: 2.2 h planned, by an 8 h deadline.
+    let id = cluster.submit(dir.path(), &job("sturdy", 24, 8.0, "slo", "reject"));
+    let job_line = format!("job_id={id} ");
+    cluster
+        .cloud
+        .wait_until("the job to run", 1, support::PATIENCE, |l| {
+            l.contains(&job_line) && l.contains("state=running")
+        });
+    let first = cluster.coord.job(id)["node"].as_str().unwrap().to_string();
+    // Let it train a while: eight more of its node's samples (2 wall s, about
+    // eight iterations) before the box dies.
+    let from_first =
+        |l: &str| l.contains(&format!("node_id={first} ")) && l.contains("kind=samples");
+    let seen = cluster.cloud.log().iter().filter(|l| from_first(l)).count();
+    cluster.cloud.wait_until(
+        "training on the first node",
+        seen + 8,
+        support::PATIENCE,
+        from_first,
+    );
+    // The box dies: its daemon and the job's processes with it.
+    let ranks = dir
+        .path()
+        .join("checkpoints")
+        .join("sturdy")
+        .join("ranks.log");
+    let pid: i32 = std::fs::read_to_string(&ranks)
+        .unwrap()
+        .trim()
+        .rsplit_once("pid=")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let (_, edge) = cluster.nodes.iter_mut().find(|(n, _)| *n == first).unwrap();
+    edge.kill9();
+    assert!(pid > 1, "the trainer's pid: {pid}");
+    let killed = Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "killing the job's process group {pid}");
+
+    cluster.cloud.wait_until(
+        "the job to end",
+        1,
+        std::time::Duration::from_secs(60),
+        |l| l.contains(&job_line) && l.contains("state=succeeded"),
+    );
+    let log = cluster.cloud.log();
+    for l in log
+        .iter()
+        .filter(|l| l.contains(&job_line) || l.contains("offline"))
+    {
+        eprintln!("{l}");
+    }
+    assert!(
+        log.iter()
+            .any(|l| l.contains("node offline") && l.ends_with(&format!("node_id={first}"))),
+        "{first} was declared offline"
+    );
+    let job = cluster.coord.job(id);
+    assert_ne!(job["node"].as_str(), Some(first.as_str()), "{job:#}");
+    let tail = job["output_tail"].to_string();
+    assert!(
+        tail.contains("resumed at "),
+        "it resumed from the checkpoint: {tail}"
+    );
+    assert!(tail.contains("trained 24 iterations"), "{tail}");
     let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
     assert!(time("finished_at") <= time("deadline"), "{job:#}");
 }

@@ -515,6 +515,7 @@ impl Store {
             for id in &gone {
                 tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [id])
                     .map_err(&err)?;
+                tidal::lose_node(tx, id, now_ms).map_err(&err)?;
                 event(
                     tx,
                     now_ms,
@@ -1132,8 +1133,10 @@ fn apply_task_status(
         "UPDATE tasks SET state = 'done' WHERE id = ?1",
         [s.task_id as i64],
     )?;
+    // Tasks being stopped (moved, or lost with an offline node) no longer
+    // count towards the job's outcome.
     let others_open: i64 = tx.query_row(
-        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done'",
+        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
         [job],
         |r| r.get(0),
     )?;

@@ -69,9 +69,11 @@ impl Store {
             .prepare(
                 "SELECT j.id, j.spec, j.submitted_ms, j.admission, j.reservation, j.done_iters,
                         j.attained_s, j.location, j.steps_from_ms,
-                        (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'),
-                        (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'
-                                                         AND t.yield_requested = 1)
+                        (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
+                         WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1),
+                        (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
+                         WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1
+                           AND t.yield_requested = 1)
                  FROM jobs j
                  WHERE j.state IN ('queued', 'running') AND j.cancel_requested = 0
                    AND json_extract(j.spec, '$.work') IS NOT NULL
@@ -170,7 +172,8 @@ impl Store {
                 let job = d.job_id as i64;
                 let (open, live): (i64, bool) = tx
                     .query_row(
-                        "SELECT (SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done'),
+                        "SELECT (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
+                                 WHERE t.job_id = ?1 AND t.state != 'done' AND n.online = 1),
                                 state IN ('queued', 'running') AND cancel_requested = 0
                          FROM jobs WHERE id = ?1",
                         [job],
@@ -241,6 +244,39 @@ impl Store {
             Ok(done)
         })
     }
+}
+
+/// A node went offline: the planned jobs with tasks on it cannot go on, so
+/// those tasks are to stop (they are cancelled if the node comes back), the
+/// jobs' other ranks too, and each job is queued for the plan to resume it
+/// from its checkpoint elsewhere.
+pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+    let jobs: Vec<i64> = tx
+        .prepare(
+            "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id
+             WHERE t.node_id = ?1 AND t.state != 'done' AND j.state IN ('queued', 'running')
+               AND json_extract(j.spec, '$.work') IS NOT NULL",
+        )?
+        .query_map([node_id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for job in jobs {
+        settle_progress(tx, job, now_ms)?;
+        tx.execute(
+            "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
+            [job],
+        )?;
+        tx.execute(
+            "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done'",
+            [job],
+        )?;
+        let reason = format!("{node_id} went offline; waiting to resume from the checkpoint elsewhere");
+        tx.execute(
+            "UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 WHERE id = ?1",
+            params![job, reason],
+        )?;
+        event(tx, now_ms, Some(node_id), Some(job), "plan", &reason)?;
+    }
+    Ok(())
 }
 
 /// Reads back a value this build stored as JSON.
