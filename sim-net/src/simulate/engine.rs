@@ -152,6 +152,7 @@ pub fn run(
                 location: Place::new(),
                 startup_left_s: 0.0,
                 step_s: 0.0,
+                sync_class: None,
                 status: JobStatus::Active,
                 finish_ms: None,
                 migrations: 0,
@@ -364,7 +365,7 @@ impl Run<'_> {
                 job.location.clone()
             };
             let su = model.startup(&job.spec, &from, &new);
-            let Some((step, _)) = model.step(&job.spec, &new) else {
+            let Some((step, sync_class)) = model.step(&job.spec, &new) else {
                 return Err(EngineError::NoThroughput {
                     job: j,
                     model: job.spec.model.clone(),
@@ -373,6 +374,7 @@ impl Run<'_> {
             self.acc.wan.add_all(&su.wan);
             job.startup_left_s = su.secs;
             job.step_s = step;
+            job.sync_class = sync_class;
             job.location = new.clone();
             job.place = new;
             self.open[j] = Some((now, job.done_iters));
@@ -421,7 +423,7 @@ impl Run<'_> {
             let workers: u32 = job.place.iter().map(|p| p.1).sum();
             job.attained_gpu_s += used_s * f64::from(workers);
             let used_ms = (used_s * 1000.0).ceil() as i64;
-            if let Some((_, Some(class))) = model.step(&job.spec, &job.place) {
+            if let Some(class) = job.sync_class {
                 self.acc
                     .wan
                     .add(class, iters * model.allreduce_bytes(&job.spec, &job.place));

@@ -64,11 +64,6 @@ impl WanBytes {
         self.cloud_edge += other.cloud_edge;
         self.cloud_cloud += other.cloud_cloud;
     }
-
-    /// All classes together.
-    pub fn total(&self) -> f64 {
-        self.edge_edge + self.cloud_edge + self.cloud_cloud
-    }
 }
 
 /// What a start or migration costs.

@@ -50,7 +50,8 @@ impl Report {
         writeln!(out, "{json}")
     }
 
-    /// The table.
+    /// The table; `wan_gb` is the wide-area part (cloud-edge and edge-edge),
+    /// the JSON also has the cloud-cloud bytes.
     pub fn write_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
@@ -98,7 +99,7 @@ impl Report {
                 p.harvested_idle_share,
                 100.0 * p.interference_share,
                 p.migrations_per_job,
-                p.wan_bytes.total() / 1e9,
+                (p.wan_bytes.cloud_edge + p.wan_bytes.edge_edge) / 1e9,
                 p.best_effort_jct_mean_s
                     .map_or("-".to_string(), |s| format!("{:.2}", s / 3600.0)),
                 p.elapsed_s

@@ -112,6 +112,8 @@ pub struct JobRun {
     pub startup_left_s: f64,
     /// Step time on `place`, seconds.
     pub step_s: f64,
+    /// Class of the slowest link its gradients cross on `place` (`None` on one node).
+    pub sync_class: Option<tidemill_sched::LinkClass>,
     /// Status.
     pub status: JobStatus,
     /// When it finished, ms.
