@@ -84,6 +84,9 @@ pub struct Args {
     /// Number of edge boxes of the first edge site (overrides the topology's).
     #[arg(long)]
     pub edge_boxes: Option<u32>,
+    /// Number of nodes of the first cloud site (overrides the topology's).
+    #[arg(long)]
+    pub cloud_nodes: Option<u32>,
 }
 
 /// Why `simulate` failed.
@@ -175,6 +178,9 @@ pub struct Setup {
 pub fn setup(args: &Args) -> Result<Setup, SimError> {
     let mut topology = Topology::load(&args.topology)?;
     if let (Some(n), Some(site)) = (args.edge_boxes, topology.edge.first_mut()) {
+        site.nodes = n;
+    }
+    if let (Some(n), Some(site)) = (args.cloud_nodes, topology.cloud.first_mut()) {
         site.nodes = n;
     }
     let jobs_path =
