@@ -890,7 +890,7 @@ impl<'a> Round<'a> {
         }
         let deadline_ms = if deadline { spec.deadline_ms } else { i64::MAX };
         if deadline && deadline_ms <= self.now_ms {
-            return Err(format!("its deadline {} has passed", spec.deadline_ms));
+            return Err(format!("its deadline {} has passed", utc(spec.deadline_ms)));
         }
         let limit = self.slots_before(deadline_ms);
         let owed0 = ctx.job.progress.startup_left_s;
@@ -927,8 +927,9 @@ impl<'a> Round<'a> {
                 edge_best_frac.max(run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining);
             if let Some(f) = run.finished.filter(|&f| f <= deadline_ms) {
                 let why = format!(
-                    "{} finishes on idle edge capacity at {f} with no cloud cost",
-                    describe(self, &place)
+                    "{} finishes on idle edge capacity at {} with no cloud cost",
+                    describe(self, &place),
+                    utc(f)
                 );
                 consider(
                     Candidate {
@@ -1002,7 +1003,7 @@ impl<'a> Round<'a> {
             if deadline {
                 format!(
                     "no plan finishes by the deadline {}: edge alone reaches {:.0}% of the {:.0} remaining iterations ({n_opts} edge option(s)), and no cloud group with free capacity is fast enough",
-                    spec.deadline_ms,
+                    utc(spec.deadline_ms),
                     edge_best_frac * 100.0,
                     ctx.remaining
                 )
@@ -1282,4 +1283,12 @@ fn describe(r: &Round, place: &[(usize, u32)]) -> String {
         .map(|&(q, w)| format!("{}×{} {}", r.world.nodes[q].id, w, r.world.nodes[q].class))
         .collect();
     parts.join(" + ")
+}
+
+/// A time for explanations: UTC to the second, as operators read it.
+fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || format!("{ms} ms"),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
 }
