@@ -60,7 +60,10 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         let ctx = round.job_ctx(j);
         match round.keep(&ctx) {
             Ok(segs) => {
-                let reason = "guaranteed; keeps its reservation".to_string();
+                let reason = format!(
+                    "guaranteed; keeps its reservation: {}",
+                    reserved(&round, &segs)
+                );
                 decisions.push(round.decide(&ctx, Verdict::Guaranteed { since_ms }, segs, reason));
             }
             Err(why) => broken.push((j, since_ms, why)),
@@ -1283,6 +1286,19 @@ fn describe(r: &Round, place: &[(usize, u32)]) -> String {
         .map(|&(q, w)| format!("{}×{} {}", r.world.nodes[q].id, w, r.world.nodes[q].class))
         .collect();
     parts.join(" + ")
+}
+
+/// A reservation in words: where each stretch runs and when it ends.
+fn reserved(r: &Round, segs: &[Seg]) -> String {
+    let parts: Vec<String> = segs
+        .iter()
+        .map(|s| format!("{} until {}", describe(r, &s.place), utc(s.end_ms)))
+        .collect();
+    if parts.is_empty() {
+        "nothing left to run".to_string()
+    } else {
+        parts.join(", then ")
+    }
 }
 
 /// A time for explanations: UTC to the second, as operators read it.
