@@ -76,27 +76,33 @@ pub(crate) fn assess(h: &History, slots_per_hour: usize) -> CycleVerdict {
             days_used: hourly.len() as u32,
         };
     }
+    // Per hour of day, the sum and count over all days: each day's
+    // leave-one-out profile is then (sum − own) / (count − 1).
+    let mut sum = vec![0.0; hours_per_day];
+    let mut count = vec![0usize; hours_per_day];
+    for day in &hourly {
+        for (g, v) in day.iter().enumerate() {
+            if let Some(v) = v {
+                sum[g] += v;
+                count[g] += 1;
+            }
+        }
+    }
     let (mut sse_profile, mut sse_flat) = (0.0, 0.0);
-    for (d, day) in hourly.iter().enumerate() {
-        let pairs: Vec<(f64, f64)> = (0..hours_per_day)
-            .filter_map(|g| {
-                let x = day[g]?;
-                let others: Vec<f64> = hourly
-                    .iter()
-                    .enumerate()
-                    .filter(|(o, _)| *o != d)
-                    .filter_map(|(_, other)| other[g])
-                    .collect();
-                (!others.is_empty()).then(|| (x, others.iter().sum::<f64>() / others.len() as f64))
-            })
-            .collect();
+    let mut pairs: Vec<(f64, f64)> = Vec::with_capacity(hours_per_day);
+    for day in &hourly {
+        pairs.clear();
+        pairs.extend((0..hours_per_day).filter_map(|g| {
+            let x = day[g]?;
+            (count[g] > 1).then(|| (x, (sum[g] - x) / (count[g] - 1) as f64))
+        }));
         if pairs.is_empty() {
             continue;
         }
         let n = pairs.len() as f64;
         let x_mean = pairs.iter().map(|p| p.0).sum::<f64>() / n;
         let p_mean = pairs.iter().map(|p| p.1).sum::<f64>() / n;
-        for (x, p) in pairs {
+        for &(x, p) in &pairs {
             sse_profile += (x - x_mean - (p - p_mean)).powi(2);
             sse_flat += (x - x_mean).powi(2);
         }
