@@ -1163,14 +1163,7 @@ fn apply_task_status(
     } else {
         if state == JobState::Failed {
             // One rank failing fails the job: stop the others.
-            tx.execute(
-                "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
-                [job],
-            )?;
-            tx.execute(
-                "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done'",
-                [job],
-            )?;
+            tidal::stop_tasks(tx, job)?;
         }
         let reason = match state {
             JobState::Cancelled => format!("cancelled by an operator; {how}"),

@@ -208,18 +208,7 @@ impl Store {
                         start(tx, d.job_id, on, d.segments.first(), addrs, now, reason).map_err(&err)?
                     }
                     Action::Migrate { .. } | Action::Pause if open > 0 => {
-                        tx.execute(
-                            "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
-                            [job],
-                        )
-                        .map_err(&err)?;
-                        let n = tx
-                            .execute(
-                                "UPDATE tasks SET yield_requested = 1
-                                 WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
-                                [job],
-                            )
-                            .map_err(&err)?;
+                        let n = stop_tasks(tx, job).map_err(&err)?;
                         tx.execute(
                             "UPDATE jobs SET reason = ?2 WHERE id = ?1",
                             params![job, format!("checkpointing to follow the plan: {reason}")],
@@ -261,15 +250,9 @@ pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rus
         .collect::<Result<_, _>>()?;
     for job in jobs {
         settle_progress(tx, job, now_ms)?;
-        tx.execute(
-            "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
-            [job],
-        )?;
-        tx.execute(
-            "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done'",
-            [job],
-        )?;
-        let reason = format!("{node_id} went offline; waiting to resume from the checkpoint elsewhere");
+        stop_tasks(tx, job)?;
+        let reason =
+            format!("{node_id} went offline; waiting to resume from the checkpoint elsewhere");
         tx.execute(
             "UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 WHERE id = ?1",
             params![job, reason],
@@ -277,6 +260,19 @@ pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rus
         event(tx, now_ms, Some(node_id), Some(job), "plan", &reason)?;
     }
     Ok(())
+}
+
+/// Asks every open task of `job` to checkpoint and stop; tasks its node has
+/// not received are withdrawn at once. Returns how many were newly asked.
+pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<usize> {
+    tx.execute(
+        "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
+        [job],
+    )?;
+    tx.execute(
+        "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
+        [job],
+    )
 }
 
 /// Reads back a value this build stored as JSON.

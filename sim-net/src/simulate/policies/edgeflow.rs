@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 
 use super::cloud_pool::{cloud_class, cloud_rate};
 use super::elasticflow::{allocate, by_deadline, next_change};
-use super::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
+use super::{Decision, EdgeInterest, JobRun, Policy, View, forget_ended_and_abandon_late};
 use crate::simulate::placement::Place;
 
 /// The EdgeFlow policy.
@@ -105,14 +105,7 @@ impl Policy for EdgeFlow {
     fn plan(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         let mut d = Decision::default();
-        self.admitted
-            .retain(|&j| v.jobs[j].status == JobStatus::Active);
-        for &j in v.active {
-            if self.admitted.contains(&j) && v.jobs[j].spec.deadline_ms <= v.now_ms {
-                self.admitted.remove(&j);
-                d.abandon.push(j);
-            }
-        }
+        forget_ended_and_abandon_late(&mut self.admitted, v, &mut d);
         // Jobs already on a box that still reports idle stay there.
         let mut on_edge: Vec<(usize, Place)> = Vec::new();
         let mut taken: BTreeSet<u32> = BTreeSet::new();

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 
 use super::cloud_pool::{CloudPool, cloud_rate};
 use super::profile::{Fill, Profile};
-use super::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
+use super::{Decision, EdgeInterest, JobRun, Policy, View, forget_ended_and_abandon_late};
 
 /// The ElasticFlow policy.
 #[derive(Debug, Default)]
@@ -178,14 +178,7 @@ impl Policy for ElasticFlow {
     fn plan(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         let mut d = Decision::default();
-        self.admitted
-            .retain(|&j| v.jobs[j].status == JobStatus::Active);
-        for &j in v.active {
-            if self.admitted.contains(&j) && v.jobs[j].spec.deadline_ms <= v.now_ms {
-                self.admitted.remove(&j);
-                d.abandon.push(j);
-            }
-        }
+        forget_ended_and_abandon_late(&mut self.admitted, v, &mut d);
         for &j in v.arrived.iter().filter(|&&j| v.jobs[j].slo()) {
             if admits(v, &self.admitted, j, capacity) {
                 self.admitted.insert(j);

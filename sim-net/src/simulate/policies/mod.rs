@@ -188,3 +188,19 @@ pub trait Policy: Send {
     /// One round.
     fn plan(&mut self, view: &View) -> Decision;
 }
+
+/// For policies that track admitted jobs: forgets the ones no longer active,
+/// and abandons (gives up on) the active ones whose deadline has passed.
+pub(super) fn forget_ended_and_abandon_late(
+    admitted: &mut std::collections::BTreeSet<usize>,
+    v: &View,
+    d: &mut Decision,
+) {
+    admitted.retain(|&j| v.jobs[j].status == JobStatus::Active);
+    for &j in v.active {
+        if admitted.contains(&j) && v.jobs[j].spec.deadline_ms <= v.now_ms {
+            admitted.remove(&j);
+            d.abandon.push(j);
+        }
+    }
+}
