@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemill_runtime::config_file::{self, ConfigError};
-use tidemill_sched::cost::LinkSpec;
-use tidemill_sched::{BestEffortOrder, ThroughputError, ThroughputTables};
+use tidemill_sched::{BestEffortOrder, LinkDefaults, ThroughputError, ThroughputTables};
 
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/cloud.toml");
@@ -106,41 +105,6 @@ pub struct SchedulerConfig {
 pub struct CloudNode {
     /// Currency units per GPU-hour.
     pub price_per_gpu_hour: f64,
-}
-
-/// Link defaults per class.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkDefaults {
-    /// Between two edge nodes.
-    pub edge_edge: LinkDefault,
-    /// Between a cloud node and an edge node.
-    pub cloud_edge: LinkDefault,
-    /// Between two cloud nodes.
-    pub cloud_cloud: LinkDefault,
-}
-
-/// One link class's default.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkDefault {
-    /// Megabits per second.
-    pub bandwidth_mbps: f64,
-    /// One-way latency, milliseconds.
-    pub latency_ms: f64,
-    /// Packet loss share, 0 to 1.
-    pub loss: f64,
-}
-
-impl LinkDefault {
-    /// In the cost model's units.
-    pub fn spec(&self) -> LinkSpec {
-        LinkSpec {
-            bandwidth_bps: self.bandwidth_mbps * 1e6 / 8.0,
-            latency_s: self.latency_ms / 1000.0,
-            loss: self.loss,
-        }
-    }
 }
 
 /// The placement policies.
@@ -246,21 +210,19 @@ impl CloudConfig {
             );
         }
         let s = &self.scheduler;
-        for (key, v, min) in [
-            ("scheduler.grace_secs", s.grace_secs, 0.0),
-            ("scheduler.restart_secs", s.restart_secs, 0.0),
-            ("scheduler.horizon_hours", s.horizon_hours, 1.0),
+        let non_negative = "must be a number, 0 or more";
+        for (key, v, min, rule) in [
+            ("scheduler.grace_secs", s.grace_secs, 0.0, non_negative),
+            ("scheduler.restart_secs", s.restart_secs, 0.0, non_negative),
+            (
+                "scheduler.horizon_hours",
+                s.horizon_hours,
+                1.0,
+                "must be at least 1",
+            ),
         ] {
             if !(v.is_finite() && v >= min) {
-                return Err(ConfigError::Invalid {
-                    key,
-                    value: v.to_string(),
-                    rule: if min > 0.0 {
-                        "must be at least 1"
-                    } else {
-                        "must be a number, 0 or more"
-                    },
-                });
+                return invalid(key, v.to_string(), rule);
             }
         }
         for (id, node) in &s.cloud_nodes {

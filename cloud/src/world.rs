@@ -157,12 +157,7 @@ fn link_table(cfg: &SchedulerConfig, links: &[LinkRecord]) -> LinkTable {
             });
         }
     }
-    LinkTable {
-        edge_edge: cfg.links.edge_edge.spec(),
-        cloud_edge: cfg.links.cloud_edge.spec(),
-        cloud_cloud: cfg.links.cloud_cloud.spec(),
-        measured,
-    }
+    cfg.links.table(measured)
 }
 
 /// The scheduler's state of a planned job. A job that gives its own rates is

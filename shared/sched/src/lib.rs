@@ -22,6 +22,6 @@ pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{ModelTable, Throughput, ThroughputError, ThroughputTables};
 pub use world::{
     Admission, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass, JobSpec,
-    JobState, LinkClass, LinkTable, MeasuredLink, NodeKind, NodeSpec, OnInfeasible, Policy,
-    Progress, Window, WorldSnapshot,
+    JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind, NodeSpec,
+    OnInfeasible, Policy, Progress, Window, WorldSnapshot,
 };

@@ -175,6 +175,54 @@ impl Default for LinkTable {
     }
 }
 
+/// One link class's default as configs write it, in operators' units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDefault {
+    /// Megabits per second.
+    pub bandwidth_mbps: f64,
+    /// One-way latency, milliseconds.
+    pub latency_ms: f64,
+    /// Packet loss share, 0 to 1.
+    #[serde(default)]
+    pub loss: f64,
+}
+
+impl LinkDefault {
+    /// In the cost model's units: bytes/s and seconds.
+    pub fn spec(&self) -> LinkSpec {
+        LinkSpec {
+            bandwidth_bps: self.bandwidth_mbps * 1e6 / 8.0,
+            latency_s: self.latency_ms / 1000.0,
+            loss: self.loss,
+        }
+    }
+}
+
+/// The defaults of the three link classes, as configs name them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkDefaults {
+    /// Between two edge nodes.
+    pub edge_edge: LinkDefault,
+    /// Between a cloud node and an edge node.
+    pub cloud_edge: LinkDefault,
+    /// Between two cloud nodes.
+    pub cloud_cloud: LinkDefault,
+}
+
+impl LinkDefaults {
+    /// The link table with these defaults and the `measured` links.
+    pub fn table(&self, measured: Vec<MeasuredLink>) -> LinkTable {
+        LinkTable {
+            edge_edge: self.edge_edge.spec(),
+            cloud_edge: self.cloud_edge.spec(),
+            cloud_cloud: self.cloud_cloud.spec(),
+            measured,
+        }
+    }
+}
+
 impl LinkTable {
     /// The default for a link class.
     pub fn default_for(&self, class: LinkClass) -> &LinkSpec {

@@ -326,7 +326,7 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
     let model = CostModel {
         nodes,
         tables,
-        links: topology.links.table(),
+        links: topology.links.table(Vec::new()),
         gamma: tidemill_sched::cost::DEFAULT_GAMMA,
         restart_s: e.restart_s,
     };

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use tidemill_sched::cost::LinkSpec;
-use tidemill_sched::{LinkTable, OnInfeasible};
+use tidemill_sched::{LinkDefaults, OnInfeasible};
 
 use crate::trace::Format;
 
@@ -68,7 +67,7 @@ pub struct Topology {
     #[serde(default)]
     pub edge: Vec<EdgeSite>,
     /// Links per class.
-    pub links: LinksSpec,
+    pub links: LinkDefaults,
     /// Simulation engine knobs.
     #[serde(default)]
     pub engine: EngineSpec,
@@ -138,53 +137,6 @@ pub struct EdgeSite {
 
 fn one() -> u32 {
     1
-}
-
-/// One link class in friendly units.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkSpecToml {
-    /// Megabits per second.
-    pub bandwidth_mbps: f64,
-    /// One-way latency, milliseconds.
-    pub latency_ms: f64,
-    /// Packet loss, 0..1.
-    #[serde(default)]
-    pub loss: f64,
-}
-
-impl LinkSpecToml {
-    fn spec(self) -> LinkSpec {
-        LinkSpec {
-            bandwidth_bps: self.bandwidth_mbps * 1e6 / 8.0,
-            latency_s: self.latency_ms / 1e3,
-            loss: self.loss,
-        }
-    }
-}
-
-/// The three link classes.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinksSpec {
-    /// Between two edge boxes.
-    pub edge_edge: LinkSpecToml,
-    /// Between the cloud and an edge box.
-    pub cloud_edge: LinkSpecToml,
-    /// Between two cloud nodes.
-    pub cloud_cloud: LinkSpecToml,
-}
-
-impl LinksSpec {
-    /// The scheduler's link table (class defaults, nothing measured).
-    pub fn table(&self) -> LinkTable {
-        LinkTable {
-            edge_edge: self.edge_edge.spec(),
-            cloud_edge: self.cloud_edge.spec(),
-            cloud_cloud: self.cloud_cloud.spec(),
-            measured: Vec::new(),
-        }
-    }
 }
 
 /// Knobs of the discrete-event engine.
@@ -476,7 +428,7 @@ cloud_cloud = { bandwidth_mbps = 10000, latency_ms = 1 }
     fn minimal_file_parses_with_defaults() {
         let t = Topology::parse(Path::new("t.toml"), MIN).unwrap();
         assert_eq!(t.engine.slot_s, 60);
-        assert_eq!(t.links.table().cloud_edge.bandwidth_bps, 12.5e6);
+        assert_eq!(t.links.table(Vec::new()).cloud_edge.bandwidth_bps, 12.5e6);
         assert_eq!(t.model("nope").model_mb, 100.0);
     }
 
