@@ -292,9 +292,8 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
 
 fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
     let time = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or("-".into(), |t| t.to_rfc3339());
-    let verdict = serde_json::to_value(p.verdict).unwrap_or_default();
     println!("plan ({}):", p.decided_at.to_rfc3339());
-    println!("  verdict:  {}", verdict["verdict"].as_str().unwrap_or("?"));
+    println!("  verdict:  {}", p.verdict.as_str());
     println!("  shape:    {:?} on {}", p.shape, p.nodes.join(", "));
     println!("  start:    {}", time(p.expected_start));
     println!("  finish:   {}", time(p.expected_finish));

@@ -425,12 +425,7 @@ fn print_jobs(jobs: &[JobRecord]) {
             .output_tail
             .last()
             .map_or(String::new(), |l| format!(" / {l}"));
-        let verdict = j.plan.as_ref().map_or("first-fit".to_string(), |p| {
-            serde_json::to_value(p.verdict).unwrap_or_default()["verdict"]
-                .as_str()
-                .unwrap_or("?")
-                .to_string()
-        });
+        let verdict = j.plan.as_ref().map_or("first-fit", |p| p.verdict.as_str());
         println!(
             "{:>4} {:<18} {:<10} {:<9} {:<5} {:<11} {}{tail}",
             j.id,

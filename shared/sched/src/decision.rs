@@ -39,6 +39,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict's name, as its JSON form tags it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Guaranteed { .. } => "guaranteed",
+            Verdict::BestEffort => "best-effort",
+            Verdict::Rejected => "rejected",
+        }
+    }
+
     /// The admission state to store for the next round; `None` once rejected.
     pub fn admission(&self) -> Option<Admission> {
         match *self {
@@ -144,4 +153,20 @@ pub struct JobDecision {
     pub segments: Vec<Segment>,
     /// Why.
     pub explanation: Explanation,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_names_match_their_json_tags() {
+        for v in [
+            Verdict::Guaranteed { since_ms: 1 },
+            Verdict::BestEffort,
+            Verdict::Rejected,
+        ] {
+            assert_eq!(serde_json::to_value(v).unwrap()["verdict"], v.as_str());
+        }
+    }
 }
