@@ -22,7 +22,8 @@ pub struct JobSpec {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// When the job must be done.
+    /// When the job must be done: a TOML datetime or an RFC 3339 string.
+    #[serde(deserialize_with = "any_time")]
     pub deadline: DateTime<Utc>,
     /// `slo` (guaranteed when a plan meets the deadline) or `best-effort`.
     #[serde(default = "slo")]
@@ -34,6 +35,29 @@ pub struct JobSpec {
     /// it the job runs best-effort on an idle node.
     #[serde(default)]
     pub work: Option<Work>,
+}
+
+/// Reads a time written as a TOML datetime or as an RFC 3339 string (the form
+/// JSON carries), with an offset.
+fn any_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    use serde::de::Error;
+    let text = match toml::Value::deserialize(d)? {
+        toml::Value::String(s) => s,
+        toml::Value::Datetime(t) => t.to_string(),
+        other => {
+            return Err(D::Error::custom(format!(
+                "deadline must be a time, not {}",
+                other.type_str()
+            )));
+        }
+    };
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            D::Error::custom(format!(
+                "deadline {text:?} is not an RFC 3339 time with an offset ({e}), for example 2026-11-23T06:00:00Z"
+            ))
+        })
 }
 
 fn slo() -> JobClass {
@@ -131,24 +155,6 @@ pub enum JobSpecError {
     },
 }
 
-/// The job file as written: the deadline may be a TOML datetime or an RFC 3339
-/// string.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobFile {
-    name: String,
-    command: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    deadline: toml::Value,
-    #[serde(default = "slo")]
-    class: JobClass,
-    #[serde(default = "run_best_effort")]
-    on_infeasible: OnInfeasible,
-    #[serde(default)]
-    work: Option<Work>,
-}
-
 impl JobSpec {
     /// Reads and validates a TOML job file.
     pub fn from_file(path: &Path) -> Result<Self, JobSpecError> {
@@ -166,33 +172,7 @@ impl JobSpec {
             path: origin.to_string(),
             message,
         };
-        let file: JobFile = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
-        let deadline_text = match &file.deadline {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Datetime(d) => d.to_string(),
-            other => {
-                return Err(parse(format!(
-                    "deadline must be a time, not {}",
-                    other.type_str()
-                )));
-            }
-        };
-        let deadline = DateTime::parse_from_rfc3339(&deadline_text)
-            .map_err(|e| {
-                parse(format!(
-                    "deadline {deadline_text:?} is not an RFC 3339 time with an offset ({e}), for example 2026-11-23T06:00:00Z"
-                ))
-            })?
-            .with_timezone(&Utc);
-        let spec = JobSpec {
-            name: file.name,
-            command: file.command,
-            env: file.env,
-            deadline,
-            class: file.class,
-            on_infeasible: file.on_infeasible,
-            work: file.work,
-        };
+        let spec: JobSpec = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
         spec.validate()?;
         Ok(spec)
     }
@@ -441,6 +421,22 @@ mod tests {
             err.to_string().contains("j.toml") && err.to_string().contains("tomorrow"),
             "{err}"
         );
+        let err = JobSpec::from_toml("name = \"x\"\ncommand = [\"a\"]\ndeadline = 3", "j.toml")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("must be a time, not integer"),
+            "{err}"
+        );
+        let stored = serde_json::to_string(
+            &JobSpec::from_toml(
+                "name = \"x\"\ncommand = [\"a\"]\ndeadline = 2026-11-23T06:00:00Z",
+                "j.toml",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let back: JobSpec = serde_json::from_str(&stored).unwrap();
+        assert_eq!(back.deadline.to_rfc3339(), "2026-11-23T06:00:00+00:00");
         let err = JobSpec::from_toml(
             "name = \"x\"\ncommand = [\"a\"]\ndeadline = \"2026-11-23T06:00:00Z\"\nprio = 1",
             "j.toml",
