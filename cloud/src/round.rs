@@ -71,6 +71,10 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
 /// commits the round's decisions.
 fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
     store.advance_progress(now)?;
+    let jobs = store.planned_jobs(now)?;
+    if jobs.is_empty() {
+        return Ok(());
+    }
     let world = world::snapshot(
         now,
         &coord.cfg.scheduler,
@@ -78,11 +82,8 @@ fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), S
         &store.nodes()?,
         &store.forecasts()?,
         &store.links()?,
-        &store.planned_jobs(now)?,
+        &jobs,
     );
-    if world.jobs.is_empty() {
-        return Ok(());
-    }
     let plan = schedule(&world, now, &coord.cfg.scheduler.sched_policy());
     for (job_id, what) in store.apply_round(&plan, &coord.addresses())? {
         let reason = plan

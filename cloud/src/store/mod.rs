@@ -24,7 +24,7 @@ use crate::rendezvous;
 
 mod tidal;
 
-pub use tidal::{PlannedJob, TidalRound};
+pub use tidal::{Addresses, PlannedJob};
 
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
@@ -938,17 +938,25 @@ const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan FROM jobs";
 
+/// Column `i` of a row, a value stored as JSON (or NULL, for an `Option`).
+fn json_column<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+    let text: Option<String> = r.get(i)?;
+    serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })
+}
+
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
-    let bad = |i, e: Box<dyn std::error::Error + Send + Sync>| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e)
-    };
-    let spec: JobSpec =
-        serde_json::from_str(&r.get::<_, String>(2)?).map_err(|e| bad(2, e.into()))?;
+    let spec: JobSpec = json_column(r, 2)?;
     let state_text: String = r.get(3)?;
-    let state = JobState::parse(&state_text)
-        .ok_or_else(|| bad(3, format!("unknown state {state_text}").into()))?;
-    let tail: Vec<String> =
-        serde_json::from_str(&r.get::<_, String>(6)?).map_err(|e| bad(6, e.into()))?;
+    let state = JobState::parse(&state_text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            3,
+            rusqlite::types::Type::Text,
+            format!("unknown state {state_text}").into(),
+        )
+    })?;
+    let tail: Vec<String> = json_column(r, 6)?;
     Ok(JobRecord {
         id: r.get::<_, i64>(0)? as u64,
         name: r.get(1)?,
@@ -968,11 +976,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         work: spec.work,
         done_iters: r.get(12)?,
         attained_s: r.get(13)?,
-        plan: r
-            .get::<_, Option<String>>(14)?
-            .map(|p| serde_json::from_str::<PlanView>(&p))
-            .transpose()
-            .map_err(|e| bad(14, e.into()))?,
+        plan: json_column::<Option<PlanView>>(r, 14)?,
     })
 }
 

@@ -12,7 +12,7 @@ use rusqlite::{Transaction, params};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 
-use super::{Store, StoreError, event};
+use super::{Store, StoreError, event, json_column};
 use crate::job::{JobSpec, PlanView};
 
 /// A job the tidal scheduler plans: one with a `[work]` section, not over.
@@ -43,7 +43,7 @@ pub struct PlannedJob {
 }
 
 /// Where the nodes that may become rank 0 can be reached, by node id.
-pub type TidalRound<'a> = &'a HashMap<String, String>;
+pub type Addresses = HashMap<String, String>;
 
 impl Store {
     /// Credits every running planned job with the iterations it did up to `now_ms`.
@@ -82,56 +82,30 @@ impl Store {
             .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| {
-                let json = |i: usize, text: String| {
-                    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| {
-                        rusqlite::Error::FromSqlConversionFailure(
-                            i,
-                            rusqlite::types::Type::Text,
-                            e.into(),
-                        )
-                    })
-                };
                 let open: i64 = r.get(9)?;
                 let stopping: i64 = r.get(10)?;
                 let steps_from: Option<i64> = r.get(8)?;
-                Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    json(1, r.get(1)?)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<String>>(3)?
-                        .map(|a| json(3, a))
-                        .transpose()?,
-                    json(4, r.get(4)?)?,
-                    (r.get::<_, f64>(5)?, r.get::<_, f64>(6)?),
-                    json(7, r.get(7)?)?,
-                    (open, stopping, steps_from),
-                ))
+                let running = open > 0 && stopping == 0;
+                Ok(PlannedJob {
+                    id: r.get::<_, i64>(0)? as u64,
+                    spec: json_column(r, 1)?,
+                    submitted_ms: r.get(2)?,
+                    admission: json_column::<Option<Admission>>(r, 3)?
+                        .unwrap_or(Admission::Pending),
+                    reservation: json_column(r, 4)?,
+                    done_iters: r.get(5)?,
+                    attained_s: r.get(6)?,
+                    location: json_column(r, 7)?,
+                    running,
+                    startup_left_s: match (running, steps_from) {
+                        (true, Some(t)) => ((t - now_ms) as f64 / 1000.0).max(0.0),
+                        _ => 0.0,
+                    },
+                    busy: open > 0,
+                })
             })
             .map_err(&err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, spec, submitted_ms, admission, reservation, (done, attained), location, tasks) =
-                row.map_err(&err)?;
-            let (open, stopping, steps_from) = tasks;
-            let running = open > 0 && stopping == 0;
-            out.push(PlannedJob {
-                id,
-                spec: decode(spec),
-                submitted_ms,
-                admission: admission.map_or(Admission::Pending, decode),
-                reservation: decode(reservation),
-                done_iters: done,
-                attained_s: attained,
-                location: decode(location),
-                running,
-                startup_left_s: match (running, steps_from) {
-                    (true, Some(t)) => ((t - now_ms) as f64 / 1000.0).max(0.0),
-                    _ => 0.0,
-                },
-                busy: open > 0,
-            });
-        }
-        Ok(out)
+        rows.collect::<Result<_, _>>().map_err(err)
     }
 
     /// Every node's latest forecast.
@@ -142,16 +116,9 @@ impl Store {
             .prepare("SELECT node_id, forecast FROM forecasts")
             .map_err(&err)?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_map([], |r| Ok((r.get(0)?, json_column(r, 1)?)))
             .map_err(&err)?;
-        let mut out = HashMap::new();
-        for row in rows {
-            let (node, json) = row.map_err(&err)?;
-            let f = serde_json::from_str(&json)
-                .expect("stored forecasts were serialised by this build");
-            out.insert(node, f);
-        }
-        Ok(out)
+        rows.collect::<Result<_, _>>().map_err(err)
     }
 
     /// Commits a tidal round: stores each job's verdict, reservation and plan,
@@ -162,7 +129,7 @@ impl Store {
     pub fn apply_round(
         &mut self,
         plan: &RoundPlan,
-        addrs: TidalRound<'_>,
+        addrs: &Addresses,
     ) -> Result<Vec<(u64, String)>, StoreError> {
         let err = self.sql_err();
         let now = plan.now_ms;
@@ -275,11 +242,6 @@ pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<usi
     )
 }
 
-/// Reads back a value this build stored as JSON.
-fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
-    serde_json::from_value(v).expect("stored by this build")
-}
-
 /// Creates one task per node of `on`, ranked in order, with rank 0's address as
 /// the rendezvous; returns what was done, or `None` when rank 0 is unreachable.
 fn start(
@@ -287,7 +249,7 @@ fn start(
     job_id: u64,
     on: &[Assignment],
     first: Option<&Segment>,
-    addrs: TidalRound<'_>,
+    addrs: &Addresses,
     now_ms: i64,
     reason: &str,
 ) -> rusqlite::Result<Option<String>> {
