@@ -168,13 +168,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         let interval = cfg.sample_interval();
         loop {
             let now = sample_clock.now_ms();
-            let own: Vec<u32> = journal
-                .lock()
-                .unwrap()
-                .unfinished_tasks()?
-                .into_iter()
-                .filter_map(|(_, pid)| pid)
-                .collect();
+            let own = journal.lock().unwrap().running_pids()?;
             let sample = sampler.sample(now, &own).await;
             forecasting.observe(&sample);
             let forecast = forecasting.due(now);

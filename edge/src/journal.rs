@@ -292,6 +292,18 @@ impl Journal {
         .collect()
     }
 
+    /// The process ids of the unfinished tasks that have started.
+    pub fn running_pids(&self) -> Result<Vec<u32>, JournalError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pid FROM tasks WHERE finished = 0 AND pid IS NOT NULL")
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, u32>(0))
+            .map_err(self.sql())?;
+        rows.map(|r| r.map_err(self.sql())).collect()
+    }
+
     /// Whether a task is known and unfinished.
     pub fn task_running(&self, task_id: u64) -> Result<bool, JournalError> {
         Ok(self
@@ -425,11 +437,17 @@ mod tests {
         };
         assert!(j.accept_task(&a).unwrap());
         assert!(!j.accept_task(&a).unwrap());
+        assert!(
+            j.running_pids().unwrap().is_empty(),
+            "accepted, not started"
+        );
         j.task_started(9, 1234).unwrap();
         assert_eq!(j.unfinished_tasks().unwrap(), vec![(a, Some(1234))]);
+        assert_eq!(j.running_pids().unwrap(), vec![1234]);
         assert!(j.task_running(9).unwrap());
         j.finish_task(9, &body(5)).unwrap();
         assert!(j.unfinished_tasks().unwrap().is_empty());
+        assert!(j.running_pids().unwrap().is_empty());
         assert!(!j.task_running(9).unwrap());
         assert_eq!(j.pending_count().unwrap(), 1);
     }
