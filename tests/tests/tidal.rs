@@ -116,6 +116,14 @@ cpu = {rate}
     file
 }
 
+/// Whether a coordinator log line says a job ran to an end.
+fn ran_to_an_end(l: &str) -> bool {
+    l.contains("job state changed")
+        && ["succeeded", "failed", "cancelled"]
+            .iter()
+            .any(|s| l.contains(&format!("state={s}")))
+}
+
 /// A coordinator and replaying nodes on one accelerated clock.
 struct Cluster {
     coord: Coordinator,
@@ -202,6 +210,17 @@ impl Cluster {
         }
     }
 
+    /// Waits until job `id` has run to an end (a minute at most).
+    fn wait_until_ended(&self, id: u64) {
+        let job_line = format!("job_id={id} ");
+        self.cloud.wait_until(
+            "the job to end",
+            1,
+            std::time::Duration::from_secs(60),
+            |l| l.contains(&job_line) && ran_to_an_end(l),
+        );
+    }
+
     /// The shared accelerated clock now, Unix ms.
     fn tide_now(&self) -> i64 {
         self.anchor + ((now_ms() - self.anchor) as f64 * SPEED) as i64
@@ -237,13 +256,7 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
 
     // Every job ends: succeeded, or rejected at admission. The longest
     // deadline is 12 h of tide, 36 wall seconds after submission.
-    let ended = |l: &str| {
-        l.contains("job state changed")
-            && ["succeeded", "failed", "cancelled"]
-                .iter()
-                .any(|s| l.contains(&format!("state={s}")))
-            || l.contains("action=rejected")
-    };
+    let ended = |l: &str| ran_to_an_end(l) || l.contains("action=rejected");
     cloud.wait_until(
         "every job to end",
         JOBS.len(),
@@ -383,19 +396,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
     let id = cluster.submit(dir.path(), &job("long", 42, 12.0, "slo", "reject"));
     let (coord, cloud) = (&cluster.coord, &cluster.cloud);
     let job_line = format!("job_id={id} ");
-    let ended = |l: &str| {
-        l.contains(&job_line)
-            && l.contains("job state changed")
-            && ["succeeded", "failed", "cancelled"]
-                .iter()
-                .any(|s| l.contains(&format!("state={s}")))
-    };
-    cloud.wait_until(
-        "the job to end",
-        1,
-        std::time::Duration::from_secs(60),
-        ended,
-    );
+    cluster.wait_until_ended(id);
     let log: Vec<String> = cloud
         .log()
         .into_iter()
@@ -491,19 +492,7 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         .trim()
         .parse()
         .unwrap();
-    let job_line = format!("job_id={id} ");
-    cluster.cloud.wait_until(
-        "the job to end",
-        1,
-        std::time::Duration::from_secs(60),
-        |l| {
-            l.contains(&job_line)
-                && l.contains("job state changed")
-                && ["succeeded", "failed", "cancelled"]
-                    .iter()
-                    .any(|s| l.contains(&format!("state={s}")))
-        },
-    );
+    cluster.wait_until_ended(id);
 
     let job = cluster.coord.job(id);
     assert_eq!(job["state"], "succeeded", "{job:#}");
@@ -586,12 +575,7 @@ fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
         .unwrap();
     assert!(killed.success(), "killing the job's process group {pid}");
 
-    cluster.cloud.wait_until(
-        "the job to end",
-        1,
-        std::time::Duration::from_secs(60),
-        |l| l.contains(&job_line) && l.contains("state=succeeded"),
-    );
+    cluster.wait_until_ended(id);
     let log = cluster.cloud.log();
     for l in log
         .iter()
@@ -605,6 +589,7 @@ fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
         "{first} was declared offline"
     );
     let job = cluster.coord.job(id);
+    assert_eq!(job["state"], "succeeded", "{job:#}");
     assert_ne!(job["node"].as_str(), Some(first.as_str()), "{job:#}");
     let tail = job["output_tail"].to_string();
     assert!(
