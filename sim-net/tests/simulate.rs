@@ -32,7 +32,11 @@ fn data(rel: &str) -> String {
 
 /// `simulate` arguments with the shipped topology and absolute data paths.
 fn args(extra: &[&str]) -> Args {
-    let topology = repo().join("configs/topology-edgeflow-eval.toml");
+    args_for(&repo().join("configs/topology-edgeflow-eval.toml"), extra)
+}
+
+/// `simulate` arguments with `topology` and absolute data paths.
+fn args_for(topology: &std::path::Path, extra: &[&str]) -> Args {
     let mut argv = vec![
         "simulate".to_string(),
         "--topology".into(),
@@ -65,15 +69,30 @@ fn slice() -> Setup {
     .expect("the slice loads")
 }
 
+/// The same 120 jobs on a scarce cloud, half of them best-effort and kept
+/// off the cloud.
+fn best_effort_slice() -> Setup {
+    let topology =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/edge-best-effort.toml");
+    let jobs = data("elasticflow/traces/cluster06.csv");
+    setup(&args_for(
+        &topology,
+        &["--jobs", &jobs, "--max-jobs", "120"],
+    ))
+    .expect("the best-effort slice loads")
+}
+
 fn run(s: &Setup, p: PolicyName) -> (PolicyMetrics, Outcome) {
     s.run_one(p, true, &mut |_| {}).expect("the policy runs")
 }
 
 #[test]
 fn every_policy_keeps_the_invariants() {
-    let s = slice();
-    for p in PolicyName::ALL {
-        let (m, o) = run(&s, p);
+    for (s, p) in [slice(), best_effort_slice()]
+        .iter()
+        .flat_map(|s| PolicyName::ALL.map(|p| (s, p)))
+    {
+        let (m, o) = run(s, p);
         // No node over its capacity: sweep every stint's start and end.
         let mut edges: BTreeMap<(u32, i64), i64> = BTreeMap::new();
         for st in &o.stints {
@@ -150,9 +169,11 @@ fn a_run_is_deterministic_for_a_seed() {
     }
 }
 
+/// With a scarce cloud and half the jobs best-effort and kept off the cloud,
+/// tidemill runs work on idle edge boxes and leaves them when the tide comes in.
 #[test]
 fn tidemill_uses_the_edge_and_yields_to_the_tide() {
-    let s = slice();
+    let s = best_effort_slice();
     let (m, _) = run(&s, PolicyName::Tidemill);
     assert!(m.edge_gpu_hours_harvested > 0.0, "{m:?}");
     assert!(m.interference_share < 0.01, "{m:?}");

@@ -199,11 +199,13 @@ impl PhaseSums {
         if !daily {
             return vec![flat; s];
         }
-        let weight = |d: usize| 0.5f64.powf((upto - 1 - d) as f64 / PROFILE_HALF_LIFE_DAYS);
+        let weight: Vec<f64> = (0..upto)
+            .map(|d| 0.5f64.powf((upto - 1 - d) as f64 / PROFILE_HALF_LIFE_DAYS))
+            .collect();
         (0..s)
             .map(|j| {
                 let (sum, count) = (0..upto).fold((0.0, 0.0), |(a, b), d| {
-                    let w = weight(d);
+                    let w = weight[d];
                     (a + w * self.sum[d * s + j], b + w * self.count[d * s + j])
                 });
                 if count > 0.0 { sum / count } else { flat }

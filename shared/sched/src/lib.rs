@@ -21,7 +21,7 @@ pub use schedule::{DONE_EPS_ITERS, schedule};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{ModelTable, Throughput, ThroughputError, ThroughputTables};
 pub use world::{
-    Admission, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass, JobSpec,
-    JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind, NodeSpec,
-    OnInfeasible, Policy, Progress, Window, WorldSnapshot,
+    Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,
+    JobSpec, JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind,
+    NodeSpec, OnInfeasible, Policy, Progress, Window, WorldSnapshot,
 };

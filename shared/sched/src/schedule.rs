@@ -8,9 +8,12 @@
 //! 1. guaranteed jobs whose standing reservation is still valid keep it, in admission order;
 //! 2. guaranteed jobs whose reservation broke (tide in, node lost) are re-planned, earliest deadline first;
 //! 3. new SLO jobs are admitted earliest deadline first, only if a plan meets the deadline;
-//! 4. best-effort jobs take what is left, on edge capacity (and, if the policy
-//!    allows it, on cloud capacity that is free now), in least-attained-service
-//!    or shortest-remaining-time order.
+//! 4. jobs without a reservation take what is left, in least-attained-service
+//!    or shortest-remaining-time order, those with a deadline still ahead
+//!    first: an SLO job (downgraded, or every SLO job under
+//!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
+//!    still meet its deadline, a best-effort job any leftover edge capacity;
+//!    cloud capacity free now only if the policy allows it.
 //!
 //! A plan for one job picks, among an edge placement (none, one node, or the
 //! top-k candidate nodes together) followed, if needed, by a cloud tail that
@@ -25,8 +28,8 @@ use crate::cost::{LinkSpec, StepTime, gpu_cost, staging_s, step_time};
 use crate::decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 use crate::throughput::ModelTable;
 use crate::world::{
-    Admission, Assignment, BestEffortOrder, DataSite, JobClass, JobState, LinkClass, NodeKind,
-    OnInfeasible, Policy, WorldSnapshot,
+    Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, JobClass, JobState, LinkClass,
+    NodeKind, OnInfeasible, Policy, WorldSnapshot,
 };
 
 /// Iterations left below this count as done (absorbs floating-point drift).
@@ -43,7 +46,13 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     for j in &world.jobs {
         match (j.admission, j.spec.class) {
             (Admission::Guaranteed { .. }, _) => guaranteed.push(j),
-            (Admission::Pending, JobClass::Slo) => pending.push(j),
+            (Admission::Pending, JobClass::Slo) => match policy.admission {
+                AdmissionMode::Reserve => pending.push(j),
+                AdmissionMode::EachRound => best_effort.push((
+                    j,
+                    "admitted without a reservation (admission = each-round)".to_string(),
+                )),
+            },
             _ => best_effort.push((j, "best-effort job".to_string())),
         }
     }
@@ -73,13 +82,16 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     for (j, since_ms, why) in broken {
         let ctx = round.job_ctx(j);
         let verdict = Verdict::Guaranteed { since_ms };
-        match round.plan(&ctx, true) {
+        match round.plan(&ctx, Want::Guarantee) {
             Ok(c) => {
                 let reason = format!("guaranteed; re-planned because {why}; {}", c.why);
                 decisions.push(round.decide(&ctx, verdict, c.segs, reason));
             }
             Err(fail) => {
-                let c = round.plan(&ctx, false).ok();
+                let c = round
+                    .plan(&ctx, Want::MeetDeadline)
+                    .or_else(|_| round.plan(&ctx, Want::Leftover))
+                    .ok();
                 let reason = format!(
                     "guaranteed but now AT RISK: {why}, and {fail}; running best-effort until capacity frees"
                 );
@@ -93,7 +105,7 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     pending.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
     for j in pending {
         let ctx = round.job_ctx(j);
-        match round.plan(&ctx, true) {
+        match round.plan(&ctx, Want::Guarantee) {
             Ok(c) => {
                 let reason = format!("admitted as guaranteed: {}", c.why);
                 let verdict = Verdict::Guaranteed { since_ms: now_ms };
@@ -111,38 +123,40 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
             },
         }
     }
-    let remaining_work = |j: &JobState| {
-        let left = (j.spec.iterations - j.progress.done_iters).max(0.0);
-        let fastest = round
-            .world
-            .throughput
-            .classes
-            .values()
-            .filter_map(|m| m.get(&j.spec.model)?.lookup(j.spec.global_batch, 1))
-            .map(|t| t.iters_per_s)
-            .fold(0.0, f64::max);
-        if fastest > 0.0 {
-            left / fastest
-        } else {
-            f64::MAX
-        }
+    // Jobs with a deadline still ahead go first: capacity now can still save them.
+    let key = |j: &JobState| {
+        let plain = j.spec.class != JobClass::Slo;
+        let measure = match policy.best_effort_order {
+            BestEffortOrder::LeastAttainedService => j.progress.attained_s,
+            BestEffortOrder::ShortestRemainingTime => remaining_work(&round, j),
+        };
+        (plain, measure, j.spec.id)
     };
-    match policy.best_effort_order {
-        BestEffortOrder::LeastAttainedService => best_effort.sort_by(|a, b| {
-            a.0.progress
-                .attained_s
-                .total_cmp(&b.0.progress.attained_s)
-                .then(a.0.spec.id.cmp(&b.0.spec.id))
-        }),
-        BestEffortOrder::ShortestRemainingTime => best_effort.sort_by(|a, b| {
-            remaining_work(a.0)
-                .total_cmp(&remaining_work(b.0))
-                .then(a.0.spec.id.cmp(&b.0.spec.id))
-        }),
-    }
-    for (j, why) in best_effort {
+    let mut best_effort: Vec<_> = best_effort
+        .into_iter()
+        .map(|(j, why)| (key(j), j, why))
+        .collect();
+    best_effort.sort_by(|a, b| {
+        (a.0.0.cmp(&b.0.0))
+            .then(a.0.1.total_cmp(&b.0.1))
+            .then(a.0.2.cmp(&b.0.2))
+    });
+    for (_, j, why) in best_effort {
         let ctx = round.job_ctx(j);
-        match round.plan(&ctx, false) {
+        let mut want = Want::Leftover;
+        let mut why = why;
+        if j.spec.class == JobClass::Slo {
+            match round.hopeless(&ctx) {
+                None => want = Want::MeetDeadline,
+                Some(h) if j.spec.on_infeasible == OnInfeasible::Reject => {
+                    let reason = format!("{why}; turned away: {h}");
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), reason));
+                    continue;
+                }
+                Some(h) => why = format!("{why}; {h}, so it runs best-effort as asked"),
+            }
+        }
+        match round.plan(&ctx, want) {
             Ok(c) => {
                 let reason = format!("{why}; {}", c.why);
                 decisions.push(round.decide(&ctx, Verdict::BestEffort, c.segs, reason));
@@ -157,8 +171,41 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     RoundPlan { now_ms, decisions }
 }
 
+/// Single-device seconds of work left on the fastest class: the
+/// shortest-remaining-time key.
+fn remaining_work(round: &Round, j: &JobState) -> f64 {
+    let left = (j.spec.iterations - j.progress.done_iters).max(0.0);
+    let fastest = round
+        .world
+        .throughput
+        .classes
+        .values()
+        .filter_map(|m| m.get(&j.spec.model)?.lookup(j.spec.global_batch, 1))
+        .map(|t| t.iters_per_s)
+        .fold(0.0, f64::max);
+    if fastest > 0.0 {
+        left / fastest
+    } else {
+        f64::MAX
+    }
+}
+
 /// Node index and workers on it, sorted by node index.
 type Place = Vec<(usize, u32)>;
+
+/// What a plan is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// A reservation that finishes by the deadline; may book cloud capacity ahead.
+    Guarantee,
+    /// No reservation: capacity free now (idle edge, unreserved cloud) on
+    /// which the job can still meet its deadline.
+    /// Work that finishes late is worth nothing to an SLO job, so it takes
+    /// nothing else.
+    MeetDeadline,
+    /// Whatever is left, deadline or not.
+    Leftover,
+}
 
 /// A candidate plan for one job.
 struct Candidate {
@@ -871,10 +918,8 @@ impl<'a> Round<'a> {
         None
     }
 
-    /// Plans a job; with `deadline` the plan must finish by it (and may use cloud),
-    /// without it the job only takes leftover edge capacity within the horizon
-    /// (and, with `best_effort_cloud`, cloud capacity no reservation holds now).
-    fn plan(&self, ctx: &JobCtx, deadline: bool) -> Result<Candidate, String> {
+    /// Plans a job for what `want` asks; see [`Want`].
+    fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, String> {
         let spec = &ctx.job.spec;
         if ctx.remaining <= DONE_EPS_ITERS {
             return Err("its work is done".to_string());
@@ -891,9 +936,11 @@ impl<'a> Round<'a> {
                 spec.model
             ));
         }
-        let deadline_ms = if deadline { spec.deadline_ms } else { i64::MAX };
-        if deadline && deadline_ms <= self.now_ms {
-            return Err(format!("its deadline {} has passed", utc(spec.deadline_ms)));
+        let deadline = want == Want::Guarantee;
+        let due = want != Want::Leftover;
+        let deadline_ms = if due { spec.deadline_ms } else { i64::MAX };
+        if due && let Some(h) = self.hopeless(ctx) {
+            return Err(h);
         }
         let limit = self.slots_before(deadline_ms);
         let owed0 = ctx.job.progress.startup_left_s;
@@ -946,7 +993,7 @@ impl<'a> Round<'a> {
                 continue;
             }
             if !deadline {
-                if !run.segs.is_empty() {
+                if !due && !run.segs.is_empty() {
                     let why = format!(
                         "{} takes leftover edge capacity, {:.0}% of the work within the horizon",
                         describe(self, &place),
@@ -993,11 +1040,12 @@ impl<'a> Round<'a> {
                 &mut best,
             );
         }
+        let misses = |b: &Candidate| due && b.finish_ms.is_none_or(|f| f > deadline_ms);
         if !deadline
-            && self.policy.best_effort_cloud
+            && (due || self.policy.best_effort_cloud)
             && best
                 .as_ref()
-                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0))
+                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
             && let Some(c) = self.cloud_now(ctx, owed0)
         {
             best = Some(c);
@@ -1010,10 +1058,51 @@ impl<'a> Round<'a> {
                     edge_best_frac * 100.0,
                     ctx.remaining
                 )
+            } else if due {
+                format!(
+                    "no capacity free now on which it can meet its deadline {}",
+                    utc(spec.deadline_ms)
+                )
             } else {
                 "no free edge capacity within the horizon".to_string()
             }
         })
+    }
+
+    /// Why the job cannot meet its deadline however it runs, if it cannot: its
+    /// deadline has passed, or even [`Round::fastest_iters_per_s`] would finish
+    /// too late. A cheap bound that spares hopeless jobs a full plan.
+    fn hopeless(&self, ctx: &JobCtx) -> Option<String> {
+        let spec = &ctx.job.spec;
+        if spec.deadline_ms <= self.now_ms {
+            return Some(format!("its deadline {} has passed", utc(spec.deadline_ms)));
+        }
+        let fastest = self.fastest_iters_per_s(ctx);
+        let need_ms = 1000.0 * ctx.remaining / fastest;
+        (fastest <= 0.0 || self.now_ms as f64 + need_ms > spec.deadline_ms as f64).then(|| {
+            format!(
+                "it cannot finish its {:.0} remaining iterations by its deadline {} even at its fastest ({fastest:.3} iterations/s)",
+                ctx.remaining,
+                utc(spec.deadline_ms)
+            )
+        })
+    }
+
+    /// The most iterations/s any class and worker count allowed to the job
+    /// gives, network aside.
+    fn fastest_iters_per_s(&self, ctx: &JobCtx) -> f64 {
+        let spec = &ctx.job.spec;
+        let counts = Self::worker_options(spec.min_workers, spec.max_workers, spec.max_workers);
+        ctx.tables
+            .iter()
+            .flatten()
+            .flat_map(|t| {
+                counts
+                    .iter()
+                    .filter_map(|&n| t.lookup(spec.global_batch, n))
+            })
+            .map(|t| t.iters_per_s)
+            .fold(0.0, f64::max)
     }
 
     /// Edge first, then the cloud from the latest switch point that still meets the deadline.

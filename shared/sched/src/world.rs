@@ -376,6 +376,22 @@ pub enum BestEffortOrder {
     ShortestRemainingTime,
 }
 
+/// How SLO jobs are admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionMode {
+    /// On arrival a job gets a reservation that meets its deadline and keeps
+    /// it (guaranteed), or is turned away or downgraded (`on_infeasible`).
+    #[default]
+    Reserve,
+    /// No reservations: every round, SLO jobs take the capacity free now on
+    /// which they can still meet their deadline, in `best_effort_order`; a job
+    /// that can no longer meet it is turned away (or, with `on_infeasible =
+    /// best-effort`, runs on). Serves more deadlines under bursts that
+    /// overload the cluster, promises none.
+    EachRound,
+}
+
 /// The scheduler's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
@@ -396,11 +412,15 @@ pub struct Policy {
     /// Most edge nodes one job may span.
     pub max_edge_nodes: usize,
     /// Best-effort jobs with no free edge capacity now may take cloud capacity
-    /// that no reservation holds now (paid); a job that was an SLO job does so
-    /// only while that capacity could still meet its deadline. Off by default:
-    /// best-effort work then never costs money.
+    /// that no reservation holds now (paid). Off by default: best-effort work
+    /// then never costs money. SLO jobs admitted each round
+    /// (`admission = each-round`) take such capacity regardless, but only
+    /// while it can still meet their deadline.
     #[serde(default)]
     pub best_effort_cloud: bool,
+    /// How SLO jobs are admitted.
+    #[serde(default)]
+    pub admission: AdmissionMode,
 }
 
 impl Default for Policy {
@@ -418,6 +438,7 @@ impl Default for Policy {
             edge_candidates: 12,
             max_edge_nodes: 8,
             best_effort_cloud: false,
+            admission: AdmissionMode::Reserve,
         }
     }
 }

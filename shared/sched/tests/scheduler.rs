@@ -99,7 +99,9 @@ fn infeasible_slo_job_is_rejected_or_downgraded_with_the_reason() {
     assert!(d.segments.is_empty());
     let r = &d.explanation.reason;
     assert!(
-        r.contains("rejected at admission") && r.contains("no plan finishes by the deadline"),
+        r.contains("rejected at admission")
+            && r.contains("by its deadline")
+            && r.contains("21.300"),
         "{r}"
     );
 

@@ -17,7 +17,7 @@
 //! the tide comes in is interference.
 
 use tidemill_forecast::{ForecastConfig, NodeForecaster, Resource, Sample};
-use tidemill_sched::{EdgeAvailability, Window};
+use tidemill_sched::EdgeAvailability;
 
 use crate::backtest::SlotMeans;
 use crate::trace::Series;
@@ -219,8 +219,17 @@ pub struct OnlineForecast {
     model: NodeForecaster,
     /// Next bin to feed.
     next_bin: i64,
-    /// The latest forecast, and when it was issued.
-    latest: Option<(i64, Vec<Window>)>,
+    /// The latest forecast.
+    latest: Option<Issued>,
+}
+
+/// A forecast's P90s, as issued at a refresh boundary.
+#[derive(Debug, Clone)]
+struct Issued {
+    issued_ms: i64,
+    start_ms: i64,
+    slot_ms: i64,
+    p90: Vec<Option<f64>>,
 }
 
 impl OnlineForecast {
@@ -234,7 +243,9 @@ impl OnlineForecast {
     }
 
     /// Box `e`'s availability at `now_ms`: windows from the P90 forecast issued
-    /// at the last refresh boundary (`refresh_ms` grid), fed every bin reported by then.
+    /// at the last refresh boundary (`refresh_ms` grid), fed every bin reported
+    /// by then. The slot in progress is observed rather than forecast: the
+    /// latest reported load stands for it, as in the live coordinator.
     pub fn availability(
         &mut self,
         world: &EdgeWorld,
@@ -242,9 +253,13 @@ impl OnlineForecast {
         now_ms: i64,
         refresh_ms: i64,
     ) -> EdgeAvailability {
-        let issued = now_ms.div_euclid(refresh_ms) * refresh_ms;
-        if self.latest.as_ref().is_none_or(|(t, _)| *t != issued) {
-            let known_until = issued - world.delay_ms;
+        let issued_ms = now_ms.div_euclid(refresh_ms) * refresh_ms;
+        if self
+            .latest
+            .as_ref()
+            .is_none_or(|l| l.issued_ms != issued_ms)
+        {
+            let known_until = issued_ms - world.delay_ms;
             while world.origin_ms + (self.next_bin + 1) * world.bin_ms <= known_until {
                 let t_ms = world.origin_ms + self.next_bin * world.bin_ms;
                 let cpu = world.load_at_bin(e, self.next_bin);
@@ -257,27 +272,29 @@ impl OnlineForecast {
                 });
                 self.next_bin += 1;
             }
-            let f = self.model.forecast(issued);
-            let p90: Vec<Option<f64>> = f
-                .resource(Resource::Cpu)
-                .map(|r| r.slots.iter().map(|q| q.map(|q| q.p90)).collect())
-                .unwrap_or_default();
-            let threshold = world.boxes[e].threshold_pct;
-            let windows = EdgeAvailability::from_p90(
-                f.start_ms,
-                i64::from(f.slot_len_s) * 1000,
-                &p90,
-                threshold,
-                None,
-            )
-            .windows;
-            self.latest = Some((issued, windows));
+            let f = self.model.forecast(issued_ms);
+            self.latest = Some(Issued {
+                issued_ms,
+                start_ms: f.start_ms,
+                slot_ms: i64::from(f.slot_len_s).max(1) * 1000,
+                p90: f
+                    .resource(Resource::Cpu)
+                    .map(|r| r.slots.iter().map(|q| q.map(|q| q.p90)).collect())
+                    .unwrap_or_default(),
+            });
         }
-        EdgeAvailability {
-            windows: self.latest.as_ref().map_or(Vec::new(), |l| l.1.clone()),
-            util_now_pct: Some(world.reported(e, now_ms)),
-            idle_threshold_pct: world.boxes[e].threshold_pct,
+        let now_pct = world.reported(e, now_ms);
+        let threshold = world.boxes[e].threshold_pct;
+        let Some(l) = &self.latest else {
+            return EdgeAvailability::from_p90(now_ms, 1, &[], threshold, Some(now_pct));
+        };
+        let mut p90 = l.p90.clone();
+        if now_ms >= l.start_ms
+            && let Some(slot) = p90.get_mut(((now_ms - l.start_ms) / l.slot_ms) as usize)
+        {
+            *slot = Some(now_pct);
         }
+        EdgeAvailability::from_p90(l.start_ms, l.slot_ms, &p90, threshold, Some(now_pct))
     }
 }
 

@@ -382,6 +382,8 @@ impl Setup {
                         edge_candidates: t.edge_candidates,
                         max_edge_nodes: t.max_edge_nodes,
                         best_effort_cloud: t.best_effort_cloud,
+                        best_effort_order: t.best_effort_order,
+                        admission: t.admission,
                         ..SchedPolicy::default()
                     },
                     on_infeasible: t.on_infeasible,

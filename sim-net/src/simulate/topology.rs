@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use thiserror::Error;
-use tidemill_sched::{LinkDefaults, OnInfeasible};
+use tidemill_sched::{AdmissionMode, BestEffortOrder, LinkDefaults, OnInfeasible};
 
 use crate::trace::Format;
 
@@ -216,6 +216,10 @@ pub struct TidemillSpec {
     pub on_infeasible: OnInfeasible,
     /// Best-effort jobs may use cloud capacity no reservation holds.
     pub best_effort_cloud: bool,
+    /// Order in which jobs without a reservation take what is left.
+    pub best_effort_order: BestEffortOrder,
+    /// How SLO jobs are admitted: `reserve` or `each-round`.
+    pub admission: AdmissionMode,
 }
 
 impl Default for TidemillSpec {
@@ -228,6 +232,8 @@ impl Default for TidemillSpec {
             max_edge_nodes: 8,
             on_infeasible: OnInfeasible::Reject,
             best_effort_cloud: true,
+            best_effort_order: BestEffortOrder::LeastAttainedService,
+            admission: AdmissionMode::Reserve,
         }
     }
 }

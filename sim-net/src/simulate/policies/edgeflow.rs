@@ -17,7 +17,8 @@
 //!
 //! Admission: none; the description of EdgeFlow names no admission
 //! control (ElasticFlow's does), so every job is taken and one whose deadline
-//! passes is given up on. A variant with ElasticFlow's admission test on the
+//! passes is given up on. Best-effort jobs are never admitted: they share the
+//! cloud GPUs the deadlines leave and the boxes still free. A variant with ElasticFlow's admission test on the
 //! cloud part measured lower deadline satisfaction on every ITP cluster (see
 //! the README). Simplifications: the paper's exact offloading score and its handling of
 //! jobs evicted from a box that turns busy are not public in a form this
@@ -109,7 +110,8 @@ impl Policy for EdgeFlow {
         // Jobs already on a box that still reports idle stay there.
         let mut on_edge: Vec<(usize, Place)> = Vec::new();
         let mut taken: BTreeSet<u32> = BTreeSet::new();
-        for &j in &self.admitted {
+        let ours = |j: usize| self.admitted.contains(&j) || !v.jobs[j].slo();
+        for &j in v.active.iter().filter(|&&j| ours(j)) {
             let job = &v.jobs[j];
             if let [(q, w)] = job.place[..]
                 && let Some(e) = v.model.nodes[q as usize].edge
@@ -119,7 +121,8 @@ impl Policy for EdgeFlow {
                 taken.insert(q);
             }
         }
-        for &j in v.arrived {
+        // Best-effort jobs are not admitted: they take what the deadlines leave.
+        for &j in v.arrived.iter().filter(|&&j| v.jobs[j].slo()) {
             self.admitted.insert(j);
         }
         // Offload the jobs that meet their deadline on a box, closest to missing first.
@@ -164,7 +167,7 @@ impl Policy for EdgeFlow {
             .iter()
             .copied()
             .filter(|&j| !on_edge.iter().any(|e| e.0 == j) && !d.run.iter().any(|r| r.0 == j))
-            .filter(|j| self.admitted.contains(j) || !v.jobs[*j].slo())
+            .filter(|&j| self.admitted.contains(&j) || !v.jobs[j].slo())
             .collect();
         starved.sort_by(|&a, &b| {
             slack(v, &v.jobs[a])

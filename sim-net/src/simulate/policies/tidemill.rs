@@ -9,10 +9,12 @@
 //! `cloud-only` is the same scheduler with no edge box in its snapshot.
 //!
 //! What the simulator decides, not the scheduler: an SLO job whose deadline
-//! has passed is given up on (as its owner would), and the topology's
-//! `[tidemill]` table sets what becomes of an SLO job no plan can guarantee
-//! (`on_infeasible`) and whether best-effort work may use unreserved cloud
-//! capacity (`best_effort_cloud`).
+//! has passed is given up on (as its owner would), and so is one the
+//! scheduler turns away after it was first seen (under `admission =
+//! "each-round"`, when it can no longer finish in time); only a job turned
+//! away on its first round counts as rejected at admission. The topology's
+//! `[tidemill]` table sets the scheduler's `admission`, `on_infeasible`,
+//! `best_effort_cloud` and `best_effort_order`.
 
 use std::collections::HashMap;
 
@@ -233,6 +235,12 @@ impl Policy for Tidemill {
                     d.run.push((j, self.to_place(on)));
                 }
                 Action::Continue => d.run.push((j, v.jobs[j].place.clone())),
+                // A job turned away after it was first seen gave up on its
+                // deadline mid-way; only a first answer is an admission.
+                Action::Reject if self.kept.contains_key(&j) => {
+                    d.abandon.push(j);
+                    continue;
+                }
                 Action::Reject => {
                     d.reject.push(j);
                     continue;
