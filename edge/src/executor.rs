@@ -22,7 +22,9 @@ use crate::journal::{Journal, JournalError};
 const MAX_LINE: usize = 1000;
 
 /// How long output readers may run on after the task's main process exits,
-/// when a leftover child still holds its pipes.
+/// when a leftover child still holds its pipes. Wall time, not the clock's:
+/// pipes drain at the kernel's pace however fast the clock runs, and an
+/// accelerated clock would cut the output tail short.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs tasks and journals what happens to them.
@@ -282,7 +284,7 @@ impl Executor {
         };
         // Whatever the task left behind in its group goes with it.
         let _ = killpg(group, Signal::SIGKILL);
-        let drain = self.clock.sleep(DRAIN_TIMEOUT);
+        let drain = tokio::time::sleep(DRAIN_TIMEOUT);
         tokio::pin!(drain);
         for reader in readers {
             tokio::select! { _ = reader => {}, _ = &mut drain => {} }
@@ -340,7 +342,7 @@ async fn collect(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemill_runtime::clock::SystemClock;
+    use tidemill_runtime::clock::{ScaledClock, SharedClock, SystemClock};
 
     struct Harness {
         dir: tempfile::TempDir,
@@ -349,6 +351,10 @@ mod tests {
     }
 
     fn harness(grace_secs: u64) -> Harness {
+        harness_on(grace_secs, Arc::new(SystemClock))
+    }
+
+    fn harness_on(grace_secs: u64, clock: SharedClock) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let journal = Arc::new(Mutex::new(Journal::open(dir.path()).unwrap()));
         let cfg = TaskConfig {
@@ -362,7 +368,7 @@ mod tests {
             cfg,
             dir.path().to_owned(),
             "n1".into(),
-            (Arc::new(SystemClock), Arc::new(SystemClock)),
+            (clock, Arc::new(SystemClock)),
         );
         Harness { dir, journal, exec }
     }
@@ -404,6 +410,28 @@ mod tests {
                 idle.await;
             }
         }
+    }
+
+    /// Output that reaches the pipe a moment after the main process exits (here
+    /// from a child in its own session, which outlives the group kill) still
+    /// lands in the tail when the clock runs a million times faster than the
+    /// wall: draining the pipes is wall time.
+    #[tokio::test]
+    async fn output_tail_survives_an_accelerated_clock() {
+        let h = harness_on(5, Arc::new(ScaledClock::new(0, 1e6)));
+        h.exec
+            .handle(assign(
+                1,
+                &[
+                    "sh",
+                    "-c",
+                    "setsid sh -c 'sleep 0.2; echo late' & echo early",
+                ],
+            ))
+            .unwrap();
+        let events = finished(&h).await;
+        let last = events.last().unwrap();
+        assert_eq!(last.output_tail, ["early", "late"], "{last:?}");
     }
 
     #[tokio::test]
