@@ -54,7 +54,7 @@
 //! BLEND_DAYS = 7 is one week; it was not swept.
 
 use crate::history::History;
-use crate::stats::{autocorrelation, empirical_quantiles, widening};
+use crate::stats::{autocorrelation, sorted_quantiles, widening};
 use crate::{CycleVerdict, DailyCycle, Quantiles};
 
 /// Half-life of a day's weight in the daily profile, days.
@@ -260,20 +260,33 @@ fn hourly_spread(residuals: &[Option<f64>], s: usize, slots_per_hour: usize) -> 
             by_hour[(i % s) / slots_per_hour].push(*e);
         }
     }
-    let mut all: Vec<f64> = by_hour.concat();
-    let fallback = empirical_quantiles(&mut all).expect("at least MIN_RESIDUALS residuals");
-    (0..hours)
-        .map(|g| {
-            let mut pool: Vec<f64> = [hours - 1, 0, 1]
-                .iter()
-                .flat_map(|d| by_hour[(g + d) % hours].iter().copied())
+    // Sorted once per hour; a pool is then a linear merge of three sorted runs.
+    for b in &mut by_hour {
+        b.sort_unstable_by(f64::total_cmp);
+    }
+    let mut fallback: Option<Quantiles> = None;
+    let mut pool: Vec<f64> = Vec::new();
+    let mut out = Vec::with_capacity(hours);
+    for g in 0..hours {
+        pool.clear();
+        pool.extend(itertools::kmerge_by(
+            [hours - 1, 0, 1].map(|d| by_hour[(g + d) % hours].iter().copied()),
+            |a: &f64, b: &f64| a < b,
+        ));
+        let q = match sorted_quantiles(&pool) {
+            Some(q) if pool.len() >= MIN_RESIDUALS => q,
+            _ => *fallback.get_or_insert_with(|| {
+                let all: Vec<f64> = itertools::kmerge_by(
+                    by_hour.iter().map(|b| b.iter().copied()),
+                    |a: &f64, b: &f64| a < b,
+                )
                 .collect();
-            if pool.len() < MIN_RESIDUALS {
-                return fallback;
-            }
-            empirical_quantiles(&mut pool).unwrap_or(fallback)
-        })
-        .collect()
+                sorted_quantiles(&all).expect("at least MIN_RESIDUALS residuals")
+            }),
+        };
+        out.push(q);
+    }
+    out
 }
 
 /// ρ(L): residual autocorrelation at power-of-two lags, non-increasing and

@@ -961,6 +961,16 @@ impl<'a> Round<'a> {
         let opts = self.edge_options(ctx, limit);
         let n_opts = opts.len();
         for place in opts {
+            // Without a reservation only a finish by the deadline counts, and
+            // no walk beats running every step from now on.
+            if due
+                && !deadline
+                && self.step(ctx, &place).is_none_or(|st| {
+                    self.now_ms as f64 + 1000.0 * ctx.remaining * st.total_s > deadline_ms as f64
+                })
+            {
+                continue;
+            }
             let Some(run) = self.walk(
                 ctx,
                 &place,

@@ -53,6 +53,10 @@ pub struct Tidemill {
     node_of: Vec<u32>,
     index_of: HashMap<String, u32>,
     forecasts: Vec<OnlineForecast>,
+    /// Threads that refresh forecasts: the machine's cores, read once.
+    threads: usize,
+    /// The refresh boundary the forecasts were last issued at, ms.
+    refreshed_ms: Option<i64>,
     kept: HashMap<usize, (Admission, Vec<Segment>)>,
 }
 
@@ -104,6 +108,8 @@ impl Tidemill {
             node_of,
             index_of,
             forecasts,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            refreshed_ms: None,
             kept: HashMap::new(),
         })
     }
@@ -130,8 +136,9 @@ impl Tidemill {
 
 impl Tidemill {
     /// Every edge box's availability now, by snapshot node index: the oracle's,
-    /// or its forecaster's; forecasts are refreshed on all cores, since with
-    /// many boxes they are most of a round's work.
+    /// or its forecaster's. Forecasts are refreshed on all cores at each
+    /// refresh boundary, where they are most of a round's work; between
+    /// boundaries a box only reads its latest forecast.
     fn edge_availability(&mut self, v: &View) -> Vec<(usize, EdgeAvailability)> {
         let edges: Vec<(usize, usize)> = self
             .node_of
@@ -147,11 +154,20 @@ impl Tidemill {
                 .collect();
         }
         let refresh = self.config.refresh_ms;
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(edges.len() / 64)
-            .max(1);
-        let per = edges.len().div_ceil(threads).max(1);
+        let boundary = v.now_ms.div_euclid(refresh) * refresh;
+        let refreshing = self.refreshed_ms.replace(boundary) != Some(boundary);
+        let threads = if refreshing {
+            self.threads.min(edges.len()).max(1)
+        } else {
+            1
+        };
+        let one = |(f, &(i, e)): (&mut OnlineForecast, &(usize, usize))| {
+            (i, f.availability(v.edges, e, v.now_ms, refresh))
+        };
+        if threads == 1 {
+            return self.forecasts.iter_mut().zip(&edges).map(one).collect();
+        }
+        let per = edges.len().div_ceil(threads);
         let mut out: Vec<(usize, EdgeAvailability)> = Vec::with_capacity(edges.len());
         std::thread::scope(|scope| {
             let workers: Vec<_> = self
@@ -159,12 +175,7 @@ impl Tidemill {
                 .chunks_mut(per)
                 .zip(edges.chunks(per))
                 .map(|(fc, ed)| {
-                    scope.spawn(move || {
-                        fc.iter_mut()
-                            .zip(ed)
-                            .map(|(f, &(i, e))| (i, f.availability(v.edges, e, v.now_ms, refresh)))
-                            .collect::<Vec<_>>()
-                    })
+                    scope.spawn(move || fc.iter_mut().zip(ed).map(one).collect::<Vec<_>>())
                 })
                 .collect();
             for w in workers {
