@@ -468,15 +468,27 @@ impl<'a> Round<'a> {
         *self.world.links.default_for(class)
     }
 
+    /// Compute seconds of one step on `place`, its slowest class's; a lower
+    /// bound on the step time. `None` if a class lacks a throughput table.
+    fn compute_s(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<f64> {
+        let n: u32 = place.iter().map(|p| p.1).sum();
+        let mut slowest = 0.0_f64;
+        let mut seen = usize::MAX;
+        for &(q, _) in place {
+            let class = self.class_of[q];
+            if class != seen {
+                seen = class;
+                let t = ctx.tables[class]?.lookup(ctx.job.spec.global_batch, n)?;
+                slowest = slowest.max(1.0 / t.iters_per_s);
+            }
+        }
+        Some(slowest)
+    }
+
     /// Step time of `place` per the cost model; `None` if a class lacks a throughput table.
     fn step(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<StepTime> {
-        let n: u32 = place.iter().map(|p| p.1).sum();
         let spec = &ctx.job.spec;
-        let mut compute = Vec::with_capacity(place.len());
-        for &(q, _) in place {
-            let t = ctx.tables[self.class_of[q]]?.lookup(spec.global_batch, n)?;
-            compute.push(1.0 / t.iters_per_s);
-        }
+        let compute = [self.compute_s(ctx, place)?];
         let bytes = spec.model_bytes as f64;
         let mut slowest: Option<LinkSpec> = None;
         for (i, &(a, _)) in place.iter().enumerate() {
@@ -965,8 +977,8 @@ impl<'a> Round<'a> {
             // no walk beats running every step from now on.
             if due
                 && !deadline
-                && self.step(ctx, &place).is_none_or(|st| {
-                    self.now_ms as f64 + 1000.0 * ctx.remaining * st.total_s > deadline_ms as f64
+                && self.compute_s(ctx, &place).is_none_or(|c| {
+                    self.now_ms as f64 + 1000.0 * ctx.remaining * c > deadline_ms as f64
                 })
             {
                 continue;

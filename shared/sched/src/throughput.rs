@@ -180,10 +180,15 @@ impl ModelTable {
         if workers == 0 || batch == 0 {
             return None;
         }
-        let row = (0..self.batches.len()).min_by(|&a, &b| {
-            let d = |i: usize| (f64::from(self.batches[i]) / f64::from(batch)).ln().abs();
-            d(a).total_cmp(&d(b))
-        })?;
+        let exact = self.batches.partition_point(|&b| b < batch);
+        let row = if self.batches.get(exact) == Some(&batch) {
+            exact
+        } else {
+            (0..self.batches.len()).min_by(|&a, &b| {
+                let d = |i: usize| (f64::from(self.batches[i]) / f64::from(batch)).ln().abs();
+                d(a).total_cmp(&d(b))
+            })?
+        };
         let vals = &self.iters_per_s[row];
         let measured = || {
             self.gpus
