@@ -60,10 +60,10 @@ pub(crate) fn assess(h: &History, slots_per_hour: usize) -> CycleVerdict {
         .map(|d| {
             (0..hours_per_day)
                 .map(|g| {
-                    let vals: Vec<f64> = (0..slots_per_hour)
+                    let (sum, n) = (0..slots_per_hour)
                         .filter_map(|k| h.at(d, g * slots_per_hour + k))
-                        .collect();
-                    (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+                        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+                    (n > 0).then(|| sum / n as f64)
                 })
                 .collect()
         })

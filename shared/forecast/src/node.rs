@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::idle::{idle_probability, is_idle, windows};
 use crate::{
-    ConfigError, ForecastConfig, Method, NodeForecast, Resource, SampleError, SeriesForecaster,
+    ConfigError, ForecastConfig, Method, NodeForecast, Resource, ResourceForecast, SampleError,
+    SeriesForecaster,
 };
 
 /// One utilisation sample of a node; percentages 0-100, `None` where not read.
@@ -67,6 +68,27 @@ impl NodeForecaster {
     /// tidemill's forecast for the horizon after `now_ms` (Unix ms).
     pub fn forecast(&self, now_ms: i64) -> NodeForecast {
         self.forecast_with(Method::Tidemill, now_ms)
+    }
+
+    /// tidemill's forecast of `resource` alone, without idle windows, for a
+    /// caller that judges idleness itself: (first slot's start in Unix ms,
+    /// the forecast). `None` while the history before `now_ms` is empty.
+    pub fn forecast_resource(
+        &self,
+        resource: Resource,
+        now_ms: i64,
+    ) -> Option<(i64, ResourceForecast)> {
+        let series = match resource {
+            Resource::Cpu => &self.cpu,
+            Resource::Mem => &self.mem,
+            Resource::Gpu => &self.gpu,
+        };
+        series.has_history(now_ms).then(|| {
+            (
+                series.forecast_start_ms(now_ms),
+                series.forecast(Method::Tidemill, now_ms),
+            )
+        })
     }
 
     /// The forecast of any method, e.g. a baseline for comparison.

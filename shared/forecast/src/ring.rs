@@ -84,6 +84,19 @@ impl SlotRing {
     /// The `len` slots that end just before slot `end` (oldest first). An empty
     /// slot repeats the last slot mean seen at most `max_hold` slots earlier, so
     /// coarse samples fill the slot grid; longer gaps stay `None`.
+    /// Whether `window(end, len, max_hold)` would hold any value: a slot with
+    /// samples in `[end − len − max_hold, end)`. Scans from the newest slot
+    /// back, so a live series answers at once.
+    pub(crate) fn any_in_window(&self, end: i64, len: usize, max_hold: usize) -> bool {
+        let Some(newest) = self.newest else {
+            return false;
+        };
+        let from = (end - len as i64 - max_hold as i64).max(newest - self.capacity() + 1);
+        (from..end.min(newest + 1))
+            .rev()
+            .any(|s| self.mean(s).is_some())
+    }
+
     pub(crate) fn window(&self, end: i64, len: usize, max_hold: usize) -> Vec<Option<f64>> {
         let start = end - len as i64;
         let mut held: Option<(i64, f64)> = None;
@@ -92,15 +105,25 @@ impl SlotRing {
                 held = Some((s, v));
             }
         }
+        let Some(newest) = self.newest else {
+            return vec![None; len];
+        };
+        let kept = (newest - self.capacity() + 1)..=newest;
+        // Ring positions advance with the slot; one division for the window.
+        let mut p = self.pos(start);
+        let cap = self.sums.len();
         (start..end)
-            .map(|s| match self.mean(s) {
-                Some(v) => {
+            .map(|s| {
+                let (sum, count) = (self.sums[p], self.counts[p]);
+                p = if p + 1 == cap { 0 } else { p + 1 };
+                if kept.contains(&s) && count > 0 {
+                    let v = sum / f64::from(count);
                     held = Some((s, v));
                     Some(v)
+                } else {
+                    held.filter(|(at, _)| s - at <= max_hold as i64)
+                        .map(|(_, v)| v)
                 }
-                None => held
-                    .filter(|(at, _)| s - at <= max_hold as i64)
-                    .map(|(_, v)| v),
             })
             .collect()
     }
@@ -117,6 +140,26 @@ mod tests {
             r.add(t, v).unwrap();
         }
         assert_eq!(r.window(3, 3, 0), vec![Some(2.0), None, Some(3.0)]);
+    }
+
+    #[test]
+    fn any_in_window_agrees_with_the_window() {
+        let mut r = SlotRing::new(1_000, 8);
+        assert!(!r.any_in_window(5, 3, 1));
+        r.add(2_000, 1.0).unwrap();
+        r.add(9_000, 2.0).unwrap();
+        for end in 0..14 {
+            for len in 1..5 {
+                for hold in 0..3 {
+                    let w = r.window(end, len, hold);
+                    assert_eq!(
+                        r.any_in_window(end, len, hold),
+                        w.iter().any(Option::is_some),
+                        "end {end} len {len} hold {hold}: {w:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -132,15 +132,27 @@ impl SeriesForecaster {
         }
     }
 
-    /// True once any sample has been kept.
+    /// True when the history window before `now_ms` holds a sample.
     pub fn has_history(&self, now_ms: i64) -> bool {
-        self.history(now_ms).last_observed().is_some()
+        let (end, len) = self.span(now_ms);
+        self.ring
+            .any_in_window(end, len, self.config.max_hold_slots())
     }
 
     fn history(&self, now_ms: i64) -> History {
+        let (end, len) = self.span(now_ms);
+        History::new(
+            self.ring.window(end, len, self.config.max_hold_slots()),
+            self.config.slots_per_day(),
+        )
+    }
+
+    /// The history window before the forecast start: (end slot, length in slots).
+    fn span(&self, now_ms: i64) -> (i64, usize) {
         let end = self.forecast_start_ms(now_ms) / self.config.slot_len_ms();
-        let s = self.config.slots_per_day();
-        let len = self.config.history_days as usize * s;
-        History::new(self.ring.window(end, len, self.config.max_hold_slots()), s)
+        (
+            end,
+            self.config.history_days as usize * self.config.slots_per_day(),
+        )
     }
 }

@@ -22,7 +22,8 @@
 //!    (dimensionless, in [0, 1]; [`NO_EVIDENCE_ALPHA`] = 0.5 with less than half
 //!    a day of such slots). A series whose days repeat leans on the profile; one
 //!    whose level shifts from day to day (holidays, weekends) on yesterday.
-//!    Cost: O(BLEND_DAYS · history slots) per forecast.
+//!    Cost: O(history slots) per forecast (the profiles of successive days
+//!    are built in one pass).
 //! 4. Level b(t) = α·m(t mod S) + (1 − α)·y(t), or m(t mod S) where y(t) does
 //!    not exist. Residuals e[t] = x[t] − b(t), and their autocorrelation ρ(L)
 //!    at lags L = 1, 2, 4, … slots, made non-increasing and non-negative,
@@ -54,7 +55,7 @@
 //! BLEND_DAYS = 7 is one week; it was not swept.
 
 use crate::history::History;
-use crate::stats::{autocorrelation, sorted_quantiles, widening};
+use crate::stats::{Gapped, autocorrelation, sorted_quantiles, widening};
 use crate::{CycleVerdict, DailyCycle, Quantiles};
 
 /// Half-life of a day's weight in the daily profile, days.
@@ -75,9 +76,12 @@ pub(crate) fn forecast(
     let Some((last_pos, _)) = h.last_observed() else {
         return vec![None; horizon];
     };
-    let observed: Vec<f64> = x.iter().flatten().copied().collect();
-    let overall = observed.iter().sum::<f64>() / observed.len() as f64;
-    if observed.len() < MIN_RESIDUALS {
+    let (total, n_observed) = x
+        .iter()
+        .flatten()
+        .fold((0.0, 0usize), |(t, n), v| (t + v, n + 1));
+    let overall = total / n_observed as f64;
+    if n_observed < MIN_RESIDUALS {
         let q = Quantiles {
             p10: 0.0,
             p50: overall,
@@ -94,9 +98,17 @@ pub(crate) fn forecast(
         DailyCycle::Absent => false,
         DailyCycle::Unknown => h.observed_days() >= 1.0,
     };
-    let level = sums.profile(h.days(), daily, overall);
-    let alpha = blend_weight(h, &sums, daily);
-    let base = |i: usize| match same_slot_before(x, i, s) {
+    let first_scored = h.days().saturating_sub(BLEND_DAYS).max(1).min(h.days());
+    let mut profiles = sums.profiles(first_scored, h.days(), daily, f64::NAN);
+    let level: Vec<f64> = profiles
+        .pop()
+        .expect("profiles up to h.days() inclusive")
+        .into_iter()
+        .map(|m| if m.is_nan() { overall } else { m })
+        .collect();
+    let y = yesterday(x, s, n + horizon);
+    let alpha = blend_weight(h, first_scored, &profiles, &y);
+    let base = |i: usize| match y[i] {
         Some(y) => alpha * level[i % s] + (1.0 - alpha) * y,
         None => level[i % s],
     };
@@ -146,14 +158,18 @@ pub(crate) fn forecast(
         .collect()
 }
 
-/// y(i): the value at the same phase on the most recent earlier day with data,
-/// x[i − k·S] for the smallest k ≥ 1 with i − k·S inside the history and observed.
-/// `i` may lie beyond the history (a lead); only indices before it are read.
-fn same_slot_before(x: &[Option<f64>], i: usize, s: usize) -> Option<f64> {
-    (1..=i / s)
-        .map(|k| i - k * s)
-        .filter(|&t| t < x.len())
-        .find_map(|t| x[t])
+/// y(i) for i in 0..len: the value at the same phase on the most recent
+/// earlier day with data, x[i − k·S] for the smallest k ≥ 1 with i − k·S
+/// inside the history and observed. `len` may reach beyond the history (the
+/// leads); only indices before each i are read. One pass, by
+/// y(i) = x[i − S] if observed, else y(i − S).
+fn yesterday(x: &[Option<f64>], s: usize, len: usize) -> Vec<Option<f64>> {
+    let mut y: Vec<Option<f64>> = vec![None; len.min(s)];
+    for i in s..len {
+        let v = x.get(i - s).copied().flatten().or(y[i - s]);
+        y.push(v);
+    }
+    y
 }
 
 /// Per day d and phase j: the sum and count of the observed values among phases
@@ -172,8 +188,10 @@ impl PhaseSums {
         let mut count = vec![0.0; h.days() * s];
         for d in 0..h.days() {
             for j in 0..s {
-                for k in [s - 1, 0, 1] {
-                    if let Some(v) = h.at(d, (j + k) % s) {
+                let prev = if j == 0 { s - 1 } else { j - 1 };
+                let next = if j + 1 == s { 0 } else { j + 1 };
+                for k in [prev, j, next] {
+                    if let Some(v) = h.at(d, k) {
                         sum[d * s + j] += v;
                         count[d * s + j] += 1.0;
                     }
@@ -183,47 +201,64 @@ impl PhaseSums {
         Self { s, sum, count }
     }
 
-    /// m(j) as known at the start of day `upto` (from days 0..upto only): with a
-    /// daily cycle, the mean of phases j−1..=j+1 over those days, day d weighing
-    /// 0.5^((upto − 1 − d) / 2); otherwise (or where no such value was observed)
-    /// the plain mean of every observed slot before day `upto`, or `fallback`
-    /// if there is none.
-    fn profile(&self, upto: usize, daily: bool, fallback: f64) -> Vec<f64> {
+    /// m(j) as known at the start of each day `upto` in `from..=to` (from
+    /// days 0..upto only): with a daily cycle, the mean of phases j−1..=j+1
+    /// over those days, day d weighing 0.5^((upto − 1 − d) / 2); otherwise (or
+    /// where no such value was observed) the plain mean of every observed slot
+    /// before day `upto`, or `fallback` if there is none. One pass over the
+    /// days: the weighted sums obey W(upto + 1) = 0.5^(1/2)·W(upto) + row(upto).
+    fn profiles(&self, from: usize, to: usize, daily: bool, fallback: f64) -> Vec<Vec<f64>> {
         let s = self.s;
-        let flat = {
-            let (sum, count) = (0..upto * s)
-                .filter(|i| self.count[*i] > 0.0)
-                .fold((0.0, 0.0), |(a, b), i| (a + self.sum[i], b + self.count[i]));
-            if count > 0.0 { sum / count } else { fallback }
-        };
-        if !daily {
-            return vec![flat; s];
-        }
-        let weight: Vec<f64> = (0..upto)
-            .map(|d| 0.5f64.powf((upto - 1 - d) as f64 / PROFILE_HALF_LIFE_DAYS))
-            .collect();
-        (0..s)
-            .map(|j| {
-                let (sum, count) = (0..upto).fold((0.0, 0.0), |(a, b), d| {
-                    let w = weight[d];
-                    (a + w * self.sum[d * s + j], b + w * self.count[d * s + j])
+        let decay = 0.5f64.powf(1.0 / PROFILE_HALF_LIFE_DAYS);
+        let (mut w_sum, mut w_count) = (vec![0.0; s], vec![0.0; s]);
+        let (mut flat_sum, mut flat_count) = (0.0, 0.0);
+        let mut out = Vec::with_capacity(to.saturating_sub(from) + 1);
+        for upto in 0..=to {
+            if upto >= from {
+                let flat = if flat_count > 0.0 {
+                    flat_sum / flat_count
+                } else {
+                    fallback
+                };
+                out.push(if daily {
+                    w_sum
+                        .iter()
+                        .zip(&w_count)
+                        .map(|(&a, &c)| if c > 0.0 { a / c } else { flat })
+                        .collect()
+                } else {
+                    vec![flat; s]
                 });
-                if count > 0.0 { sum / count } else { flat }
-            })
-            .collect()
+            }
+            if upto < to {
+                let row = upto * s..(upto + 1) * s;
+                for ((ws, wc), (&a, &c)) in w_sum
+                    .iter_mut()
+                    .zip(w_count.iter_mut())
+                    .zip(self.sum[row.clone()].iter().zip(&self.count[row]))
+                {
+                    *ws = decay * *ws + a;
+                    *wc = decay * *wc + c;
+                    flat_sum += a;
+                    flat_count += c;
+                }
+            }
+        }
+        out
     }
 }
 
-/// α: the profile's share in the blended level, from the last
-/// [`BLEND_DAYS`] days' one-day-ahead errors (see the module docs).
-fn blend_weight(h: &History, sums: &PhaseSums, daily: bool) -> f64 {
-    let (x, s, nd) = (h.values(), h.slots_per_day(), h.days());
+/// α: the profile's share in the blended level, from the one-day-ahead
+/// errors of days `first..` (the last [`BLEND_DAYS`]; see the module docs),
+/// `profiles[k]` being the profile known at the start of day `first + k`
+/// (NaN where nothing was known).
+fn blend_weight(h: &History, first: usize, profiles: &[Vec<f64>], y: &[Option<f64>]) -> f64 {
+    let (x, s) = (h.values(), h.slots_per_day());
     let mut pairs: Vec<(f64, f64, f64)> = Vec::new();
-    for d in nd.saturating_sub(BLEND_DAYS).max(1)..nd {
-        let m = sums.profile(d, daily, f64::NAN);
+    for (d, m) in (first..).zip(profiles) {
         for (j, &mj) in m.iter().enumerate() {
             let i = d * s + j;
-            if let (Some(v), Some(y)) = (x[i], same_slot_before(x, i, s))
+            if let (Some(v), Some(y)) = (x[i], y[i])
                 && mj.is_finite()
             {
                 pairs.push((v, mj, y));
@@ -254,10 +289,11 @@ const NO_EVIDENCE_ALPHA: f64 = 0.5;
 /// neighbours (circularly) across all days; all residuals where that pool is small.
 fn hourly_spread(residuals: &[Option<f64>], s: usize, slots_per_hour: usize) -> Vec<Quantiles> {
     let hours = s / slots_per_hour;
-    let mut by_hour: Vec<Vec<f64>> = vec![Vec::new(); hours];
-    for (i, e) in residuals.iter().enumerate() {
-        if let Some(e) = e {
-            by_hour[(i % s) / slots_per_hour].push(*e);
+    let mut by_hour: Vec<Vec<f64>> =
+        vec![Vec::with_capacity(residuals.len().div_ceil(hours)); hours];
+    for day in residuals.chunks(s) {
+        for (bucket, hour) in by_hour.iter_mut().zip(day.chunks(slots_per_hour)) {
+            bucket.extend(hour.iter().flatten());
         }
     }
     // Sorted once per hour; a pool is then a linear merge of three sorted runs.
@@ -265,28 +301,44 @@ fn hourly_spread(residuals: &[Option<f64>], s: usize, slots_per_hour: usize) -> 
         b.sort_unstable_by(f64::total_cmp);
     }
     let mut fallback: Option<Quantiles> = None;
-    let mut pool: Vec<f64> = Vec::new();
+    let (mut pair, mut pool) = (Vec::new(), Vec::new());
     let mut out = Vec::with_capacity(hours);
     for g in 0..hours {
+        pair.clear();
+        let [a, b, c] = [hours - 1, 0, 1].map(|d| by_hour[(g + d) % hours].as_slice());
+        merge_sorted(a, b, &mut pair);
         pool.clear();
-        pool.extend(itertools::kmerge_by(
-            [hours - 1, 0, 1].map(|d| by_hour[(g + d) % hours].iter().copied()),
-            |a: &f64, b: &f64| a < b,
-        ));
+        merge_sorted(&pair, c, &mut pool);
         let q = match sorted_quantiles(&pool) {
             Some(q) if pool.len() >= MIN_RESIDUALS => q,
             _ => *fallback.get_or_insert_with(|| {
-                let all: Vec<f64> = itertools::kmerge_by(
-                    by_hour.iter().map(|b| b.iter().copied()),
-                    |a: &f64, b: &f64| a < b,
-                )
-                .collect();
+                let mut all = by_hour.concat();
+                all.sort_unstable_by(f64::total_cmp);
                 sorted_quantiles(&all).expect("at least MIN_RESIDUALS residuals")
             }),
         };
         out.push(q);
     }
     out
+}
+
+/// Appends the ascending merge of ascending `a` and `b` to `out`: linear,
+/// where sorting the pool again would be n log n.
+fn merge_sorted(a: &[f64], b: &[f64], out: &mut Vec<f64>) {
+    let first = out.len();
+    out.resize(first + a.len() + b.len(), 0.0);
+    let dst = &mut out[first..];
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    // Selects instead of branches: random data mispredicts every other one.
+    while i < a.len() && j < b.len() {
+        let take_a = a[i] <= b[j];
+        dst[k] = if take_a { a[i] } else { b[j] };
+        i += usize::from(take_a);
+        j += usize::from(!take_a);
+        k += 1;
+    }
+    dst[k..k + a.len() - i].copy_from_slice(&a[i..]);
+    dst[k + a.len() - i..].copy_from_slice(&b[j..]);
 }
 
 /// ρ(L): residual autocorrelation at power-of-two lags, non-increasing and
@@ -298,6 +350,7 @@ struct Persistence {
 
 impl Persistence {
     fn estimate(residuals: &[Option<f64>], max_lag: usize) -> Self {
+        let residuals = &Gapped::new(residuals);
         let mut knots = vec![(0, 1.0)];
         let mut lag = 1;
         loop {
@@ -337,6 +390,16 @@ mod tests {
         strength: Some(0.0),
         days_used: 2,
     };
+
+    #[test]
+    fn merge_sorted_by_hand() {
+        let mut out = vec![0.5];
+        merge_sorted(&[1.0, 3.0, 3.0], &[2.0, 3.0, 9.0], &mut out);
+        assert_eq!(out, [0.5, 1.0, 2.0, 3.0, 3.0, 3.0, 9.0]);
+        out.clear();
+        merge_sorted(&[], &[4.0], &mut out);
+        assert_eq!(out, [4.0]);
+    }
 
     #[test]
     fn persistence_interpolates_and_never_rises() {
@@ -384,14 +447,13 @@ mod tests {
             .flat_map(|v| [Some(*v); 4])
             .collect();
         let h = History::new(x, 4);
-        let sums = PhaseSums::new(&h);
-        assert!((blend_weight(&h, &sums, false) - 400.0 / 900.0).abs() < 1e-12);
+        let profiles = PhaseSums::new(&h).profiles(1, 2, false, f64::NAN);
+        let y = yesterday(h.values(), 4, 12);
+        assert!((blend_weight(&h, 1, &profiles, &y) - 400.0 / 900.0).abs() < 1e-12);
         // One day only: nothing to score → equal weights.
         let one = History::new(vec![Some(10.0); 4], 4);
-        assert_eq!(
-            blend_weight(&one, &PhaseSums::new(&one), true),
-            NO_EVIDENCE_ALPHA
-        );
+        let y = yesterday(one.values(), 4, 4);
+        assert_eq!(blend_weight(&one, 1, &[], &y), NO_EVIDENCE_ALPHA);
     }
 
     #[test]
@@ -401,30 +463,35 @@ mod tests {
         let h = History::new(x, 3);
         let sums = PhaseSums::new(&h);
         // Up to day 1: phase 0 pools day 0's phases 2, 0, 1 → (9 + 3 + 6) / 3 = 6.
-        assert_eq!(sums.profile(1, true, f64::NAN), vec![6.0, 6.0, 6.0]);
+        let daily = sums.profiles(0, 2, true, f64::NAN);
+        assert_eq!(daily[1], vec![6.0, 6.0, 6.0]);
         // Up to day 2, phase 1: day 0 pools 3, 6, 9 (weight 0.5^(1/2)), day 1 pools
         // 6, 6 (weight 1): (√½·18 + 12) / (√½·3 + 2).
         let r = 0.5f64.sqrt();
-        let p = sums.profile(2, true, f64::NAN);
-        assert!((p[1] - (r * 18.0 + 12.0) / (r * 3.0 + 2.0)).abs() < 1e-12);
+        assert!((daily[2][1] - (r * 18.0 + 12.0) / (r * 3.0 + 2.0)).abs() < 1e-12);
         // No cycle: the plain mean of every observed slot, (3 + 6 + 9 + 6 + 6) / 5.
-        assert_eq!(sums.profile(2, false, f64::NAN), vec![6.0; 3]);
-        // Nothing before day 0 → the fallback.
-        assert!(sums.profile(0, false, f64::NAN)[0].is_nan());
+        let flat = sums.profiles(0, 2, false, f64::NAN);
+        assert_eq!(flat[2], vec![6.0; 3]);
+        // Nothing before day 0 → the fallback, in both kinds.
+        assert!(flat[0][0].is_nan() && daily[0][0].is_nan());
+        // A range starting later holds the same profiles.
+        assert_eq!(sums.profiles(2, 2, true, f64::NAN), &daily[2..]);
     }
 
     #[test]
     fn yesterday_skips_missing_days_and_never_reads_ahead() {
         let x = vec![Some(1.0), Some(2.0), None, Some(4.0), Some(5.0), None];
+        let y = yesterday(&x, 2, 8);
+        assert_eq!(y.len(), 8);
         // Slot 5 (phase 1 of day 2): day 1's phase 1 (index 3) is 4.
-        assert_eq!(same_slot_before(&x, 5, 2), Some(4.0));
+        assert_eq!(y[5], Some(4.0));
         // A lead at 6 (phase 0 of day 3): index 4 → 5.0.
-        assert_eq!(same_slot_before(&x, 6, 2), Some(5.0));
+        assert_eq!(y[6], Some(5.0));
         // Slot 4 (phase 0 of day 2): index 2 is missing → index 0.
-        assert_eq!(same_slot_before(&x, 4, 2), Some(1.0));
+        assert_eq!(y[4], Some(1.0));
         // A lead at 7: index 5 is missing, index 3 → 4.0.
-        assert_eq!(same_slot_before(&x, 7, 2), Some(4.0));
-        assert_eq!(same_slot_before(&x, 1, 2), None);
+        assert_eq!(y[7], Some(4.0));
+        assert_eq!(y[1], None);
     }
 
     #[test]

@@ -272,16 +272,23 @@ impl OnlineForecast {
                 });
                 self.next_bin += 1;
             }
-            let f = self.model.forecast(issued_ms);
-            self.latest = Some(Issued {
-                issued_ms,
-                start_ms: f.start_ms,
-                slot_ms: i64::from(f.slot_len_s).max(1) * 1000,
-                p90: f
-                    .resource(Resource::Cpu)
-                    .map(|r| r.slots.iter().map(|q| q.map(|q| q.p90)).collect())
-                    .unwrap_or_default(),
-            });
+            let slot_ms = self.model.config().slot_len_ms();
+            self.latest = Some(
+                match self.model.forecast_resource(Resource::Cpu, issued_ms) {
+                    Some((start_ms, f)) => Issued {
+                        issued_ms,
+                        start_ms,
+                        slot_ms,
+                        p90: f.slots.iter().map(|q| q.map(|q| q.p90)).collect(),
+                    },
+                    None => Issued {
+                        issued_ms,
+                        start_ms: issued_ms,
+                        slot_ms,
+                        p90: Vec::new(),
+                    },
+                },
+            );
         }
         let now_pct = world.reported(e, now_ms);
         let threshold = world.boxes[e].threshold_pct;
