@@ -376,6 +376,93 @@ fn best_effort_takes_free_cloud_capacity_only_when_allowed() {
     assert!(d.explanation.reason.contains("no reservation holds"));
 }
 
+fn each_round() -> Policy {
+    Policy {
+        admission: AdmissionMode::EachRound,
+        best_effort_order: BestEffortOrder::ShortestRemainingTime,
+        ..policy()
+    }
+}
+
+#[test]
+fn each_round_runs_the_shortest_job_now_and_turns_the_hopeless_away() {
+    // One A100: jobs 1 and 2 can both meet their deadlines; job 3 cannot even
+    // on every GPU of the world (100 000 iterations in 1 h).
+    let w = world(
+        vec![cloud("c1", 1)],
+        vec![
+            job(1, JobClass::Slo, NOW, NOW + 24 * H, 30_000.0),
+            job(2, JobClass::Slo, NOW, NOW + 24 * H, 10_000.0),
+            job(3, JobClass::Slo, NOW, NOW + H, 100_000.0),
+        ],
+    );
+    let plan = schedule(&w, NOW, &each_round());
+    let (d1, d2, d3) = (
+        plan.decision(1).unwrap(),
+        plan.decision(2).unwrap(),
+        plan.decision(3).unwrap(),
+    );
+    // No reservation: the shorter job takes the GPU now, the longer one waits,
+    // and neither holds cloud capacity ahead.
+    assert!(matches!(d2.action, Action::Start { .. }), "{d2:?}");
+    assert_eq!(d2.verdict, Verdict::BestEffort);
+    assert!(
+        d2.explanation
+            .reason
+            .contains("admitted without a reservation")
+    );
+    assert!(d1.segments.is_empty(), "{:?}", d1.segments);
+    assert!(
+        d1.explanation.reason.contains("waits"),
+        "{}",
+        d1.explanation.reason
+    );
+    assert_eq!(d3.verdict, Verdict::Rejected);
+    assert!(
+        d3.explanation.reason.contains("turned away"),
+        "{}",
+        d3.explanation.reason
+    );
+    // Under the default (reserve), job 1 and job 2 both get a reservation.
+    let reserved = schedule(&w, NOW, &policy());
+    for id in [1, 2] {
+        let d = reserved.decision(id).unwrap();
+        assert!(matches!(d.verdict, Verdict::Guaranteed { .. }), "{d:?}");
+    }
+}
+
+#[test]
+fn each_round_takes_no_capacity_on_which_the_deadline_is_lost() {
+    // 22:00, inside tonight's window. 40 000 iterations need ~11 h on the T4,
+    // the window has 8 h and the next one is not forecast: the SLO job's
+    // deadline cannot be met on the edge, so it leaves the box alone, while
+    // the same work without a deadline takes it.
+    let now = NIGHT.0;
+    let nodes = vec![edge("e1", 1, &[NIGHT], 10.0)];
+    let slo = job(1, JobClass::Slo, now, now + 40 * H, 40_000.0);
+    let d = schedule(&world(nodes.clone(), vec![slo]), now, &each_round())
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert!(d.segments.is_empty(), "{:?}", d.segments);
+    assert!(
+        d.explanation
+            .reason
+            .contains("no capacity free now on which it can meet its deadline"),
+        "{}",
+        d.explanation.reason
+    );
+    let plain = job(1, JobClass::BestEffort, now, now + 40 * H, 40_000.0);
+    let d = schedule(&world(nodes, vec![plain]), now, &each_round())
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        d.segments.first().map(|s| s.on[0].node_id.as_str()),
+        Some("e1")
+    );
+}
+
 mod guarantee {
     use super::common::*;
     use proptest::prelude::*;
