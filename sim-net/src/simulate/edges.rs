@@ -347,6 +347,44 @@ mod tests {
     }
 
     #[test]
+    fn the_slot_in_progress_is_the_reported_load_not_the_forecast() {
+        // Three days, busy 08:00-20:00; on day 2 the box is busy again from
+        // 21:00 to 23:00. At 21:30 on day 2 the forecast issued at 21:00 still
+        // expects the usual idle night, but the box reports 60 %.
+        let h = 3_600_000;
+        let points = (0..3 * 288)
+            .map(|k| {
+                let hour = (k % 288) / 12;
+                let busy = (8..20).contains(&hour) || (k / 288 == 2 && (21..23).contains(&hour));
+                (k * 300_000, if busy { 60.0 } else { 10.0 })
+            })
+            .collect();
+        let s = Series {
+            node: "a".into(),
+            points,
+        };
+        let w = EdgeWorld::new(&[s], &[(30.0, 1)], 0, 300_000, 60_000, 0);
+        let mut f = OnlineForecast::new(ForecastConfig::default()).unwrap();
+        let now = 2 * 24 * h + 21 * h + h / 2;
+        let a = f.availability(&w, 0, now, h);
+        assert!(a.tide_in(), "{a:?}");
+        assert!(
+            !a.windows
+                .iter()
+                .any(|x| x.start_ms <= now && now < x.end_ms),
+            "{a:?}"
+        );
+        // The forecast itself still says idle right after the slot in progress.
+        let next = now + 15 * 60_000;
+        assert!(
+            a.windows
+                .iter()
+                .any(|x| x.start_ms <= next && next < x.end_ms),
+            "{a:?}"
+        );
+    }
+
+    #[test]
     fn oracle_windows_are_the_true_idle_bins() {
         let w = world();
         let h = 3_600_000;
