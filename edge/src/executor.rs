@@ -425,7 +425,10 @@ mod tests {
                 &[
                     "sh",
                     "-c",
-                    "setsid sh -c 'sleep 0.2; echo late' & echo early",
+                    // The main process exits only once the child has left its
+                    // group, so the group kill cannot catch the child first.
+                    "setsid sh -c 'touch detached; sleep 0.2; echo late' & \
+                     until [ -e detached ]; do sleep 0.01; done; echo early",
                 ],
             ))
             .unwrap();
