@@ -81,9 +81,6 @@ impl SlotRing {
         (self.counts[p] > 0).then(|| self.sums[p] / f64::from(self.counts[p]))
     }
 
-    /// The `len` slots that end just before slot `end` (oldest first). An empty
-    /// slot repeats the last slot mean seen at most `max_hold` slots earlier, so
-    /// coarse samples fill the slot grid; longer gaps stay `None`.
     /// Whether `window(end, len, max_hold)` would hold any value: a slot with
     /// samples in `[end − len − max_hold, end)`. Scans from the newest slot
     /// back, so a live series answers at once.
@@ -97,6 +94,9 @@ impl SlotRing {
             .any(|s| self.mean(s).is_some())
     }
 
+    /// The `len` slots that end just before slot `end` (oldest first). An empty
+    /// slot repeats the last slot mean seen at most `max_hold` slots earlier, so
+    /// coarse samples fill the slot grid; longer gaps stay `None`.
     pub(crate) fn window(&self, end: i64, len: usize, max_hold: usize) -> Vec<Option<f64>> {
         let start = end - len as i64;
         let mut held: Option<(i64, f64)> = None;

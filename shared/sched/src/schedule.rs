@@ -198,8 +198,9 @@ type Place = Vec<(usize, u32)>;
 enum Want {
     /// A reservation that finishes by the deadline; may book cloud capacity ahead.
     Guarantee,
-    /// No reservation: capacity free now (idle edge, unreserved cloud) on
-    /// which the job can still meet its deadline.
+    /// No reservation: capacity free now (idle edge; unreserved cloud under
+    /// each-round admission or `best_effort_cloud`) on which the job can
+    /// still meet its deadline.
     /// Work that finishes late is worth nothing to an SLO job, so it takes
     /// nothing else.
     MeetDeadline,
@@ -1063,8 +1064,12 @@ impl<'a> Round<'a> {
             );
         }
         let misses = |b: &Candidate| due && b.finish_ms.is_none_or(|f| f > deadline_ms);
+        // Cloud capacity free now is for best-effort work only if the policy
+        // says so; under each-round admission it is where SLO jobs run.
+        let cloud_now_allowed = self.policy.best_effort_cloud
+            || (due && self.policy.admission == AdmissionMode::EachRound);
         if !deadline
-            && (due || self.policy.best_effort_cloud)
+            && cloud_now_allowed
             && best
                 .as_ref()
                 .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))

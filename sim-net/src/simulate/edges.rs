@@ -292,9 +292,10 @@ impl OnlineForecast {
         }
         let now_pct = world.reported(e, now_ms);
         let threshold = world.boxes[e].threshold_pct;
-        let Some(l) = &self.latest else {
-            return EdgeAvailability::from_p90(now_ms, 1, &[], threshold, Some(now_pct));
-        };
+        let l = self
+            .latest
+            .as_ref()
+            .expect("a forecast is issued above when none is");
         let mut p90 = l.p90.clone();
         if now_ms >= l.start_ms
             && let Some(slot) = p90.get_mut(((now_ms - l.start_ms) / l.slot_ms) as usize)

@@ -18,11 +18,12 @@
 //! Admission: none; the description of EdgeFlow names no admission
 //! control (ElasticFlow's does), so every job is taken and one whose deadline
 //! passes is given up on. Best-effort jobs are never admitted: they share the
-//! cloud GPUs the deadlines leave and the boxes still free. A variant with ElasticFlow's admission test on the
-//! cloud part measured lower deadline satisfaction on every ITP cluster (see
-//! the README). Simplifications: the paper's exact offloading score and its handling of
-//! jobs evicted from a box that turns busy are not public in a form this
-//! reimplementation could check; evicted jobs simply rejoin the cloud plan.
+//! cloud GPUs the deadlines leave and the boxes still free. A variant with
+//! ElasticFlow's admission test on the cloud part measured lower deadline
+//! satisfaction on every ITP cluster (see the README). Simplifications: the
+//! paper's exact offloading score and its handling of jobs evicted from a box
+//! that turns busy are not public in a form this reimplementation could check;
+//! evicted jobs simply rejoin the cloud plan.
 
 use std::collections::BTreeSet;
 
@@ -87,6 +88,11 @@ fn edge_secs(v: &View, job: &JobRun, q: u32) -> f64 {
     su + job.remaining() / r
 }
 
+/// Whether job `j` is EdgeFlow's to place: admitted, or best-effort.
+fn ours(admitted: &BTreeSet<usize>, v: &View, j: usize) -> bool {
+    admitted.contains(&j) || !v.jobs[j].slo()
+}
+
 /// Slack: seconds to the deadline after the job's best-case cloud run.
 fn slack(v: &View, job: &JobRun) -> f64 {
     let best = cloud_rate(v.model, job, v.model.cloud_gpus().max(1));
@@ -110,8 +116,7 @@ impl Policy for EdgeFlow {
         // Jobs already on a box that still reports idle stay there.
         let mut on_edge: Vec<(usize, Place)> = Vec::new();
         let mut taken: BTreeSet<u32> = BTreeSet::new();
-        let ours = |j: usize| self.admitted.contains(&j) || !v.jobs[j].slo();
-        for &j in v.active.iter().filter(|&&j| ours(j)) {
+        for &j in v.active.iter().filter(|&&j| ours(&self.admitted, v, j)) {
             let job = &v.jobs[j];
             if let [(q, w)] = job.place[..]
                 && let Some(e) = v.model.nodes[q as usize].edge
@@ -167,7 +172,7 @@ impl Policy for EdgeFlow {
             .iter()
             .copied()
             .filter(|&j| !on_edge.iter().any(|e| e.0 == j) && !d.run.iter().any(|r| r.0 == j))
-            .filter(|&j| self.admitted.contains(&j) || !v.jobs[j].slo())
+            .filter(|&j| ours(&self.admitted, v, j))
             .collect();
         starved.sort_by(|&a, &b| {
             slack(v, &v.jobs[a])
