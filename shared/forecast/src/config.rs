@@ -141,6 +141,19 @@ impl ForecastConfig {
         i64::from(self.slot_len_s) * 1_000
     }
 
+    /// Start of the first forecast slot for a forecast made at `now_ms`:
+    /// `now_ms` rounded up to a slot boundary, Unix ms.
+    pub fn forecast_start_ms(&self, now_ms: i64) -> i64 {
+        let len = self.slot_len_ms();
+        now_ms.div_euclid(len) * len + if now_ms.rem_euclid(len) == 0 { 0 } else { len }
+    }
+
+    /// Slots of history a forecast reads: the window, and the slots before it
+    /// whose value may be held over into it.
+    pub fn history_reach_slots(&self) -> usize {
+        self.history_days as usize * self.slots_per_day() + self.max_hold_slots()
+    }
+
     /// Sample-and-hold limit in whole slots.
     pub fn max_hold_slots(&self) -> usize {
         (self.max_hold_s / self.slot_len_s) as usize

@@ -104,11 +104,9 @@ impl SeriesForecaster {
             })
     }
 
-    /// Start of the first forecast slot for a forecast made at `now_ms`:
-    /// `now_ms` rounded up to a slot boundary, Unix ms.
+    /// Start of the first forecast slot for a forecast made at `now_ms`, Unix ms.
     pub fn forecast_start_ms(&self, now_ms: i64) -> i64 {
-        let len = self.config.slot_len_ms();
-        now_ms.div_euclid(len) * len + if now_ms.rem_euclid(len) == 0 { 0 } else { len }
+        self.config.forecast_start_ms(now_ms)
     }
 
     /// Forecasts the horizon after `now_ms` with `method`. Only slots before the

@@ -15,6 +15,16 @@
 //! Reports: a box's reported load at `t` is the bin at `t − detect_delay`, so
 //! every change is seen `detect_delay` late; training during that gap after
 //! the tide comes in is interference.
+//!
+//! Forecasts: every box's forecaster is fed its reported bins and refreshed at
+//! each refresh boundary. A forecast made from a history window seen before
+//! (a reused series, or a cycled one coming round again) is taken from a memo
+//! instead of being made again; see [`OnlineForecasts`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Serialize;
 
 use tidemill_forecast::{ForecastConfig, NodeForecaster, Resource, Sample};
 use tidemill_sched::EdgeAvailability;
@@ -213,39 +223,144 @@ impl EdgeWorld {
     }
 }
 
-/// One box's online forecaster, fed the reported load bin by bin, never ahead of `now`.
-#[derive(Debug, Clone)]
-pub struct OnlineForecast {
-    model: NodeForecaster,
-    /// Next bin to feed.
-    next_bin: i64,
-    /// The latest forecast.
-    latest: Option<Issued>,
+/// What a box's forecast history window holds once the window, with the
+/// slots it may hold a value over from, lies wholly after the origin: the
+/// box's series, the series bin at the fed frontier (bins before it are the
+/// series' earlier bins, cycled), and the fed frontier's time less the forecast
+/// start, which places those bins on the slot grid. Equal keys, equal windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WindowKey {
+    series: usize,
+    frontier_bin: i64,
+    frontier_to_start_ms: i64,
 }
 
-/// A forecast's P90s, as issued at a refresh boundary.
-#[derive(Debug, Clone)]
-struct Issued {
-    issued_ms: i64,
+impl EdgeWorld {
+    /// The key of box `e`'s history window when `fed_bins` bins are fed and the
+    /// forecast starts at `start_ms`, reading `reach_ms` back; `None` while
+    /// that reach extends before the origin (the window is still filling).
+    pub fn window_key(
+        &self,
+        e: usize,
+        fed_bins: i64,
+        start_ms: i64,
+        reach_ms: i64,
+    ) -> Option<WindowKey> {
+        let b = &self.boxes[e];
+        let period = self.series.get(b.series)?.load.len() as i64;
+        (start_ms - reach_ms >= self.origin_ms).then(|| WindowKey {
+            series: b.series,
+            frontier_bin: (fed_bins + b.shift as i64).rem_euclid(period),
+            frontier_to_start_ms: self.origin_ms + fed_bins * self.bin_ms - start_ms,
+        })
+    }
+}
+
+/// Every edge box's online forecaster, fed the reported load bin by bin and
+/// never ahead of `now`, with forecasts kept by the history window they were
+/// made from.
+///
+/// A forecast is a pure function of its history window (the settings are the
+/// same for every box), and a full window is fixed by its [`WindowKey`]. Boxes
+/// that reuse a series, and a box whose cycled series comes round again, meet
+/// keys already seen; their forecasts are taken from the memo instead of being
+/// made again. The results are the same as without the memo (tested).
+pub struct OnlineForecasts {
+    config: ForecastConfig,
+    models: Vec<NodeForecaster>,
+    /// Bins fed to every model: all are fed to the same frontier.
+    fed_bins: i64,
+    /// The refresh boundary of the forecasts in `latest`.
+    issued_ms: Option<i64>,
+    /// Start of the first slot of the forecasts in `latest`, ms.
     start_ms: i64,
-    slot_ms: i64,
-    p90: Vec<Option<f64>>,
+    /// Each box's P90 per slot, as issued at the last refresh boundary.
+    latest: Vec<P90>,
+    memo: Option<Memo>,
+    threads: usize,
+    /// Forecasts made, and forecasts taken from the memo.
+    pub counts: ForecastCounts,
 }
 
-impl OnlineForecast {
-    /// A forecaster with `config`, to be fed from the world's origin.
-    pub fn new(config: ForecastConfig) -> Result<Self, tidemill_forecast::ConfigError> {
-        Ok(OnlineForecast {
-            model: NodeForecaster::new(config)?,
-            next_bin: 0,
-            latest: None,
+/// How many forecasts a run made and how many it reused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ForecastCounts {
+    /// Forecasts computed.
+    pub made: u64,
+    /// Forecasts taken from the memo.
+    pub reused: u64,
+}
+
+/// A forecast's P90 per slot, percent; shared by the boxes it serves.
+type P90 = Arc<[Option<f64>]>;
+
+/// Forecasts by window key, in two generations of at most
+/// [`MEMO_GENERATION`] entries: when the newer fills, the older is dropped, so
+/// the memo stays bounded when windows never repeat (a trace longer than the run).
+#[derive(Default)]
+struct Memo {
+    newer: HashMap<WindowKey, P90>,
+    older: HashMap<WindowKey, P90>,
+}
+
+/// Entries per memo generation: about 1.6 kB each with a 24-hour horizon of
+/// 15-minute slots, so at most about 100 MB in all.
+const MEMO_GENERATION: usize = 1 << 15;
+
+impl Memo {
+    fn get(&mut self, key: &WindowKey) -> Option<P90> {
+        if let Some(f) = self.newer.get(key) {
+            return Some(f.clone());
+        }
+        let f = self.older.remove(key)?;
+        self.insert(*key, f.clone());
+        Some(f)
+    }
+
+    fn insert(&mut self, key: WindowKey, f: P90) {
+        if self.newer.len() >= MEMO_GENERATION {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.insert(key, f);
+    }
+}
+
+/// Where one box's forecast comes from at a refresh.
+enum Source {
+    Memo(P90),
+    /// Made from this box's own window (keyed when the window is full).
+    Made(Option<WindowKey>),
+    /// The same window as an earlier box's at this refresh.
+    SameAs(usize),
+}
+
+impl OnlineForecasts {
+    /// Forecasters for `boxes` boxes with `config`, fed from the world's origin;
+    /// refreshes run on `threads` threads.
+    pub fn new(
+        config: ForecastConfig,
+        boxes: usize,
+        threads: usize,
+    ) -> Result<Self, tidemill_forecast::ConfigError> {
+        let model = NodeForecaster::new(config.clone())?;
+        Ok(OnlineForecasts {
+            config,
+            models: vec![model; boxes],
+            fed_bins: 0,
+            issued_ms: None,
+            start_ms: 0,
+            latest: Vec::new(),
+            memo: Some(Memo::default()),
+            threads: threads.max(1),
+            counts: ForecastCounts::default(),
         })
     }
 
     /// Box `e`'s availability at `now_ms`: windows from the P90 forecast issued
-    /// at the last refresh boundary (`refresh_ms` grid), fed every bin reported
-    /// by then. The slot in progress is observed rather than forecast: the
-    /// latest reported load stands for it, as in the live coordinator.
+    /// at the last refresh boundary (`refresh_ms` grid), made from every bin
+    /// reported by then. The slot in progress is observed rather than
+    /// forecast: the latest reported load stands for it, as in the live
+    /// coordinator. The first call after a boundary refreshes every box.
     pub fn availability(
         &mut self,
         world: &EdgeWorld,
@@ -254,56 +369,132 @@ impl OnlineForecast {
         refresh_ms: i64,
     ) -> EdgeAvailability {
         let issued_ms = now_ms.div_euclid(refresh_ms) * refresh_ms;
-        if self
-            .latest
-            .as_ref()
-            .is_none_or(|l| l.issued_ms != issued_ms)
-        {
-            let known_until = issued_ms - world.delay_ms;
-            while world.origin_ms + (self.next_bin + 1) * world.bin_ms <= known_until {
-                let t_ms = world.origin_ms + self.next_bin * world.bin_ms;
-                let cpu = world.load_at_bin(e, self.next_bin);
-                // Bins are fed in order and the value is a percentage, so this cannot fail.
-                let _ = self.model.update(&Sample {
-                    t_ms,
-                    cpu_pct: Some(cpu),
-                    mem_pct: None,
-                    gpu_pct: None,
-                });
-                self.next_bin += 1;
-            }
-            let slot_ms = self.model.config().slot_len_ms();
-            self.latest = Some(
-                match self.model.forecast_resource(Resource::Cpu, issued_ms) {
-                    Some((start_ms, f)) => Issued {
-                        issued_ms,
-                        start_ms,
-                        slot_ms,
-                        p90: f.slots.iter().map(|q| q.map(|q| q.p90)).collect(),
-                    },
-                    None => Issued {
-                        issued_ms,
-                        start_ms: issued_ms,
-                        slot_ms,
-                        p90: Vec::new(),
-                    },
-                },
-            );
+        if self.issued_ms != Some(issued_ms) {
+            self.refresh(world, issued_ms);
         }
+        let slot_ms = self.config.slot_len_ms();
         let now_pct = world.reported(e, now_ms);
-        let threshold = world.boxes[e].threshold_pct;
-        let l = self
-            .latest
-            .as_ref()
-            .expect("a forecast is issued above when none is");
-        let mut p90 = l.p90.clone();
-        if now_ms >= l.start_ms
-            && let Some(slot) = p90.get_mut(((now_ms - l.start_ms) / l.slot_ms) as usize)
+        let mut p90 = self.latest[e].to_vec();
+        if now_ms >= self.start_ms
+            && let Some(slot) = p90.get_mut(((now_ms - self.start_ms) / slot_ms) as usize)
         {
             *slot = Some(now_pct);
         }
-        EdgeAvailability::from_p90(l.start_ms, l.slot_ms, &p90, threshold, Some(now_pct))
+        EdgeAvailability::from_p90(
+            self.start_ms,
+            slot_ms,
+            &p90,
+            world.boxes[e].threshold_pct,
+            Some(now_pct),
+        )
     }
+
+    /// Feeds every box the bins reported by `issued_ms` and issues its
+    /// forecast: from the memo where its window was seen before, made (on all
+    /// threads) where not.
+    fn refresh(&mut self, world: &EdgeWorld, issued_ms: i64) {
+        let known_until = issued_ms - world.delay_ms;
+        let fed_bins = (known_until - world.origin_ms)
+            .div_euclid(world.bin_ms)
+            .max(self.fed_bins);
+        let start_ms = self.config.forecast_start_ms(issued_ms);
+        let reach_ms = self.config.history_reach_slots() as i64 * self.config.slot_len_ms();
+        let mut first_with: HashMap<WindowKey, usize> = HashMap::new();
+        let sources: Vec<Source> = (0..self.models.len())
+            .map(|e| {
+                let (Some(memo), Some(key)) = (
+                    self.memo.as_mut(),
+                    world.window_key(e, fed_bins, start_ms, reach_ms),
+                ) else {
+                    return Source::Made(None);
+                };
+                if let Some(f) = memo.get(&key) {
+                    return Source::Memo(f);
+                }
+                match first_with.get(&key) {
+                    Some(&first) => Source::SameAs(first),
+                    None => {
+                        first_with.insert(key, e);
+                        Source::Made(Some(key))
+                    }
+                }
+            })
+            .collect();
+        let from = self.fed_bins;
+        on_threads(
+            self.models.iter_mut().enumerate().collect(),
+            self.threads,
+            |(e, model)| {
+                for bin in from..fed_bins {
+                    // Bins are fed in order and the value is a percentage, so this cannot fail.
+                    let _ = model.update(&Sample {
+                        t_ms: world.origin_ms + bin * world.bin_ms,
+                        cpu_pct: Some(world.load_at_bin(e, bin)),
+                        mem_pct: None,
+                        gpu_pct: None,
+                    });
+                }
+            },
+        );
+        self.fed_bins = fed_bins;
+        let to_make: Vec<usize> = (0..sources.len())
+            .filter(|&e| matches!(sources[e], Source::Made(_)))
+            .collect();
+        let models = &self.models;
+        let made = on_threads(to_make.clone(), self.threads, |e| {
+            models[e]
+                .forecast_resource(Resource::Cpu, issued_ms)
+                .map_or(P90::from([]), |(_, f)| {
+                    f.slots.iter().map(|q| q.map(|q| q.p90)).collect()
+                })
+        });
+        let made_for: HashMap<usize, P90> = to_make.into_iter().zip(made).collect();
+        self.counts.made += made_for.len() as u64;
+        self.counts.reused += (sources.len() - made_for.len()) as u64;
+        self.latest = sources
+            .into_iter()
+            .enumerate()
+            .map(|(e, source)| match source {
+                Source::Memo(f) => f,
+                Source::Made(key) => {
+                    let f = made_for[&e].clone();
+                    if let (Some(key), Some(memo)) = (key, self.memo.as_mut()) {
+                        memo.insert(key, f.clone());
+                    }
+                    f
+                }
+                Source::SameAs(first) => made_for[&first].clone(),
+            })
+            .collect();
+        self.issued_ms = Some(issued_ms);
+        self.start_ms = start_ms;
+    }
+}
+
+/// Maps `items` through `f` on up to `threads` threads, in order.
+fn on_threads<T: Send, R: Send>(
+    items: Vec<T>,
+    threads: usize,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    if threads <= 1 || items.len() <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let per = items.len().div_ceil(threads);
+    let mut items = items.into_iter();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let chunk: Vec<T> = items.by_ref().take(per).collect();
+                scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<R>>())
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a forecast does not panic"))
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -365,7 +556,7 @@ mod tests {
             points,
         };
         let w = EdgeWorld::new(&[s], &[(30.0, 1)], 0, 300_000, 60_000, 0);
-        let mut f = OnlineForecast::new(ForecastConfig::default()).unwrap();
+        let mut f = OnlineForecasts::new(ForecastConfig::default(), 1, 1).unwrap();
         let now = 2 * 24 * h + 21 * h + h / 2;
         let a = f.availability(&w, 0, now, h);
         assert!(a.tide_in(), "{a:?}");
@@ -383,6 +574,50 @@ mod tests {
                 .any(|x| x.start_ms <= next && next < x.end_ms),
             "{a:?}"
         );
+    }
+
+    #[test]
+    fn forecasts_from_the_memo_are_the_forecasts_made_afresh() {
+        // Two noisy series of 3 days (so windows differ hour by hour), reused by
+        // six boxes 36 h apart: boxes 4 and 5 follow boxes 0 and 1 (72 h is the
+        // period), boxes 2 and 3 meet their windows 36 h later. A 2-day history
+        // fills by day 2; from then on boxes meet windows already seen.
+        let h = 3_600_000;
+        let series: Vec<Series> = (0..2u64)
+            .map(|s| Series {
+                node: format!("s{s}"),
+                points: (0..3 * 288i64)
+                    .map(|k| {
+                        let hour = (k % 288) / 12;
+                        let noise = ((k as u64 * 2_654_435_761 + s * 97) % 23) as f64;
+                        let base = if (8..20).contains(&hour) { 50.0 } else { 10.0 };
+                        (k * 300_000, base + noise)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let w = EdgeWorld::new(&series, &[(30.0, 1); 6], 0, 300_000, 60_000, 36 * h);
+        let config = ForecastConfig {
+            history_days: 2,
+            ..ForecastConfig::default()
+        };
+        let mut memo = OnlineForecasts::new(config.clone(), 6, 2).unwrap();
+        let mut afresh = OnlineForecasts::new(config, 6, 1).unwrap();
+        afresh.memo = None;
+        for hour in 0..9 * 24 {
+            let now = hour * h + 20 * 60_000;
+            for e in 0..6 {
+                assert_eq!(
+                    memo.availability(&w, e, now, h),
+                    afresh.availability(&w, e, now, h),
+                    "box {e} at hour {hour}"
+                );
+            }
+        }
+        assert_eq!(afresh.counts.reused, 0);
+        // Days 3-9 repeat the 3-day cycle: most forecasts are reused.
+        assert!(memo.counts.reused > memo.counts.made, "{:?}", memo.counts);
+        assert_eq!(memo.counts.made + memo.counts.reused, 6 * 9 * 24);
     }
 
     #[test]

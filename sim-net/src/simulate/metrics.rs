@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 
+use super::edges::ForecastCounts;
 use super::placement::WanBytes;
 use super::policies::{JobRun, JobStatus};
 
@@ -85,6 +86,8 @@ pub struct PolicyMetrics {
     pub wan_bytes: WanBytes,
     /// Scheduling rounds.
     pub rounds: u64,
+    /// Edge forecasts made and reused (online forecasts only).
+    pub forecasts: Option<ForecastCounts>,
     /// Wall time of this policy's run, seconds.
     pub elapsed_s: f64,
 }
@@ -104,6 +107,7 @@ pub fn summarise(
     jobs: &[JobRun],
     acc: &Accumulators,
     edge: EdgeTotals,
+    forecasts: Option<ForecastCounts>,
     elapsed_s: f64,
 ) -> PolicyMetrics {
     let n = jobs.len();
@@ -150,6 +154,7 @@ pub fn summarise(
         preemptions_per_job: per_job(|j| j.preemptions),
         wan_bytes: acc.wan,
         rounds: acc.rounds,
+        forecasts,
         elapsed_s,
     }
 }

@@ -424,6 +424,7 @@ impl Setup {
             &outcome.jobs,
             &outcome.acc,
             engine::edge_totals(&self.world),
+            policy.forecast_counts(),
             started.elapsed().as_secs_f64(),
         );
         Ok((metrics, outcome))

@@ -24,7 +24,7 @@ pub use first_fit::FirstFit;
 pub use tidemill::{Tidemill, TidemillConfig};
 pub use tiresias::Tiresias;
 
-use super::edges::EdgeWorld;
+use super::edges::{EdgeWorld, ForecastCounts};
 use super::placement::{CostModel, Place};
 
 /// The policies, by their command-line names.
@@ -187,6 +187,10 @@ pub trait Policy: Send {
     fn edge_interest(&self) -> EdgeInterest;
     /// One round.
     fn plan(&mut self, view: &View) -> Decision;
+    /// How many edge forecasts it made and reused, for a policy that forecasts.
+    fn forecast_counts(&self) -> Option<ForecastCounts> {
+        None
+    }
 }
 
 /// For policies that track admitted jobs: forgets the ones no longer active,

@@ -25,7 +25,7 @@ use tidemill_sched::{
 };
 
 use super::{Decision, EdgeInterest, JobStatus, Policy, View};
-use crate::simulate::edges::OnlineForecast;
+use crate::simulate::edges::{ForecastCounts, OnlineForecasts};
 use crate::simulate::placement::{CostModel, Place};
 
 /// How the tidemill policy runs.
@@ -52,11 +52,7 @@ pub struct Tidemill {
     /// Snapshot node index → simulator node index.
     node_of: Vec<u32>,
     index_of: HashMap<String, u32>,
-    forecasts: Vec<OnlineForecast>,
-    /// Threads that refresh forecasts: the machine's cores, read once.
-    threads: usize,
-    /// The refresh boundary the forecasts were last issued at, ms.
-    refreshed_ms: Option<i64>,
+    forecasts: OnlineForecasts,
     kept: HashMap<usize, (Admission, Vec<Segment>)>,
 }
 
@@ -68,14 +64,14 @@ impl Tidemill {
     ) -> Result<Tidemill, tidemill_forecast::ConfigError> {
         let mut nodes = Vec::new();
         let mut node_of = Vec::new();
-        let mut forecasts = Vec::new();
+        let mut edge_boxes = 0;
         for (q, n) in model.nodes.iter().enumerate() {
             let kind = match (n.price_per_gpu_hour, n.edge) {
                 (Some(price), _) => NodeKind::Cloud {
                     price_per_gpu_hour: price,
                 },
-                (None, Some(_)) if config.use_edge => {
-                    forecasts.push(OnlineForecast::new(config.forecast.clone())?);
+                (None, Some(e)) if config.use_edge => {
+                    edge_boxes = edge_boxes.max(e + 1);
                     NodeKind::Edge(Default::default())
                 }
                 _ => continue,
@@ -102,14 +98,15 @@ impl Tidemill {
             jobs: Vec::new(),
             throughput: model.tables.clone(),
         };
+        // Refreshes run on the machine's cores, read once.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let forecasts = OnlineForecasts::new(config.forecast.clone(), edge_boxes, threads)?;
         Ok(Tidemill {
             config,
             world,
             node_of,
             index_of,
             forecasts,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            refreshed_ms: None,
             kept: HashMap::new(),
         })
     }
@@ -135,54 +132,27 @@ impl Tidemill {
 }
 
 impl Tidemill {
-    /// Every edge box's availability now, by snapshot node index: the oracle's,
-    /// or its forecaster's. Forecasts are refreshed on all cores at each
-    /// refresh boundary, where they are most of a round's work; between
-    /// boundaries a box only reads its latest forecast.
+    /// Every edge box's availability now, by snapshot node index: the
+    /// oracle's, or its forecaster's (refreshed at each refresh boundary).
     fn edge_availability(&mut self, v: &View) -> Vec<(usize, EdgeAvailability)> {
-        let edges: Vec<(usize, usize)> = self
+        let edges = self
             .node_of
             .iter()
             .enumerate()
-            .filter_map(|(i, &q)| Some((i, v.model.nodes[q as usize].edge?)))
-            .collect();
+            .filter_map(|(i, &q)| Some((i, v.model.nodes[q as usize].edge?)));
         if self.config.oracle {
             let h = self.config.policy.horizon_ms;
             return edges
-                .into_iter()
                 .map(|(i, e)| (i, v.edges.oracle(e, v.now_ms, h)))
                 .collect();
         }
         let refresh = self.config.refresh_ms;
-        let boundary = v.now_ms.div_euclid(refresh) * refresh;
-        let refreshing = self.refreshed_ms.replace(boundary) != Some(boundary);
-        let threads = if refreshing {
-            self.threads.min(edges.len()).max(1)
-        } else {
-            1
-        };
-        let one = |(f, &(i, e)): (&mut OnlineForecast, &(usize, usize))| {
-            (i, f.availability(v.edges, e, v.now_ms, refresh))
-        };
-        if threads == 1 {
-            return self.forecasts.iter_mut().zip(&edges).map(one).collect();
-        }
-        let per = edges.len().div_ceil(threads);
-        let mut out: Vec<(usize, EdgeAvailability)> = Vec::with_capacity(edges.len());
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = self
-                .forecasts
-                .chunks_mut(per)
-                .zip(edges.chunks(per))
-                .map(|(fc, ed)| {
-                    scope.spawn(move || fc.iter_mut().zip(ed).map(one).collect::<Vec<_>>())
-                })
-                .collect();
-            for w in workers {
-                out.extend(w.join().expect("a forecast does not panic"));
-            }
-        });
-        out
+        edges
+            .map(|(i, e)| {
+                let a = self.forecasts.availability(v.edges, e, v.now_ms, refresh);
+                (i, a)
+            })
+            .collect()
     }
 }
 
@@ -193,6 +163,10 @@ impl Policy for Tidemill {
         } else {
             EdgeInterest::None
         }
+    }
+
+    fn forecast_counts(&self) -> Option<ForecastCounts> {
+        (self.config.use_edge && !self.config.oracle).then_some(self.forecasts.counts)
     }
 
     fn plan(&mut self, v: &View) -> Decision {
