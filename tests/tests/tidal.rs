@@ -227,9 +227,14 @@ impl Cluster {
     }
 
     /// Writes and submits a job whose deadline counts from now; returns its id.
+    /// The trainer script is written once: rewriting it would truncate it
+    /// under a task whose `sh` is just opening it, which then runs an empty
+    /// script and exits 0 with no output.
     fn submit(&self, dir: &Path, j: &Job) -> u64 {
         let trainer = dir.join("trainer.sh");
-        std::fs::write(&trainer, TRAINER).unwrap();
+        if !trainer.exists() {
+            std::fs::write(&trainer, TRAINER).unwrap();
+        }
         let file = write_job(dir, j, &trainer, self.tide_now());
         self.coord
             .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
