@@ -441,14 +441,16 @@ impl OnlineForecasts {
             .filter(|&e| matches!(sources[e], Source::Made(_)))
             .collect();
         let models = &self.models;
-        let made = on_threads(to_make.clone(), self.threads, |e| {
-            models[e]
+        let made_for: HashMap<usize, P90> = on_threads(to_make, self.threads, |e| {
+            let p90 = models[e]
                 .forecast_resource(Resource::Cpu, issued_ms)
                 .map_or(P90::from([]), |(_, f)| {
                     f.slots.iter().map(|q| q.map(|q| q.p90)).collect()
-                })
-        });
-        let made_for: HashMap<usize, P90> = to_make.into_iter().zip(made).collect();
+                });
+            (e, p90)
+        })
+        .into_iter()
+        .collect();
         self.counts.made += made_for.len() as u64;
         self.counts.reused += (sources.len() - made_for.len()) as u64;
         self.latest = sources
