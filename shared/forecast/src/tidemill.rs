@@ -289,8 +289,10 @@ const NO_EVIDENCE_ALPHA: f64 = 0.5;
 /// neighbours (circularly) across all days; all residuals where that pool is small.
 fn hourly_spread(residuals: &[Option<f64>], s: usize, slots_per_hour: usize) -> Vec<Quantiles> {
     let hours = s / slots_per_hour;
-    let mut by_hour: Vec<Vec<f64>> =
-        vec![Vec::with_capacity(residuals.len().div_ceil(hours)); hours];
+    // Built one by one: `vec![v; n]` clones `v`, and a clone drops its capacity.
+    let mut by_hour: Vec<Vec<f64>> = (0..hours)
+        .map(|_| Vec::with_capacity(residuals.len().div_ceil(hours)))
+        .collect();
     for day in residuals.chunks(s) {
         for (bucket, hour) in by_hour.iter_mut().zip(day.chunks(slots_per_hour)) {
             bucket.extend(hour.iter().flatten());
@@ -342,13 +344,15 @@ fn merge_sorted(a: &[f64], b: &[f64], out: &mut Vec<f64>) {
 }
 
 /// ρ(L): residual autocorrelation at power-of-two lags, non-increasing and
-/// clamped to [0, 1], interpolated linearly in between; 0 beyond the data.
+/// clamped to [0, 1], interpolated linearly in between; 0 beyond the last
+/// power of two. Tabulated per lag, as every lead reads it for every recent slot.
 struct Persistence {
-    /// (lag in slots, ρ) pairs with increasing lags starting at (0, 1).
-    knots: Vec<(usize, f64)>,
+    /// ρ at lags 0, 1, … up to the last knot's.
+    by_lag: Vec<f64>,
 }
 
 impl Persistence {
+    /// Knots up to the first power of two at or beyond `max_lag`.
     fn estimate(residuals: &[Option<f64>], max_lag: usize) -> Self {
         let residuals = &Gapped::new(residuals);
         let mut knots = vec![(0, 1.0)];
@@ -364,19 +368,23 @@ impl Persistence {
             }
             lag *= 2;
         }
-        Self { knots }
+        Self::from_knots(&knots)
+    }
+
+    /// (lag in slots, ρ) pairs with increasing lags, starting at (0, 1).
+    fn from_knots(knots: &[(usize, f64)]) -> Self {
+        let mut by_lag = vec![knots[0].1];
+        for w in knots.windows(2) {
+            let ((l0, r0), (l1, r1)) = (w[0], w[1]);
+            by_lag.extend(
+                (l0 + 1..=l1).map(|lag| r0 + (r1 - r0) * (lag - l0) as f64 / (l1 - l0) as f64),
+            );
+        }
+        Self { by_lag }
     }
 
     fn at(&self, lag: usize) -> f64 {
-        match self.knots.iter().position(|k| k.0 >= lag) {
-            Some(0) => self.knots[0].1,
-            Some(i) => {
-                let (l0, r0) = self.knots[i - 1];
-                let (l1, r1) = self.knots[i];
-                r0 + (r1 - r0) * (lag - l0) as f64 / (l1 - l0) as f64
-            }
-            None => 0.0,
-        }
+        self.by_lag.get(lag).copied().unwrap_or(0.0)
     }
 }
 
@@ -401,19 +409,38 @@ mod tests {
         assert_eq!(out, [4.0]);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn merge_sorted_is_the_sorted_union(
+            mut a in proptest::collection::vec(0u8..12, 0..40),
+            mut b in proptest::collection::vec(0u8..12, 0..40),
+        ) {
+            a.sort_unstable();
+            b.sort_unstable();
+            let (a, b): (Vec<f64>, Vec<f64>) = (
+                a.iter().map(|&v| f64::from(v)).collect(),
+                b.iter().map(|&v| f64::from(v)).collect(),
+            );
+            let mut out = Vec::new();
+            merge_sorted(&a, &b, &mut out);
+            let mut want = [a, b].concat();
+            want.sort_unstable_by(f64::total_cmp);
+            proptest::prop_assert_eq!(out, want);
+        }
+    }
+
     #[test]
     fn persistence_interpolates_and_never_rises() {
-        let p = Persistence {
-            knots: vec![(0, 1.0), (1, 0.8), (2, 0.6), (4, 0.2)],
-        };
+        let p = Persistence::from_knots(&[(0, 1.0), (1, 0.8), (2, 0.6), (4, 0.2)]);
         assert!((p.at(3) - 0.4).abs() < 1e-12);
+        assert_eq!((p.at(0), p.at(2), p.at(4)), (1.0, 0.6, 0.2));
         assert_eq!(p.at(9), 0.0);
         // An alternating series has ρ(1) = −1 → clamped to 0, and ρ(2) = 1 → capped at 0.
         let alt: Vec<Option<f64>> = (0..20)
             .map(|i| Some(if i % 2 == 0 { 1.0 } else { -1.0 }))
             .collect();
         let est = Persistence::estimate(&alt, 2);
-        assert_eq!(est.knots, vec![(0, 1.0), (1, 0.0), (2, 0.0)]);
+        assert_eq!(est.by_lag, vec![1.0, 0.0, 0.0]);
     }
 
     #[test]
