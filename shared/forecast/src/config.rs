@@ -148,10 +148,15 @@ impl ForecastConfig {
         now_ms.div_euclid(len) * len + if now_ms.rem_euclid(len) == 0 { 0 } else { len }
     }
 
+    /// Slots in the history window a forecast reads (and the forecaster keeps).
+    pub fn history_slots(&self) -> usize {
+        self.history_days as usize * self.slots_per_day()
+    }
+
     /// Slots of history a forecast reads: the window, and the slots before it
     /// whose value may be held over into it.
     pub fn history_reach_slots(&self) -> usize {
-        self.history_days as usize * self.slots_per_day() + self.max_hold_slots()
+        self.history_slots() + self.max_hold_slots()
     }
 
     /// Sample-and-hold limit in whole slots.

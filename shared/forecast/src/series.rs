@@ -71,8 +71,7 @@ impl SeriesForecaster {
     /// A forecaster with no history yet.
     pub fn new(resource: Resource, config: ForecastConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let capacity = config.history_days as usize * config.slots_per_day();
-        let ring = SlotRing::new(config.slot_len_ms(), capacity);
+        let ring = SlotRing::new(config.slot_len_ms(), config.history_slots());
         Ok(Self {
             resource,
             config,
@@ -148,9 +147,6 @@ impl SeriesForecaster {
     /// The history window before the forecast start: (end slot, length in slots).
     fn span(&self, now_ms: i64) -> (i64, usize) {
         let end = self.forecast_start_ms(now_ms) / self.config.slot_len_ms();
-        (
-            end,
-            self.config.history_days as usize * self.config.slots_per_day(),
-        )
+        (end, self.config.history_slots())
     }
 }

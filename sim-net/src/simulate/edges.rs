@@ -229,7 +229,7 @@ impl EdgeWorld {
 /// series' earlier bins, cycled), and the fed frontier's time less the forecast
 /// start, which places those bins on the slot grid. Equal keys, equal windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WindowKey {
+struct WindowKey {
     series: usize,
     frontier_bin: i64,
     frontier_to_start_ms: i64,
@@ -239,7 +239,7 @@ impl EdgeWorld {
     /// The key of box `e`'s history window when `fed_bins` bins are fed and the
     /// forecast starts at `start_ms`, reading `reach_ms` back; `None` while
     /// that reach extends before the origin (the window is still filling).
-    pub fn window_key(
+    fn window_key(
         &self,
         e: usize,
         fed_bins: i64,
