@@ -8,8 +8,8 @@ use tidemill_forecast::Resource;
 use tidemill_proto::NodeForecast;
 use tidemill_sched::cost::LinkSpec;
 use tidemill_sched::{
-    EdgeAvailability, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec, Progress,
-    ThroughputTables, WorldSnapshot,
+    EdgeAvailability, Grid, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec,
+    Progress, TableData, TableSource, ThroughputTables, WorldSnapshot,
 };
 
 use crate::config::SchedulerConfig;
@@ -214,10 +214,14 @@ fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobSta
 /// A table with one measured cell: `rate` iterations/s on one worker.
 fn one_worker(batch: u32, rate: f64) -> ModelTable {
     ModelTable {
-        batches: vec![batch],
-        gpus: vec![1],
-        iters_per_s: vec![vec![Some(rate)]],
-        estimated_from: None,
+        data: TableData::Grid(Grid {
+            batches: vec![batch],
+            gpus: vec![1],
+            iters_per_s: vec![vec![Some(rate)]],
+        }),
+        source: TableSource::Given {
+            by: "the job's own iters_per_s".into(),
+        },
     }
 }
 

@@ -8,4 +8,5 @@ pub mod forecast_eval;
 pub mod gen_trace;
 pub mod plot;
 pub mod simulate;
+pub mod sweep;
 pub mod trace;

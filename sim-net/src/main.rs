@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{demo, forecast_eval, gen_trace, simulate};
+use tidemill_sim::{demo, forecast_eval, gen_trace, simulate, sweep};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +29,9 @@ enum Command {
     /// Trace-driven simulation of tidemill against EdgeFlow and the classic
     /// baselines on the same jobs, nodes and edge load.
     Simulate(simulate::Args),
+    /// Run one scenario over a grid of settings (`--vary KEY=V1,V2,...`) for
+    /// every policy, on all cores; write CSV, JSON and SVG line charts.
+    Sweep(sweep::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,10 @@ fn main() -> ExitCode {
         Command::Simulate(args) => {
             lifecycle::exit_quietly_on_closed_pipe();
             simulate::run(&args).map_err(Into::into)
+        }
+        Command::Sweep(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            sweep::run(&args).map_err(Into::into)
         }
     };
     match result {

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::throughput::Throughput;
+
 /// Payload bytes per packet assumed by the loss-limited bandwidth bound (a QUIC datagram).
 pub const MSS_BYTES: f64 = 1200.0;
 
@@ -88,11 +90,32 @@ pub fn overlap_s(compute_s: f64, sync_s: f64, gamma: f64) -> f64 {
     (compute_s.powf(gamma) + sync_s.powf(gamma)).powf(1.0 / gamma)
 }
 
+/// Seconds one device class computes per step on a placement of `ring_nodes`
+/// nodes: its `T_c` in [`step_time`]. `t` is the class's throughput at the
+/// placement's total worker count.
+///
+/// - One node, or a table without a measured split (`t.sync_s = None`, the
+///   ElasticFlow format, whose cells already include the datacentre fabric):
+///   `T_c = 1 / iters_per_s` s, the measured step; on one node that is the
+///   compute plus the measured sync over the node's own fabric.
+/// - Several nodes, with the table's measured sync `T_sync` s per iteration at
+///   the same worker count: `T_c = 1 / iters_per_s − T_sync` s, the measured
+///   compute alone (gradient accumulation included); [`ring_allreduce_s`]
+///   over the slowest inter-node link takes the measured sync's place, and
+///   [`overlap_s`] combines the two.
+pub fn class_compute_s(t: &Throughput, ring_nodes: u32) -> f64 {
+    let step_s = 1.0 / t.iters_per_s;
+    match t.sync_s {
+        Some(sync_s) if ring_nodes > 1 => step_s - sync_s,
+        _ => step_s,
+    }
+}
+
 /// Step time of a placement.
 ///
 /// `worker_compute_s` holds, per device class in the placement, the compute
-/// time of one step, `1 / iters_per_s(class, model, batch, n_workers)` from the
-/// throughput table; synchronous data-parallel waits for the slowest, so
+/// time of one step, [`class_compute_s`] of the class's throughput at the
+/// placement's worker count; synchronous data-parallel waits for the slowest, so
 /// `T_c = max`. `slowest_link` is the worst inter-node link of the placement
 /// (`None` on one node) and feeds [`ring_allreduce_s`]; [`overlap_s`] combines them.
 pub fn step_time(
@@ -210,6 +233,31 @@ mod tests {
         close(t.compute_s, 2.0);
         // sqrt(2.0^2 + 0.82^2) = 2.161573... s
         assert!((t.total_s - 2.161_573).abs() < 1e-6, "{}", t.total_s);
+    }
+
+    #[test]
+    fn measured_sync_is_replaced_by_the_ring_across_nodes_only() {
+        // 2 it/s with 0.1 s of measured sync per iteration.
+        let split = Throughput {
+            iters_per_s: 2.0,
+            sync_s: Some(0.1),
+            estimated: false,
+        };
+        // One node: the measured step, 1/2 = 0.5 s.
+        close(class_compute_s(&split, 1), 0.5);
+        // Two nodes: compute alone, 0.5 − 0.1 = 0.4 s; with the ring over
+        // 1 Gb/s, 20 ms (0.82 s, above): sqrt(0.4² + 0.82²) = 0.912359... s.
+        let tc = class_compute_s(&split, 2);
+        close(tc, 0.4);
+        let t = step_time([tc], 2, RESNET50_BYTES, Some(&GBIT_20MS), 2.0);
+        assert!((t.total_s - 0.912_359).abs() < 1e-6, "{}", t.total_s);
+        // An ElasticFlow-format cell (no split) keeps its whole step on any placement.
+        let grid = Throughput {
+            sync_s: None,
+            ..split
+        };
+        close(class_compute_s(&grid, 1), 0.5);
+        close(class_compute_s(&grid, 2), 0.5);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cost;
 mod decision;
 mod first_fit;
 mod schedule;
+pub mod sia;
 mod snapshot;
 mod throughput;
 mod world;
@@ -19,7 +20,10 @@ pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, 
 pub use first_fit::{FirstFit, first_fit};
 pub use schedule::{DONE_EPS_ITERS, schedule};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
-pub use throughput::{ModelTable, Throughput, ThroughputError, ThroughputTables};
+pub use throughput::{
+    ClassSources, Grid, Lambda, ModelTable, TableData, TableSource, Throughput, ThroughputError,
+    ThroughputTables,
+};
 pub use world::{
     Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,
     JobSpec, JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind,

@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use crate::cost::{LinkSpec, StepTime, gpu_cost, staging_s, step_time};
+use crate::cost::{LinkSpec, StepTime, class_compute_s, gpu_cost, staging_s, step_time};
 use crate::decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 use crate::throughput::ModelTable;
 use crate::world::{
@@ -469,8 +469,9 @@ impl<'a> Round<'a> {
         *self.world.links.default_for(class)
     }
 
-    /// Compute seconds of one step on `place`, its slowest class's; a lower
-    /// bound on the step time. `None` if a class lacks a throughput table.
+    /// Compute seconds of one step on `place`, its slowest class's
+    /// [`class_compute_s`]; a lower bound on the step time. `None` if a class
+    /// lacks a throughput table.
     fn compute_s(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<f64> {
         let n: u32 = place.iter().map(|p| p.1).sum();
         let mut slowest = 0.0_f64;
@@ -480,7 +481,7 @@ impl<'a> Round<'a> {
             if class != seen {
                 seen = class;
                 let t = ctx.tables[class]?.lookup(ctx.job.spec.global_batch, n)?;
-                slowest = slowest.max(1.0 / t.iters_per_s);
+                slowest = slowest.max(class_compute_s(&t, place.len() as u32));
             }
         }
         Some(slowest)

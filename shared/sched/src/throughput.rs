@@ -1,14 +1,20 @@
-//! Measured training throughput per device class, in ElasticFlow's CSV format
-//! (one file per model; rows are global batch sizes, columns GPU counts,
-//! cells iterations/s), with documented fallbacks for what was not measured.
+//! Training throughput per device class: measured tables in ElasticFlow's CSV
+//! format (one file per model; rows are global batch sizes, columns GPU
+//! counts, cells iterations/s) or Sia's per-placement profiles ([`crate::sia`]),
+//! classes defined as a per-model multiple of another, and documented
+//! fallbacks for what was not measured. Every table says where its numbers
+//! came from ([`TableSource`]), so a report can show it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Why a throughput table could not be read.
+use crate::sia::{self, SiaProfile};
+
+/// Why a throughput table could not be read or built.
 #[derive(Debug, Error)]
 pub enum ThroughputError {
     /// The directory or a file in it could not be read.
@@ -41,19 +47,183 @@ pub enum ThroughputError {
         /// The file.
         file: String,
     },
+    /// A Sia profile file is not what Sia's format expects.
+    #[error(
+        "{file}:{line}: {problem}; expected a Sia placement profile (columns local_bsz, step_time, sync_time and placement, or num_nodes and num_replicas)"
+    )]
+    Sia {
+        /// The file.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A Sia profile directory has no file for the cluster asked for.
+    #[error(
+        "{dir}: no `<model>__placements-{cluster}.csv` of a data-parallel model; clusters found there: {found}; pick one of them"
+    )]
+    SiaCluster {
+        /// The directory.
+        dir: PathBuf,
+        /// The cluster asked for.
+        cluster: String,
+        /// The clusters that do have files, comma-separated.
+        found: String,
+    },
+    /// A class cannot be built as a multiple of another.
+    #[error("cannot build class {class} as lambda × {from}: {problem}")]
+    Scale {
+        /// The class being built.
+        class: String,
+        /// The class it scales.
+        from: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
 }
 
-/// One model's measured (or estimated) throughput on one device class.
+/// Where one model's numbers on one class came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelTable {
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TableSource {
+    /// Measured: an ElasticFlow-format CSV.
+    ElasticFlow {
+        /// The file (or the name given for inline text).
+        file: String,
+    },
+    /// Measured: a Sia placement profile.
+    Sia {
+        /// The profile directory.
+        dir: String,
+        /// The cluster, e.g. `aws` for T4.
+        cluster: String,
+    },
+    /// Estimated: `ratio` × class `from`'s table ([`ThroughputTables::insert_scaled`]).
+    Lambda {
+        /// The class scaled.
+        from: String,
+        /// This class's speed as a share of `from`'s.
+        ratio: f64,
+        /// Where the ratio comes from.
+        source: String,
+    },
+    /// Estimated by [`ThroughputTables::fill_missing`]: `ratio` × class `from`'s table.
+    MedianRatio {
+        /// The class scaled.
+        from: String,
+        /// The median single-device samples/s ratio.
+        ratio: f64,
+        /// Models measured on both classes that the median is over.
+        models: usize,
+    },
+    /// Given directly, e.g. a job's own rate.
+    Given {
+        /// Who gave it.
+        by: String,
+    },
+}
+
+impl TableSource {
+    /// True when the numbers are an estimate rather than a measurement of this class.
+    pub fn is_estimate(&self) -> bool {
+        matches!(
+            self,
+            TableSource::Lambda { .. } | TableSource::MedianRatio { .. }
+        )
+    }
+
+    /// The heading this source is grouped under in a class summary, and this model's entry.
+    fn summary(&self, model: &str) -> (String, String) {
+        match self {
+            TableSource::ElasticFlow { file } => {
+                let dir = Path::new(file)
+                    .parent()
+                    .map_or(String::new(), |d| d.display().to_string());
+                (
+                    format!("measured, ElasticFlow-format dir {dir}"),
+                    model.to_string(),
+                )
+            }
+            TableSource::Sia { dir, cluster } => (
+                format!("measured, Sia profile {dir} cluster {cluster}"),
+                model.to_string(),
+            ),
+            TableSource::Lambda {
+                from,
+                ratio,
+                source,
+            } => (
+                format!("estimated, lambda × {from} per model"),
+                format!("{model} {ratio} ({source})"),
+            ),
+            TableSource::MedianRatio { .. } => (
+                format!("estimated, {}", self.estimate_text().unwrap_or_default()),
+                model.to_string(),
+            ),
+            TableSource::Given { by } => (format!("given by {by}"), model.to_string()),
+        }
+    }
+
+    /// Why the numbers are an estimate, if they are.
+    fn estimate_text(&self) -> Option<String> {
+        match self {
+            TableSource::Lambda {
+                from,
+                ratio,
+                source,
+            } => Some(format!("{from} table × {ratio} (source: {source})")),
+            TableSource::MedianRatio {
+                from,
+                ratio,
+                models,
+            } => Some(format!(
+                "{from} table × {ratio:.4}, the median single-device samples/s ratio to {from} over {models} model(s) measured in both"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A per-model speed ratio to another class, with where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lambda {
+    /// Speed as a share of the other class's (iterations/s ratio), > 0.
+    pub ratio: f64,
+    /// Where the ratio comes from (paper, benchmark, measurement).
+    pub source: String,
+}
+
+/// ElasticFlow's grid: iterations/s per global batch and GPU count. Its cells
+/// already include the gradient sync over the measuring datacentre's fabric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grid {
     /// Global batch sizes of the rows, ascending.
     pub batches: Vec<u32>,
     /// GPU counts of the columns, ascending.
     pub gpus: Vec<u32>,
     /// Iterations/s per row and column; `None` where not measured (empty, 0 or `nan` in the file).
     pub iters_per_s: Vec<Vec<Option<f64>>>,
-    /// Why the numbers are an estimate rather than a measurement of this class, if they are.
-    pub estimated_from: Option<String>,
+}
+
+/// The numbers of a [`ModelTable`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "format", rename_all = "snake_case")]
+pub enum TableData {
+    /// An ElasticFlow-format grid.
+    Grid(Grid),
+    /// A Sia placement profile: any batch, step split into compute and sync.
+    Sia(SiaProfile),
+}
+
+/// One model's throughput on one device class, and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelTable {
+    /// The numbers.
+    pub data: TableData,
+    /// Where they came from.
+    pub source: TableSource,
 }
 
 /// A throughput answer and whether any fallback was involved.
@@ -61,8 +231,77 @@ pub struct ModelTable {
 pub struct Throughput {
     /// Iterations (global-batch steps) per second.
     pub iters_per_s: f64,
+    /// Seconds of each iteration the table measured as gradient sync over the
+    /// class's own fabric; `None` when the table does not split its steps
+    /// (ElasticFlow format). The cost model swaps it for its own link model
+    /// across nodes ([`crate::cost::class_compute_s`]).
+    pub sync_s: Option<f64>,
     /// True when a fallback (other class, other batch size, interpolation) produced it.
     pub estimated: bool,
+}
+
+/// A rate at one measured worker count, before the worker-count fallback.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rate {
+    /// Iterations/s.
+    pub(crate) iters_per_s: f64,
+    /// Measured sync seconds per iteration, if the table splits it.
+    pub(crate) sync_s: Option<f64>,
+}
+
+impl Rate {
+    /// The share of the step spent syncing.
+    fn sync_share(&self) -> Option<f64> {
+        self.sync_s.map(|s| s * self.iters_per_s)
+    }
+
+    /// A rate of `iters_per_s` that syncs the same share of its step as `self`.
+    fn with_share_of(iters_per_s: f64, share: Option<f64>) -> Rate {
+        Rate {
+            iters_per_s,
+            sync_s: share.map(|s| s / iters_per_s),
+        }
+    }
+}
+
+/// The rate at `workers` from the nearest measured counts at or below it and above it.
+///
+/// Exact when `below` is at `workers`. Fallbacks (each marks the answer
+/// estimated): between two measured counts iterations/s and the sync share of
+/// the step interpolate linearly in the worker count; above the largest
+/// measured count the largest is used (no further speed-up); below the
+/// smallest, iterations/s scale linearly, `v × workers / g`, at the same sync share.
+pub(crate) fn across_workers(
+    workers: u32,
+    below: Option<(u32, Rate)>,
+    above: Option<(u32, Rate)>,
+) -> Option<Throughput> {
+    let (rate, estimated) = match (below, above) {
+        (Some((g, r)), _) if g == workers => (r, false),
+        (Some((g0, r0)), Some((g1, r1))) => {
+            let f = f64::from(workers - g0) / f64::from(g1 - g0);
+            let ips = r0.iters_per_s + f * (r1.iters_per_s - r0.iters_per_s);
+            let share = r0
+                .sync_share()
+                .zip(r1.sync_share())
+                .map(|(s0, s1)| s0 + f * (s1 - s0));
+            (Rate::with_share_of(ips, share), true)
+        }
+        (Some((_, r)), None) => (r, true),
+        (None, Some((g, r))) => (
+            Rate::with_share_of(
+                r.iters_per_s * f64::from(workers) / f64::from(g),
+                r.sync_share(),
+            ),
+            true,
+        ),
+        (None, None) => return None,
+    };
+    Some(Throughput {
+        iters_per_s: rate.iters_per_s,
+        sync_s: rate.sync_s,
+        estimated,
+    })
 }
 
 /// Throughput tables for every device class the scheduler knows.
@@ -72,9 +311,33 @@ pub struct ThroughputTables {
     pub classes: BTreeMap<String, BTreeMap<String, ModelTable>>,
 }
 
-impl ModelTable {
+/// Where one class's numbers came from, model by model; displays as one line
+/// that groups models by source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ClassSources(pub BTreeMap<String, TableSource>);
+
+impl fmt::Display for ClassSources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (model, source) in &self.0 {
+            let (heading, entry) = source.summary(model);
+            match groups.iter_mut().find(|g| g.0 == heading) {
+                Some(g) => g.1.push(entry),
+                None => groups.push((heading, vec![entry])),
+            }
+        }
+        let lines: Vec<String> = groups
+            .into_iter()
+            .map(|(h, entries)| format!("{h}: {}", entries.join(", ")))
+            .collect();
+        f.write_str(&lines.join("; "))
+    }
+}
+
+impl Grid {
     /// Parses one ElasticFlow CSV; `file` names it in errors.
-    pub fn parse(file: &str, text: &str) -> Result<ModelTable, ThroughputError> {
+    pub fn parse(file: &str, text: &str) -> Result<Grid, ThroughputError> {
         let cell_err = |line, column, value: &str, what| ThroughputError::Cell {
             file: file.to_string(),
             line,
@@ -161,11 +424,10 @@ impl ModelTable {
             });
         }
         rows.sort_by_key(|r| r.0);
-        Ok(ModelTable {
+        Ok(Grid {
             batches: rows.iter().map(|r| r.0).collect(),
             gpus,
             iters_per_s: rows.into_iter().map(|r| r.1).collect(),
-            estimated_from: None,
         })
     }
 
@@ -173,13 +435,9 @@ impl ModelTable {
     ///
     /// Fallbacks (each marks the answer estimated): a batch size without a row
     /// uses the nearest row (by ratio) at constant samples/s,
-    /// `it/s(b) = it/s(b_row) × b_row / b`; a worker count between measured
-    /// columns interpolates linearly; above the largest measured column the
-    /// largest is used (no further speed-up); below the smallest it scales linearly.
-    pub fn lookup(&self, batch: u32, workers: u32) -> Option<Throughput> {
-        if workers == 0 || batch == 0 {
-            return None;
-        }
+    /// `it/s(b) = it/s(b_row) × b_row / b`; worker counts between, above or
+    /// below the measured columns as in [`across_workers`].
+    fn lookup(&self, batch: u32, workers: u32) -> Option<Throughput> {
         let exact = self.batches.partition_point(|&b| b < batch);
         let row = if self.batches.get(exact) == Some(&batch) {
             exact
@@ -189,57 +447,91 @@ impl ModelTable {
                 d(a).total_cmp(&d(b))
             })?
         };
-        let vals = &self.iters_per_s[row];
-        let measured = || {
-            self.gpus
-                .iter()
-                .zip(vals)
-                .filter_map(|(&g, v)| v.map(|v| (g, v)))
-        };
         let mut below = None;
         let mut above = None;
-        for (g, v) in measured() {
+        for (&g, v) in self.gpus.iter().zip(&self.iters_per_s[row]) {
+            let Some(v) = *v else { continue };
+            let rate = Rate {
+                iters_per_s: v,
+                sync_s: None,
+            };
             if g <= workers {
-                below = Some((g, v));
+                below = Some((g, rate));
             } else if above.is_none() {
-                above = Some((g, v));
+                above = Some((g, rate));
             }
         }
-        let (ips, interpolated) = match (below, above) {
-            (Some((g, v)), _) if g == workers => (v, false),
-            (Some((g0, v0)), Some((g1, v1))) => {
-                let f = f64::from(workers - g0) / f64::from(g1 - g0);
-                (v0 + f * (v1 - v0), true)
-            }
-            (Some((_, v)), None) => (v, true),
-            (None, Some((g, v))) => (v * f64::from(workers) / f64::from(g), true),
-            (None, None) => return None,
-        };
+        let t = across_workers(workers, below, above)?;
         let row_batch = self.batches[row];
         Some(Throughput {
-            iters_per_s: ips * f64::from(row_batch) / f64::from(batch),
-            estimated: interpolated || row_batch != batch || self.estimated_from.is_some(),
+            iters_per_s: t.iters_per_s * f64::from(row_batch) / f64::from(batch),
+            estimated: t.estimated || row_batch != batch,
+            ..t
+        })
+    }
+}
+
+impl TableData {
+    /// The same numbers on a device `ratio` times as fast.
+    fn scaled(&self, ratio: f64) -> TableData {
+        match self {
+            TableData::Grid(g) => TableData::Grid(Grid {
+                iters_per_s: g
+                    .iters_per_s
+                    .iter()
+                    .map(|r| r.iter().map(|v| v.map(|v| v * ratio)).collect())
+                    .collect(),
+                ..g.clone()
+            }),
+            TableData::Sia(p) => TableData::Sia(p.scaled(ratio)),
+        }
+    }
+}
+
+impl ModelTable {
+    /// Parses one ElasticFlow CSV into a measured table; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<ModelTable, ThroughputError> {
+        Ok(ModelTable {
+            data: TableData::Grid(Grid::parse(file, text)?),
+            source: TableSource::ElasticFlow {
+                file: file.to_string(),
+            },
         })
     }
 
-    /// Best single-device samples/s over all rows; the basis of cross-class ratios.
-    fn samples_per_s_one_device(&self) -> Option<f64> {
-        self.batches
-            .iter()
-            .filter_map(|&b| self.lookup(b, 1).map(|t| t.iters_per_s * f64::from(b)))
-            .reduce(f64::max)
+    /// Iterations/s at global batch `batch` on `workers` devices, with the
+    /// fallbacks of the table's format; an estimated table's answers are all
+    /// marked estimated.
+    pub fn lookup(&self, batch: u32, workers: u32) -> Option<Throughput> {
+        if workers == 0 || batch == 0 {
+            return None;
+        }
+        let t = match &self.data {
+            TableData::Grid(g) => g.lookup(batch, workers)?,
+            TableData::Sia(p) => p.lookup(batch, workers)?,
+        };
+        Some(Throughput {
+            estimated: t.estimated || self.source.is_estimate(),
+            ..t
+        })
     }
 
-    fn scaled(&self, ratio: f64, why: String) -> ModelTable {
-        ModelTable {
-            iters_per_s: self
-                .iters_per_s
-                .iter()
-                .map(|r| r.iter().map(|v| v.map(|v| v * ratio)).collect())
-                .collect(),
-            estimated_from: Some(why),
-            ..self.clone()
-        }
+    /// Why the numbers are an estimate rather than a measurement of this class, if they are.
+    pub fn estimated_from(&self) -> Option<String> {
+        self.source.estimate_text()
+    }
+
+    /// Best single-device samples/s over the batches measured on one device;
+    /// the basis of cross-class ratios.
+    fn samples_per_s_one_device(&self) -> Option<f64> {
+        let batches = match &self.data {
+            TableData::Grid(g) => g.batches.clone(),
+            TableData::Sia(p) => p.one_device_batches(),
+        };
+        batches
+            .into_iter()
+            .filter_map(|b| self.lookup(b, 1).map(|t| t.iters_per_s * f64::from(b)))
+            .reduce(f64::max)
     }
 }
 
@@ -287,21 +579,114 @@ impl ThroughputTables {
         Ok(())
     }
 
+    /// Loads every data-parallel model's Sia profile of `cluster` in `dir` as
+    /// the tables of `class` (see [`crate::sia`] for the files).
+    pub fn load_sia(
+        &mut self,
+        class: &str,
+        dir: &Path,
+        cluster: &str,
+    ) -> Result<(), ThroughputError> {
+        let source = TableSource::Sia {
+            dir: dir.display().to_string(),
+            cluster: cluster.to_string(),
+        };
+        let models = self.classes.entry(class.to_string()).or_default();
+        for (model, profile) in sia::read_dir(dir, cluster)? {
+            models.insert(
+                model,
+                ModelTable {
+                    data: TableData::Sia(profile),
+                    source: source.clone(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Builds `class` as `lambda_m` × class `from`'s measured table of each
+    /// model `m` in `lambdas`: iterations/s times `ratio` (a Sia profile's
+    /// step and sync seconds divided by it). The tables are marked estimated
+    /// with the ratio and its source. Models without a lambda are left out.
+    pub fn insert_scaled(
+        &mut self,
+        class: &str,
+        from: &str,
+        lambdas: &BTreeMap<String, Lambda>,
+    ) -> Result<(), ThroughputError> {
+        let fail = |problem: String| ThroughputError::Scale {
+            class: class.to_string(),
+            from: from.to_string(),
+            problem,
+        };
+        let Some(base) = self.classes.get(from) else {
+            let loaded: Vec<&str> = self.classes.keys().map(String::as_str).collect();
+            return Err(fail(format!(
+                "class {from} is not loaded (loaded: {}); load it before the classes that scale it",
+                loaded.join(", ")
+            )));
+        };
+        if lambdas.is_empty() {
+            return Err(fail("no lambda given; give one ratio per model".into()));
+        }
+        let mut tables = BTreeMap::new();
+        for (model, lambda) in lambdas {
+            let Some(table) = base.get(model) else {
+                let models: Vec<&str> = base.keys().map(String::as_str).collect();
+                return Err(fail(format!(
+                    "{from} has no table for model {model} (it has: {}); drop that lambda or add the model to {from}",
+                    models.join(", ")
+                )));
+            };
+            if let Some(why) = table.estimated_from() {
+                return Err(fail(format!(
+                    "{from}'s {model} table is itself an estimate ({why}); scale a measured class"
+                )));
+            }
+            if !(lambda.ratio.is_finite() && lambda.ratio > 0.0) {
+                return Err(fail(format!(
+                    "the lambda of model {model} is {}; give a positive ratio",
+                    lambda.ratio
+                )));
+            }
+            if lambda.source.trim().is_empty() {
+                return Err(fail(format!(
+                    "the lambda of model {model} has no source; say where the ratio comes from"
+                )));
+            }
+            tables.insert(
+                model.clone(),
+                ModelTable {
+                    data: table.data.scaled(lambda.ratio),
+                    source: TableSource::Lambda {
+                        from: from.to_string(),
+                        ratio: lambda.ratio,
+                        source: lambda.source.clone(),
+                    },
+                },
+            );
+        }
+        self.classes
+            .entry(class.to_string())
+            .or_default()
+            .extend(tables);
+        Ok(())
+    }
+
     /// Fills models missing from a class with estimates from another class.
     ///
     /// Fallback: for target class C and source class D, the ratio is the median,
     /// over models measured in both, of `sps₁(C, m) / sps₁(D, m)` where `sps₁` is
     /// the best single-device samples/s of the model; D is the class that has the
     /// model and shares the most measured models with C (ties by name). The
-    /// estimate is D's table × ratio, marked in `estimated_from`. Classes that
-    /// share no measured model with any class holding it stay without it.
+    /// estimate is D's table × ratio, marked [`TableSource::MedianRatio`].
+    /// Classes that share no measured model with any class holding it stay without it.
     pub fn fill_missing(&mut self) {
-        let measured = |t: &ModelTable| t.estimated_from.is_none();
+        let measured = |t: &ModelTable| !t.source.is_estimate();
+        let all_models: BTreeSet<&String> = self.classes.values().flat_map(|m| m.keys()).collect();
         let mut additions = Vec::new();
         for (c, c_models) in &self.classes {
-            let all_models: std::collections::BTreeSet<&String> =
-                self.classes.values().flat_map(|m| m.keys()).collect();
-            for model in all_models {
+            for &model in &all_models {
                 if c_models.contains_key(model) {
                     continue;
                 }
@@ -333,10 +718,14 @@ impl ThroughputTables {
                     } else {
                         (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
                     };
-                    let why = format!(
-                        "{d} table × {median:.4}, the median {c}/{d} single-device samples/s ratio over {n} model(s) measured in both"
-                    );
-                    let table = self.classes[d][model].scaled(median, why);
+                    let table = ModelTable {
+                        data: self.classes[d][model].data.scaled(median),
+                        source: TableSource::MedianRatio {
+                            from: d.clone(),
+                            ratio: median,
+                            models: n,
+                        },
+                    };
                     additions.push((c.clone(), model.clone(), table));
                 }
             }
@@ -344,6 +733,20 @@ impl ThroughputTables {
         for (c, m, t) in additions {
             self.classes.entry(c).or_default().insert(m, t);
         }
+    }
+
+    /// Where every class's numbers came from, class → its sources.
+    pub fn sources(&self) -> BTreeMap<String, ClassSources> {
+        self.classes
+            .iter()
+            .map(|(class, models)| {
+                let sources = models
+                    .iter()
+                    .map(|(m, t)| (m.clone(), t.source.clone()))
+                    .collect();
+                (class.clone(), ClassSources(sources))
+            })
+            .collect()
     }
 
     /// The table of `model` on `class`, measured or estimated.
@@ -389,6 +792,7 @@ mod tests {
             exact,
             Throughput {
                 iters_per_s: 8.0,
+                sync_s: None,
                 estimated: false
             }
         );
@@ -418,15 +822,118 @@ mod tests {
         let est = t.lookup("T4", "resnet50", 64, 1).unwrap();
         assert!((est.iters_per_s - 6.8 * ratio).abs() < 1e-9, "{est:?}");
         assert!(est.estimated);
-        let why = t
-            .model("T4", "resnet50")
-            .unwrap()
-            .estimated_from
-            .as_deref()
-            .unwrap();
+        let why = t.model("T4", "resnet50").unwrap().estimated_from().unwrap();
         assert!(why.contains("median") && why.contains("2 model"), "{why}");
         // Measured tables are untouched.
         assert!(!t.lookup("T4", "bert", 64, 1).unwrap().estimated);
+    }
+
+    fn lambdas(entries: &[(&str, f64, &str)]) -> BTreeMap<String, Lambda> {
+        entries
+            .iter()
+            .map(|&(m, ratio, source)| {
+                (
+                    m.to_string(),
+                    Lambda {
+                        ratio,
+                        source: source.to_string(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lambda_classes_scale_every_lookup_and_say_why() {
+        let mut t = tables();
+        t.insert_scaled(
+            "V100",
+            "A100",
+            &lambdas(&[("bert", 0.427, "paper X"), ("resnet50", 0.527, "bench Y")]),
+        )
+        .unwrap();
+        // 0.427 × 8.0 = 3.416 it/s at batch 64 on 2 GPUs; 0.527 × 6.8 = 3.5836 on one.
+        let bert = t.lookup("V100", "bert", 64, 2).unwrap();
+        assert!(
+            (bert.iters_per_s - 3.416).abs() < 1e-12 && bert.estimated,
+            "{bert:?}"
+        );
+        let r50 = t.lookup("V100", "resnet50", 64, 1).unwrap();
+        assert!((r50.iters_per_s - 3.5836).abs() < 1e-12, "{r50:?}");
+        // Models without a lambda are left out.
+        assert!(t.model("V100", "deepspeech2").is_none());
+        assert_eq!(
+            t.model("V100", "resnet50")
+                .unwrap()
+                .estimated_from()
+                .unwrap(),
+            "A100 table × 0.527 (source: bench Y)"
+        );
+        // fill_missing neither bases ratios on lambda tables nor fills a class
+        // that has no measured model.
+        t.fill_missing();
+        assert!(t.model("V100", "deepspeech2").is_none());
+    }
+
+    #[test]
+    fn scaling_errors_name_the_class_model_and_fix() {
+        let mut t = tables();
+        let one = |m: &str, r: f64, s: &str| lambdas(&[(m, r, s)]);
+        let err = |t: &mut ThroughputTables, from: &str, l: BTreeMap<String, Lambda>| {
+            t.insert_scaled("V100", from, &l).unwrap_err().to_string()
+        };
+        let e = err(&mut t, "H100", one("bert", 0.5, "s"));
+        assert!(
+            e.contains("V100 as lambda × H100") && e.contains("loaded: A100, T4"),
+            "{e}"
+        );
+        let e = err(&mut t, "A100", one("gpt2", 0.5, "s"));
+        assert!(
+            e.contains("no table for model gpt2") && e.contains("bert, deepspeech2, resnet50"),
+            "{e}"
+        );
+        let e = err(&mut t, "A100", one("bert", 0.0, "s"));
+        assert!(e.contains("lambda of model bert is 0"), "{e}");
+        let e = err(&mut t, "A100", one("bert", 0.5, " "));
+        assert!(e.contains("no source"), "{e}");
+        let e = err(&mut t, "A100", BTreeMap::new());
+        assert!(e.contains("no lambda given"), "{e}");
+        t.fill_missing();
+        let e = err(&mut t, "T4", one("resnet50", 0.5, "s"));
+        assert!(e.contains("itself an estimate"), "{e}");
+        assert!(t.model("V100", "bert").is_none());
+    }
+
+    #[test]
+    fn sources_describe_every_class_in_one_line() {
+        let mut t = tables();
+        t.insert_scaled(
+            "V100",
+            "A100",
+            &lambdas(&[("bert", 0.427, "paper X"), ("resnet50", 0.527, "bench Y")]),
+        )
+        .unwrap();
+        t.fill_missing();
+        let s = t.sources();
+        assert_eq!(
+            s["A100"].to_string(),
+            "measured, ElasticFlow-format dir a: bert, deepspeech2, resnet50"
+        );
+        assert_eq!(
+            s["V100"].to_string(),
+            "estimated, lambda × A100 per model: bert 0.427 (paper X), resnet50 0.527 (bench Y)"
+        );
+        let t4 = s["T4"].to_string();
+        assert!(
+            t4.starts_with(
+                "measured, ElasticFlow-format dir t: bert, deepspeech2; estimated, A100 table × 0."
+            ) && t4.ends_with("over 2 model(s) measured in both: resnet50"),
+            "{t4}"
+        );
+        let json = serde_json::to_value(&s["V100"]).unwrap();
+        assert_eq!(json["bert"]["kind"], "lambda");
+        assert_eq!(json["bert"]["from"], "A100");
+        assert_eq!(json["bert"]["ratio"], 0.427);
     }
 
     #[test]

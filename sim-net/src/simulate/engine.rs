@@ -24,6 +24,7 @@ use super::placement::{CostModel, Place};
 use super::policies::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
 
 /// Everything a run needs, shared by all policies.
+#[derive(Clone)]
 pub struct World {
     /// The jobs, sorted by submission (id = index).
     pub jobs: Vec<TraceJob>,
@@ -157,6 +158,7 @@ pub fn run(
                 finish_ms: None,
                 migrations: 0,
                 preemptions: 0,
+                guaranteed: false,
             })
             .collect(),
         active: Vec::new(),
@@ -342,6 +344,11 @@ impl Run<'_> {
                 }
             }
         }
+        for &j in &d.guarantee {
+            if let Some(job) = self.jobs.get_mut(j) {
+                job.guaranteed = true;
+            }
+        }
         self.active
             .retain(|&j| self.jobs[j].status == JobStatus::Active);
         for i in 0..self.active.len() {
@@ -438,6 +445,7 @@ impl Run<'_> {
                     }
                     (None, Some(e)) => {
                         self.acc.edge_used_s += w * used_s;
+                        self.acc.edge_startup_s += w * su;
                         let until = (now + used_ms).min(window_end);
                         if until > now {
                             let (idle, busy) = edges.split_idle(e, now, until);

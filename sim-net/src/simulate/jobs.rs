@@ -14,6 +14,8 @@
 //! deadline column gets `deadline = submit + λ × duration`, λ ~ U[λmin, λmax]
 //! from the run's seed. An optional `best_effort` column (1 = no deadline) marks
 //! best-effort jobs; `engine.best_effort_share` can mark more by a seeded draw.
+//! A scenario's `[generator]` replaces all of that afterwards
+//! ([`generate_deadlines`]).
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +25,7 @@ use rand::{RngExt, SeedableRng};
 use thiserror::Error;
 use tidemill_sched::{DataSite, JobClass, JobSpec, OnInfeasible};
 
-use super::topology::{DeadlineSpec, Topology};
+use super::topology::{DeadlineSpec, GeneratorSpec, Topology};
 use crate::trace::open_maybe_gz;
 
 /// The two layouts.
@@ -258,7 +260,7 @@ pub fn read_jobs(
                 },
                 submitted_ms: (submit_s * 1000.0).round() as i64,
                 deadline_ms: if best_effort {
-                    i64::MAX / 4
+                    NO_DEADLINE_MS
                 } else {
                     (deadline_s * 1000.0).round() as i64
                 },
@@ -286,6 +288,53 @@ pub fn read_jobs(
         j.spec.id = i as u64;
     }
     Ok(jobs)
+}
+
+/// Multiplies the trace's inter-arrival times by `scale`, as EdgeFlow's
+/// sensitivity study varies load: `submit' = submit₀ + scale × (submit − submit₀)`
+/// with submit₀ the first submission, and an SLO job keeps its slack,
+/// `deadline' = submit' + (deadline − submit)`. Below 1 the jobs come faster.
+pub fn scale_arrivals(jobs: &mut [TraceJob], scale: f64) {
+    let Some(first) = jobs.first().map(|j| j.spec.submitted_ms) else {
+        return;
+    };
+    for j in jobs {
+        let s = &mut j.spec;
+        let submitted = first + (scale * (s.submitted_ms - first) as f64).round() as i64;
+        if s.class == JobClass::Slo {
+            s.deadline_ms = submitted + (s.deadline_ms - s.submitted_ms);
+        }
+        s.submitted_ms = submitted;
+    }
+}
+
+/// The deadline of a best-effort job: far beyond any trace, yet clear of overflow.
+const NO_DEADLINE_MS: i64 = i64::MAX / 4;
+
+/// The scenario's job generator: replaces every job's deadline and class,
+/// whatever the trace said. Job by job in `jobs`' order, a generator seeded
+/// with `seed` draws λ ~ U[`lambda_min`, `lambda_max`] and u ~ U[0, 1): the job
+/// runs best-effort when u < `best_effort_share`, else its deadline is
+/// `submit + λ × T_req`, with `T_req = runtime_s(job)` in seconds (the caller
+/// passes its runtime on the GPUs it asked for).
+pub fn generate_deadlines(
+    jobs: &mut [TraceJob],
+    spec: &GeneratorSpec,
+    seed: u64,
+    runtime_s: impl Fn(&TraceJob) -> f64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    for j in jobs {
+        let lambda = rng.random_range(spec.lambda_min..=spec.lambda_max);
+        let best_effort = rng.random::<f64>() < spec.best_effort_share;
+        let slack_ms = (lambda * runtime_s(j) * 1000.0).round() as i64;
+        let s = &mut j.spec;
+        (s.class, s.deadline_ms) = if best_effort {
+            (JobClass::BestEffort, NO_DEADLINE_MS)
+        } else {
+            (JobClass::Slo, s.submitted_ms + slack_ms)
+        };
+    }
 }
 
 /// The largest power of two ≤ `n` (1 for 0).
@@ -348,6 +397,75 @@ cloud_cloud = { bandwidth_mbps = 10000, latency_ms = 1 }
         assert_eq!(
             (j[0].spec.iterations, j[0].spec.model.as_str()),
             (20.0, "ncf")
+        );
+    }
+
+    #[test]
+    fn scaled_arrivals_keep_order_and_slack() {
+        let itp = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\na,100,1,bert,150,64,1,1\nb,300,1,bert,1300,64,1,1\n";
+        let (_d, p) = write(itp);
+        let mut j = read_jobs(&p, None, &topo(), 8, 1).unwrap();
+        scale_arrivals(&mut j, 0.5);
+        // 100 + 0.5 × (300 − 100) = 200 s; slack 1000 s kept.
+        assert_eq!(j[0].spec.submitted_ms, 100_000);
+        assert_eq!(j[0].spec.deadline_ms, 150_000);
+        assert_eq!(j[1].spec.submitted_ms, 200_000);
+        assert_eq!(j[1].spec.deadline_ms, 1_200_000);
+    }
+
+    /// `n` jobs submitted an hour apart, each 100 s of work at 1 it/s, all with a deadline at 50 s.
+    fn generated(n: usize, share: f64, seed: u64) -> Vec<TraceJob> {
+        let mut body = String::from(
+            "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n",
+        );
+        for i in 0..n {
+            body += &format!("j{i},{},100,bert,50,64,1,100\n", i * 3600);
+        }
+        let (_d, p) = write(&body);
+        let mut jobs = read_jobs(&p, None, &topo(), 8, 1).unwrap();
+        let spec = GeneratorSpec {
+            lambda_min: 2.0,
+            lambda_max: 12.0,
+            best_effort_share: share,
+        };
+        generate_deadlines(&mut jobs, &spec, seed, |j| j.spec.iterations);
+        jobs
+    }
+
+    #[test]
+    fn the_generator_replaces_every_deadline_within_the_lambda_range() {
+        for j in generated(200, 0.0, 3) {
+            assert_eq!(j.spec.class, JobClass::Slo);
+            // T_req = 100 s, so the slack is 200 s to 1200 s.
+            let slack = j.spec.deadline_ms - j.spec.submitted_ms;
+            assert!((200_000..=1_200_000).contains(&slack), "{slack}");
+        }
+    }
+
+    #[test]
+    fn the_generator_is_deterministic_for_a_seed() {
+        let key = |jobs: Vec<TraceJob>| -> Vec<(JobClass, i64)> {
+            jobs.iter()
+                .map(|j| (j.spec.class, j.spec.deadline_ms))
+                .collect()
+        };
+        assert_eq!(key(generated(50, 0.3, 9)), key(generated(50, 0.3, 9)));
+        assert_ne!(key(generated(50, 0.3, 9)), key(generated(50, 0.3, 10)));
+    }
+
+    #[test]
+    fn the_generator_marks_about_its_share_best_effort() {
+        let jobs = generated(2000, 0.25, 5);
+        let be = jobs
+            .iter()
+            .filter(|j| j.spec.class == JobClass::BestEffort)
+            .count();
+        // Binomial(2000, 0.25): standard deviation 19.4 jobs.
+        assert!((420..=580).contains(&be), "{be}");
+        assert!(
+            jobs.iter()
+                .filter(|j| j.spec.class == JobClass::BestEffort)
+                .all(|j| j.spec.deadline_ms == NO_DEADLINE_MS)
         );
     }
 

@@ -11,6 +11,16 @@
 //!   jobs held on boxes while truly idle, over the device-hours truly idle;
 //!   interference = box-hours with a job on the box while its true load was
 //!   over the threshold, over all box-hours.
+//! - Edge device-hours by what they did ([`EdgeHours`]): training (stepping),
+//!   start-up (staging the data shard, moving a checkpoint, restarting: what
+//!   a start or migration pays), and idle but unused (truly idle device-hours
+//!   no job held).
+//! - Guarantees: `guaranteed_jobs` are the jobs a policy admitted with a
+//!   promise to meet their deadline; `guaranteed_missed` those of them that
+//!   did not finish by it.
+//! - `edge_gain` = DSR(policy) − DSR(the same policy on the same world with no
+//!   edge box), filled in by the run that made both (0 for a policy that never
+//!   uses the edge).
 
 use serde::Serialize;
 
@@ -29,6 +39,8 @@ pub struct Accumulators {
     pub edge_idle_used_s: f64,
     /// Edge device-seconds held in all.
     pub edge_used_s: f64,
+    /// Edge device-seconds held in start-up: staging, checkpoint transfer, restart.
+    pub edge_startup_s: f64,
     /// Box-seconds of interference.
     pub interference_s: f64,
     /// WAN bytes by class.
@@ -52,6 +64,15 @@ pub struct PolicyMetrics {
     pub slo_deadline_satisfaction_ratio: f64,
     /// SLO jobs that met their deadline.
     pub deadlines_met: usize,
+    /// DSR(policy) − DSR(same policy with no edge box), when known.
+    pub edge_gain: Option<f64>,
+    /// DSR of the same policy with no edge box; `None` when it was not run
+    /// because the policy never uses the edge (its `edge_gain` is then 0).
+    pub dsr_without_edge: Option<f64>,
+    /// Jobs admitted with a guarantee of their deadline.
+    pub guaranteed_jobs: usize,
+    /// Guaranteed jobs that missed their deadline.
+    pub guaranteed_missed: usize,
     /// Jobs rejected at admission.
     pub rejected: usize,
     /// Admitted jobs given up on after their deadline passed.
@@ -74,6 +95,8 @@ pub struct PolicyMetrics {
     pub edge_gpu_hours_idle: f64,
     /// Harvested over idle.
     pub harvested_idle_share: f64,
+    /// Edge device-hours by what they did.
+    pub edge_hours: EdgeHours,
     /// Box-hours of interference.
     pub interference_node_hours: f64,
     /// Interference over all box-hours in the window.
@@ -90,6 +113,17 @@ pub struct PolicyMetrics {
     pub forecasts: Option<ForecastCounts>,
     /// Wall time of this policy's run, seconds.
     pub elapsed_s: f64,
+}
+
+/// Edge device-hours by what they did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct EdgeHours {
+    /// Held by a job that was stepping.
+    pub training: f64,
+    /// Held by a job in start-up: staging, checkpoint transfer, restart.
+    pub startup: f64,
+    /// Truly idle and held by no job (in the measurement window).
+    pub idle_unused: f64,
 }
 
 /// Totals of the edge over the measurement window.
@@ -123,6 +157,11 @@ pub fn summarise(
         .collect();
     be_jct.sort_by(f64::total_cmp);
     let count = |s: JobStatus| jobs.iter().filter(|j| j.status == s).count();
+    let guaranteed: Vec<&JobRun> = jobs.iter().filter(|j| j.guaranteed).collect();
+    let guaranteed_missed = guaranteed
+        .iter()
+        .filter(|j| j.finish_ms.is_none_or(|f| f > j.spec.deadline_ms))
+        .count();
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let per_job =
         |f: fn(&JobRun) -> u32| ratio(jobs.iter().map(|j| f64::from(f(j))).sum::<f64>(), n as f64);
@@ -133,6 +172,10 @@ pub fn summarise(
         deadline_satisfaction_ratio: ratio((met + be_jct.len()) as f64, n as f64),
         slo_deadline_satisfaction_ratio: ratio(met as f64, slo.len() as f64),
         deadlines_met: met,
+        edge_gain: None,
+        dsr_without_edge: None,
+        guaranteed_jobs: guaranteed.len(),
+        guaranteed_missed,
         rejected: count(JobStatus::Rejected),
         abandoned: count(JobStatus::Abandoned),
         unfinished: count(JobStatus::Active),
@@ -148,6 +191,11 @@ pub fn summarise(
         edge_gpu_hours_harvested: acc.edge_idle_used_s / 3600.0,
         edge_gpu_hours_idle: edge.idle_device_s / 3600.0,
         harvested_idle_share: ratio(acc.edge_idle_used_s, edge.idle_device_s),
+        edge_hours: EdgeHours {
+            training: (acc.edge_used_s - acc.edge_startup_s) / 3600.0,
+            startup: acc.edge_startup_s / 3600.0,
+            idle_unused: (edge.idle_device_s - acc.edge_idle_used_s).max(0.0) / 3600.0,
+        },
         interference_node_hours: acc.interference_s / 3600.0,
         interference_share: ratio(acc.interference_s, edge.box_s),
         migrations_per_job: per_job(|j| j.migrations),

@@ -8,8 +8,12 @@
 //! - [`placement`]: nodes and the cost of a placement;
 //! - [`engine`]: the event loop;
 //! - [`policies`]: one module per policy;
+//! - [`variants`]: the same world without its edge, or with the edge's idle
+//!   time as cloud GPUs;
+//! - [`batch`]: many runs spread over the cores;
 //! - [`metrics`], [`report`], [`charts`]: the figures, the table and JSON, the SVGs.
 
+pub mod batch;
 pub mod charts;
 pub mod edges;
 pub mod engine;
@@ -19,9 +23,9 @@ pub mod placement;
 pub mod policies;
 pub mod report;
 pub mod topology;
+pub mod variants;
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::Args as ClapArgs;
@@ -30,17 +34,18 @@ use thiserror::Error;
 use tidemill_forecast::{ConfigError, ForecastConfig};
 use tidemill_sched::{Policy as SchedPolicy, ThroughputError, ThroughputTables};
 
-use crate::trace::{MappingFlags, TraceError, read_trace};
-use edges::EdgeWorld;
+use crate::trace::{MappingFlags, Series, TraceError, read_trace};
+use edges::{EdgeWorld, SiteBox, SiteTide};
 use engine::{EngineError, Outcome, World};
-use jobs::{JobsError, JobsFormat, pow2_floor, read_jobs};
+use jobs::{JobsError, JobsFormat, generate_deadlines, pow2_floor, read_jobs, scale_arrivals};
 use metrics::PolicyMetrics;
 use placement::{CostModel, SimNode};
 use policies::{
-    Chronus, Edf, EdgeFlow, ElasticFlow, FirstFit, Policy, PolicyName, Tidemill, TidemillConfig,
-    Tiresias,
+    Chronus, Edf, EdfElasticFlow, EdgeFlow, EdgeInterest, ElasticFlow, FirstFit, Policy,
+    PolicyName, Tidemill, TidemillConfig, Tiresias,
 };
-use topology::{Topology, TopologyError, parse_format};
+use topology::{ClassSpec, SiteTideSpec, Topology, TopologyError, parse_format};
+use variants::{EdgeEquivalent, Variant};
 
 /// Options of `simulate`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -87,6 +92,14 @@ pub struct Args {
     /// Number of nodes of the first cloud site (overrides the topology's).
     #[arg(long)]
     pub cloud_nodes: Option<u32>,
+    /// Multiply the jobs' inter-arrival times by this (deadlines keep their
+    /// distance from submission); below 1 the load is heavier.
+    #[arg(long)]
+    pub arrival_scale: Option<f64>,
+    /// Also run cloud-only with the edge's idle device-hours added as cloud
+    /// GPUs of the cloud's class (an upper bound on what the edge could add).
+    #[arg(long)]
+    pub upper_bound: bool,
 }
 
 /// Why `simulate` failed.
@@ -156,6 +169,29 @@ pub enum SimError {
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
+    /// `--arrival-scale` is not a positive number.
+    #[error("--arrival-scale {0}: must be a positive number (1 keeps the trace's arrivals)")]
+    ArrivalScale(f64),
+    /// No series of the utilisation trace is left for the edge boxes.
+    #[error(
+        "{file}: no series id starts with `{prefix}` (utilization.series_prefix); fix the prefix or leave it out"
+    )]
+    NoSeries {
+        /// The utilisation trace.
+        file: PathBuf,
+        /// The prefix.
+        prefix: String,
+    },
+    /// A site is mapped onto a series the trace lacks.
+    #[error(
+        "utilization.by_site.series: site {site} names series `{series}`, which the utilisation trace does not hold (after series_prefix); use a series id of the trace"
+    )]
+    UnknownSeries {
+        /// The site.
+        site: String,
+        /// The series id.
+        series: String,
+    },
 }
 
 /// The inputs, loaded and checked.
@@ -172,10 +208,25 @@ pub struct Setup {
     pub oracle: bool,
     /// The seed.
     pub seed: u64,
+    /// The same world without its edge boxes.
+    pub no_edge: World,
+    /// The edge's idle capacity in cloud GPUs, with `--upper-bound`.
+    pub edge_equivalent: Option<EdgeEquivalent>,
+    /// The world without edge and with those GPUs added, with `--upper-bound`.
+    pub edge_as_cloud: Option<World>,
 }
 
 /// Loads and checks every input.
 pub fn setup(args: &Args) -> Result<Setup, SimError> {
+    setup_with(args, &|_| Ok(()))
+}
+
+/// [`setup`] with the topology changed by `edit` after it is read and the
+/// flags are applied (a sweep's point); an error from `edit` names the change.
+pub fn setup_with(
+    args: &Args,
+    edit: &dyn Fn(&mut Topology) -> Result<(), TopologyError>,
+) -> Result<Setup, SimError> {
     let mut topology = Topology::load(&args.topology)?;
     if let (Some(n), Some(site)) = (args.edge_boxes, topology.edge.first_mut()) {
         site.nodes = n;
@@ -183,6 +234,7 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
     if let (Some(n), Some(site)) = (args.cloud_nodes, topology.cloud.first_mut()) {
         site.nodes = n;
     }
+    edit(&mut topology)?;
     let jobs_path =
         args.jobs
             .clone()
@@ -204,17 +256,26 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
         (None, None) => None,
     };
 
-    let mut dirs = topology.throughputs.clone();
+    let mut specs = topology.throughputs.clone();
     for t in &args.throughputs {
         let (class, dir) = t
             .split_once('=')
             .filter(|(c, d)| !c.is_empty() && !d.is_empty())
             .ok_or_else(|| SimError::ThroughputFlag(t.clone()))?;
-        dirs.insert(class.to_string(), PathBuf::from(dir));
+        specs.insert(class.to_string(), ClassSpec::ElasticFlow(PathBuf::from(dir)));
     }
     let mut tables = ThroughputTables::default();
-    for (class, dir) in &dirs {
-        tables.load_dir(class, dir)?;
+    for (class, spec) in &specs {
+        match spec {
+            ClassSpec::ElasticFlow(dir) => tables.load_dir(class, dir)?,
+            ClassSpec::Sia { dir, cluster } => tables.load_sia(class, dir, cluster)?,
+            ClassSpec::Scale { .. } => {}
+        }
+    }
+    for (class, spec) in &specs {
+        if let ClassSpec::Scale { from, lambda } = spec {
+            tables.insert_scaled(class, from, lambda)?;
+        }
     }
     tables.fill_missing();
 
@@ -233,6 +294,7 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
                 devices: c.gpus_per_node,
                 price_per_gpu_hour: Some(c.price_per_gpu_hour),
                 edge: None,
+                site: None,
             });
         }
     }
@@ -244,13 +306,14 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
                 site: e.name.clone(),
             });
         }
-        for i in 0..e.nodes {
+        for i in 0..e.boxes() {
             nodes.push(SimNode {
                 id: format!("{}-{i:04}", e.name),
                 class: e.class.clone(),
                 devices: e.devices,
                 price_per_gpu_hour: None,
                 edge: Some(boxes.len()),
+                site: e.site_of(i),
             });
             boxes.push((e.idle_threshold_pct, e.devices));
         }
@@ -265,6 +328,12 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
     if let Some(n) = args.max_jobs {
         trace.truncate(n.max(1));
     }
+    if let Some(scale) = args.arrival_scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(SimError::ArrivalScale(scale));
+        }
+        scale_arrivals(&mut trace, scale);
+    }
     for j in &trace {
         for n in &nodes {
             if tables.model(&n.class, &j.spec.model).is_none() {
@@ -275,6 +344,14 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
                 });
             }
         }
+    }
+    if let (Some(g), Some(cloud)) = (&topology.generator, topology.cloud.first()) {
+        generate_deadlines(&mut trace, g, args.seed, |j| {
+            let t = tables
+                .lookup(&cloud.class, &j.spec.model, j.spec.global_batch, j.requested_gpus)
+                .expect("every job's model has a table on every class (checked above)");
+            j.spec.iterations / t.iters_per_s
+        });
     }
 
     let e = &topology.engine;
@@ -308,25 +385,59 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
             }
         };
         let preset = preset.and_then(|p| parse_format(&p).ok());
-        read_trace(&file, &args.mapping.resolve(&file, preset)?)?
+        let mut series = read_trace(&file, &args.mapping.resolve(&file, preset)?)?;
+        if let Some(prefix) = topology
+            .utilization
+            .as_ref()
+            .and_then(|u| u.series_prefix.clone())
+        {
+            series.retain(|s| s.node.starts_with(&prefix));
+            if series.is_empty() {
+                return Err(SimError::NoSeries { file, prefix });
+            }
+        }
+        series
     };
     let reuse_offset_ms = topology
         .utilization
         .as_ref()
         .map_or(7.0, |u| u.reuse_offset_h)
         * 3_600_000.0;
-    let edges = EdgeWorld::new(
-        &series,
-        &boxes,
-        origin,
+    let (bin_ms, delay_ms) = (
         i64::from(e.truth_bin_s) * 1000,
         i64::from(e.detect_delay_s) * 1000,
-        reuse_offset_ms as i64,
     );
+    let by_site = topology.utilization.as_ref().and_then(|u| u.by_site.as_ref());
+    let edges = match by_site {
+        Some(spec) if !boxes.is_empty() => EdgeWorld::by_site(
+            &series,
+            &site_series(&topology, spec, &series)?,
+            &site_boxes(&topology, &nodes, &boxes),
+            &SiteTide {
+                percentile: spec.percentile,
+                peak_pct: spec.peak_pct,
+                gain_spread: spec.gain_spread,
+                jitter_ms: (spec.jitter_h * 3_600_000.0) as i64,
+                reuse_offset_ms: reuse_offset_ms as i64,
+                seed: args.seed ^ edges::SITE_SEED_SALT,
+            },
+            origin,
+            bin_ms,
+            delay_ms,
+        ),
+        _ => EdgeWorld::new(
+            &series,
+            &boxes,
+            origin,
+            bin_ms,
+            delay_ms,
+            reuse_offset_ms as i64,
+        ),
+    };
     let model = CostModel {
+        links: topology.links.table(&nodes),
         nodes,
         tables,
-        links: topology.links.table(Vec::new()),
         gamma: tidemill_sched::cost::DEFAULT_GAMMA,
         restart_s: e.restart_s,
     };
@@ -345,6 +456,14 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
         p.dedup();
         p
     };
+    let no_edge = variants::without_edge(&world);
+    let (edge_equivalent, edge_as_cloud) = if args.upper_bound {
+        let eq = variants::edge_equivalent(&world);
+        let grown = variants::edge_as_cloud(&world, eq.map_or(0, |e| e.gpus));
+        (eq, Some(grown))
+    } else {
+        (None, None)
+    };
     Ok(Setup {
         world,
         topology,
@@ -352,12 +471,58 @@ pub fn setup(args: &Args) -> Result<Setup, SimError> {
         policies,
         oracle: args.oracle_forecast,
         seed: args.seed,
+        no_edge,
+        edge_equivalent,
+        edge_as_cloud,
     })
 }
 
+/// The series each edge site follows: `[utilization.by_site] series` names
+/// it, else site k takes series k mod S (in the trace's order).
+fn site_series(
+    topology: &Topology,
+    spec: &SiteTideSpec,
+    series: &[Series],
+) -> Result<Vec<usize>, SimError> {
+    topology
+        .edge_sites()
+        .iter()
+        .enumerate()
+        .map(|(k, site)| match spec.series.get(site) {
+            Some(id) => series
+                .iter()
+                .position(|s| &s.node == id)
+                .ok_or_else(|| SimError::UnknownSeries {
+                    site: site.clone(),
+                    series: id.clone(),
+                }),
+            None => Ok(k % series.len().max(1)),
+        })
+        .collect()
+}
+
+/// The edge boxes (`boxes`: threshold and devices, in node order) with the
+/// index of their site among [`Topology::edge_sites`].
+fn site_boxes(topology: &Topology, nodes: &[SimNode], boxes: &[(f64, u32)]) -> Vec<SiteBox> {
+    let sites = topology.edge_sites();
+    nodes
+        .iter()
+        .filter(|n| n.edge.is_some())
+        .zip(boxes)
+        .map(|(n, &(threshold_pct, devices))| SiteBox {
+            threshold_pct,
+            devices,
+            site: sites
+                .iter()
+                .position(|s| n.site.as_ref() == Some(s))
+                .unwrap_or(0),
+        })
+        .collect()
+}
+
 impl Setup {
-    /// A fresh instance of `name`.
-    pub fn policy(&self, name: PolicyName) -> Result<Box<dyn Policy>, SimError> {
+    /// A fresh instance of `name` for `world` (one of this setup's variants).
+    pub fn policy(&self, name: PolicyName, world: &World) -> Result<Box<dyn Policy>, SimError> {
         Ok(match name {
             PolicyName::Tidemill | PolicyName::CloudOnly => {
                 let t = &self.topology.tidemill;
@@ -392,111 +557,152 @@ impl Setup {
                     forecast,
                     refresh_ms: i64::from(f.refresh_s.max(1)) * 1000,
                 };
-                Box::new(Tidemill::new(config, &self.world.model)?)
+                Box::new(Tidemill::new(config, &world.model)?)
             }
             PolicyName::Edgeflow => Box::new(EdgeFlow::default()),
             PolicyName::Elasticflow => Box::new(ElasticFlow::default()),
             PolicyName::Edf => Box::new(Edf),
+            PolicyName::EdfElasticflow => Box::new(EdfElasticFlow),
             PolicyName::Chronus => Box::new(Chronus::default()),
             PolicyName::Tiresias => Box::new(Tiresias),
             PolicyName::FirstFit => Box::new(FirstFit),
         })
     }
 
-    /// Runs one policy; `record` keeps stints and usage.
+    /// The world of `variant`.
+    pub fn world(&self, variant: Variant) -> &World {
+        match variant {
+            Variant::Full => &self.world,
+            Variant::NoEdge => &self.no_edge,
+            Variant::EdgeAsCloud => self.edge_as_cloud.as_ref().unwrap_or(&self.no_edge),
+        }
+    }
+
+    /// Every run the report needs: each policy on the world as described;
+    /// each policy that uses the edge again without it (for `edge_gain`);
+    /// and, with `--upper-bound`, cloud-only with the edge as cloud GPUs.
+    pub fn runs(&self) -> Result<Vec<(PolicyName, Variant)>, SimError> {
+        let mut runs: Vec<(PolicyName, Variant)> =
+            self.policies.iter().map(|&p| (p, Variant::Full)).collect();
+        if !self.world.edges.boxes.is_empty() {
+            for &p in &self.policies {
+                if self.policy(p, &self.world)?.edge_interest() != EdgeInterest::None {
+                    runs.push((p, Variant::NoEdge));
+                }
+            }
+        }
+        if self.edge_as_cloud.is_some() {
+            runs.push((PolicyName::CloudOnly, Variant::EdgeAsCloud));
+        }
+        Ok(runs)
+    }
+
+    /// Runs one policy on one variant of the world; `record` keeps stints and usage.
     pub fn run_one(
         &self,
         name: PolicyName,
+        variant: Variant,
         record: bool,
         progress: &mut dyn FnMut(f64),
     ) -> Result<(PolicyMetrics, Outcome), SimError> {
         let started = Instant::now();
-        let mut policy = self.policy(name)?;
-        let outcome =
-            engine::run(&self.world, policy.as_mut(), record, progress).map_err(|source| {
-                SimError::Engine {
-                    policy: name.as_str(),
-                    source,
-                }
-            })?;
+        let world = self.world(variant);
+        let mut policy = self.policy(name, world)?;
+        let outcome = engine::run(world, policy.as_mut(), record, progress).map_err(|source| {
+            SimError::Engine {
+                policy: name.as_str(),
+                source,
+            }
+        })?;
+        let label = match variant {
+            Variant::EdgeAsCloud => EDGE_AS_CLOUD,
+            _ => name.as_str(),
+        };
         let metrics = metrics::summarise(
-            name.as_str(),
+            label,
             &outcome.jobs,
             &outcome.acc,
-            engine::edge_totals(&self.world),
+            engine::edge_totals(world),
             policy.forecast_counts(),
             started.elapsed().as_secs_f64(),
         );
         Ok((metrics, outcome))
     }
+
+    /// The report's rows from the runs of [`Setup::runs`]: one per policy on
+    /// the world as described, with `edge_gain` from its run without the edge
+    /// (0 for a policy that never uses it, or when there is no edge), then the
+    /// upper bound's row, if run. Outcomes are those of the first rows.
+    pub fn rows(
+        &self,
+        runs: &[(PolicyName, Variant)],
+        results: Vec<(PolicyMetrics, Outcome)>,
+    ) -> (Vec<PolicyMetrics>, Vec<Outcome>) {
+        let mut rows = Vec::new();
+        let mut outcomes = Vec::new();
+        let mut bare = Vec::new();
+        let mut bound = None;
+        for (&(p, variant), (m, o)) in runs.iter().zip(results) {
+            match variant {
+                Variant::Full => {
+                    rows.push(m);
+                    outcomes.push(o);
+                }
+                Variant::NoEdge => bare.push((p.as_str(), m.deadline_satisfaction_ratio)),
+                Variant::EdgeAsCloud => bound = Some(m),
+            }
+        }
+        for m in &mut rows {
+            m.dsr_without_edge = bare.iter().find(|b| b.0 == m.policy).map(|b| b.1);
+            m.edge_gain = Some(
+                m.dsr_without_edge
+                    .map_or(0.0, |without| m.deadline_satisfaction_ratio - without),
+            );
+        }
+        rows.extend(bound);
+        (rows, outcomes)
+    }
 }
 
-/// One policy's figures and outcome, or why it failed.
-type RunResult = Result<(PolicyMetrics, Outcome), SimError>;
+/// The upper bound's row name: cloud-only with the edge's idle time as cloud GPUs.
+pub const EDGE_AS_CLOUD: &str = "edge-as-cloud";
 
-/// Runs every policy asked for (spread over the cores), with a progress bar
-/// per policy on stderr, and prints the table or JSON; writes charts with `--plot`.
+/// Runs every policy asked for, and the runs `edge_gain` and the upper bound
+/// need (spread over the cores), with a progress bar per run on stderr, and
+/// prints the table or JSON; writes charts with `--plot`.
 pub fn run(args: &Args) -> Result<(), SimError> {
     let started = Instant::now();
     let setup = setup(args)?;
+    let runs = setup.runs()?;
     let bars = MultiProgress::new();
-    let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {percent:>3}% {elapsed}")
+    let style = ProgressStyle::with_template("{prefix:>22} [{bar:30}] {percent:>3}% {elapsed}")
         .expect("the template is valid")
         .progress_chars("=> ");
     let record = args.plot.is_some();
-    let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<RunResult>>> =
-        Mutex::new((0..setup.policies.len()).map(|_| None).collect());
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(setup.policies.len())
-        .max(1);
-    let bar_of: Vec<ProgressBar> = setup
-        .policies
+    let bar_of: Vec<ProgressBar> = runs
         .iter()
-        .map(|p| {
+        .map(|(p, variant)| {
             let b = bars.add(ProgressBar::new(1000));
             b.set_style(style.clone());
-            b.set_prefix(p.as_str());
+            b.set_prefix(match variant {
+                Variant::Full => p.as_str().to_string(),
+                Variant::NoEdge => format!("{} (no edge)", p.as_str()),
+                Variant::EdgeAsCloud => EDGE_AS_CLOUD.to_string(),
+            });
             b
         })
         .collect();
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                loop {
-                    let i = {
-                        let mut n = next.lock().expect("no thread panics holding it");
-                        let i = *n;
-                        *n += 1;
-                        i
-                    };
-                    let Some(&name) = setup.policies.get(i) else {
-                        break;
-                    };
-                    let bar = &bar_of[i];
-                    let r = setup.run_one(name, record, &mut |f| {
-                        bar.set_position((f * 1000.0) as u64);
-                    });
-                    bar.finish();
-                    results.lock().expect("no thread panics holding it")[i] = Some(r);
-                }
-            });
-        }
+    let results = batch::parallel_map(&runs, |i, &(name, variant)| {
+        let bar = &bar_of[i];
+        let r = setup.run_one(name, variant, record && variant == Variant::Full, &mut |f| {
+            bar.set_position((f * 1000.0) as u64);
+        });
+        bar.finish();
+        r
     });
     bars.clear().ok();
-    let mut metrics = Vec::new();
-    let mut outcomes = Vec::new();
-    for r in results
-        .into_inner()
-        .expect("no thread panicked")
-        .into_iter()
-        .flatten()
-    {
-        let (m, o) = r?;
-        metrics.push(m);
-        outcomes.push(o);
-    }
+    let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let (metrics, outcomes) = setup.rows(&runs, results);
     if let Some(dir) = &args.plot {
         charts::write_all(dir, &setup, &metrics, &outcomes)?;
         eprintln!("wrote charts to {}", dir.display());

@@ -3,11 +3,17 @@
 //! only applies them to the simulator's placements, the same way the
 //! scheduler's planner does, so every policy is charged by one model:
 //!
-//! - step time: [`cost::step_time`] over the throughput of each node's class at
-//!   the placement's total worker count, and the slowest inter-node link;
+//! - step time: [`cost::step_time`] over [`cost::class_compute_s`] of each
+//!   node's class at the placement's total worker count, and the slowest
+//!   inter-node link;
 //! - start-up: [`cost::staging_s`] per node (the data shard from where the data
 //!   is, the checkpoint from where the job last ran), the slowest node, plus
 //!   the restart time; a job resumed where it stopped pays only the restart.
+//!
+//! The link between two nodes is the scheduler's: the pair's entry in the
+//! link table's `measured` list, else its class default (see
+//! `topology::LinkTiers::table`, which puts the same-site tier there). WAN
+//! bytes keep the three classes: traffic inside a site counts as edge-edge.
 
 use tidemill_sched::cost::{self, LinkSpec};
 use tidemill_sched::{DataSite, JobSpec, LinkClass, LinkTable, ThroughputTables};
@@ -28,6 +34,8 @@ pub struct SimNode {
     pub price_per_gpu_hour: Option<f64>,
     /// Index among edge boxes (into the edge world), for edge boxes.
     pub edge: Option<usize>,
+    /// The edge site the box stands at; `None` for cloud nodes and boxes of no site.
+    pub site: Option<String>,
 }
 
 impl SimNode {
@@ -103,9 +111,21 @@ impl CostModel {
         }
     }
 
+    /// The link between nodes `a` and `b`, and its class: the pair's entry
+    /// in `links.measured`, else the class default, as the scheduler reads
+    /// the same table. Only boxes of one site have entries there, so only
+    /// their pairs are looked up.
     fn link(&self, a: u32, b: u32) -> (LinkClass, LinkSpec) {
         let c = self.link_class(a, b);
-        (c, *self.links.default_for(c))
+        let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
+        let measured = if na.site.is_some() && na.site == nb.site {
+            self.links.measured.iter().find(|l| {
+                (l.a == na.id && l.b == nb.id) || (l.a == nb.id && l.b == na.id)
+            })
+        } else {
+            None
+        };
+        (c, measured.map_or(*self.links.default_for(c), |l| l.link))
     }
 
     /// Iterations/s of `model` at batch `batch` on `workers` devices of `class`.
@@ -121,7 +141,9 @@ impl CostModel {
         let n: u32 = place.iter().map(|p| p.1).sum();
         let mut compute = Vec::with_capacity(place.len());
         for &(q, _) in place {
-            compute.push(1.0 / self.iters_per_s(&self.nodes[q as usize].class, job, n)?);
+            let class = &self.nodes[q as usize].class;
+            let t = self.tables.lookup(class, &job.model, job.global_batch, n)?;
+            compute.push(cost::class_compute_s(&t, place.len() as u32));
         }
         let bytes = job.model_bytes as f64;
         let mut slowest: Option<(LinkClass, LinkSpec)> = None;
@@ -155,20 +177,27 @@ impl CostModel {
         let n: u32 = to.iter().map(|p| p.1).sum();
         let shard = job.dataset_bytes as f64 / f64::from(n.max(1));
         let ckpt = job.checkpoint_bytes as f64;
+        // The node holding the dataset, if it is one of ours; else it is in the cloud.
+        let source = match &job.dataset_site {
+            DataSite::Node(id) => self.nodes.iter().position(|n| &n.id == id),
+            DataSite::Cloud => None,
+        };
         let mut wan = WanBytes::default();
         let mut worst: f64 = 0.0;
         for &(q, w) in to {
             let held = from.iter().any(|f| f.0 == q);
-            let data = if held {
+            let data = if held || source == Some(q as usize) {
                 None
             } else {
-                let class = match &job.dataset_site {
-                    DataSite::Node(_) if !self.nodes[q as usize].is_cloud() => LinkClass::EdgeEdge,
-                    _ if self.nodes[q as usize].is_cloud() => LinkClass::CloudCloud,
-                    _ => LinkClass::CloudEdge,
+                let (class, spec) = match source {
+                    Some(s) => self.link(s as u32, q),
+                    None if self.nodes[q as usize].is_cloud() => {
+                        (LinkClass::CloudCloud, *self.links.default_for(LinkClass::CloudCloud))
+                    }
+                    None => (LinkClass::CloudEdge, *self.links.default_for(LinkClass::CloudEdge)),
                 };
                 wan.add(class, shard * f64::from(w));
-                Some(*self.links.default_for(class))
+                Some(spec)
             };
             let ck = match from.first() {
                 Some(&(f, _)) if !held => {
@@ -213,5 +242,131 @@ impl CostModel {
             .filter(|n| n.is_cloud())
             .map(|n| n.devices)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::topology::LinkTiers;
+    use tidemill_sched::{LinkDefault, OnInfeasible};
+
+    /// A cloud node `c`, boxes `a0` and `a1` at site `a`, box `b0` at site `b`;
+    /// with `tiered`, boxes of one site share a 10 Gb/s, 0.2 ms link.
+    fn model(tiered: bool) -> CostModel {
+        let node = |id: &str, class: &str, site: Option<&str>, edge: Option<usize>| SimNode {
+            id: id.into(),
+            class: class.into(),
+            devices: 1,
+            price_per_gpu_hour: edge.is_none().then_some(3.0),
+            edge,
+            site: site.map(str::to_string),
+        };
+        let nodes = vec![
+            node("c", "A", None, None),
+            node("a0", "E", Some("a"), Some(0)),
+            node("a1", "E", Some("a"), Some(1)),
+            node("b0", "E", Some("b"), Some(2)),
+        ];
+        let link = |mbps, ms| LinkDefault {
+            bandwidth_mbps: mbps,
+            latency_ms: ms,
+            loss: 0.0,
+        };
+        let tiers = LinkTiers {
+            edge_edge: link(1000.0, 10.0),
+            cloud_edge: link(100.0, 30.0),
+            cloud_cloud: link(100_000.0, 0.05),
+            same_site: tiered.then(|| link(10_000.0, 0.2)),
+        };
+        let mut tables = ThroughputTables::default();
+        tables
+            .insert_csv("E", "m", "e", "global_batch_size,1,2\n64,2.0,3.0\n")
+            .unwrap();
+        CostModel {
+            links: tiers.table(&nodes),
+            nodes,
+            tables,
+            gamma: 2.0,
+            restart_s: 30.0,
+        }
+    }
+
+    fn job() -> JobSpec {
+        JobSpec {
+            id: 0,
+            class: tidemill_sched::JobClass::Slo,
+            submitted_ms: 0,
+            deadline_ms: 1,
+            iterations: 1.0,
+            global_batch: 64,
+            model: "m".into(),
+            model_bytes: 100_000_000,
+            dataset_bytes: 1_250_000_000,
+            dataset_site: DataSite::Cloud,
+            min_workers: 1,
+            max_workers: 2,
+            memory_per_worker_bytes: 0,
+            checkpoint_bytes: 1_250_000_000,
+            on_infeasible: OnInfeasible::Reject,
+        }
+    }
+
+    #[test]
+    fn the_link_table_holds_exactly_the_same_site_pairs() {
+        let m = model(true);
+        assert_eq!(m.links.measured.len(), 1);
+        let l = &m.links.measured[0];
+        assert_eq!((l.a.as_str(), l.b.as_str()), ("a0", "a1"));
+        assert_eq!(l.link.bandwidth_bps, 1.25e9);
+        assert!(model(false).links.measured.is_empty());
+    }
+
+    #[test]
+    fn all_reduce_inside_a_site_uses_the_same_site_tier() {
+        // Compute: 1 / 3 it/s at 2 workers. Ring of 2 nodes, M = 1e8 B:
+        // T_n = 2(n−1)/n × M / B + 2(n−1) × latency.
+        // Same site: 1e8 / 1.25e9 + 2 × 0.0002 = 0.0804 s.
+        // Across sites: 1e8 / 1.25e8 + 2 × 0.01 = 0.82 s.
+        // T = (T_c² + T_n²)^½ with γ = 2.
+        let hand = |sync: f64| ((1.0f64 / 3.0).powi(2) + sync * sync).sqrt();
+        let m = model(true);
+        let (inside, class) = m.step(&job(), &[(1, 1), (2, 1)]).unwrap();
+        assert!((inside - hand(0.0804)).abs() < 1e-12, "{inside}");
+        assert_eq!(class, Some(LinkClass::EdgeEdge));
+        let (across, _) = m.step(&job(), &[(1, 1), (3, 1)]).unwrap();
+        assert!((across - hand(0.82)).abs() < 1e-12, "{across}");
+        // Without the tier, the pair inside the site is edge-edge too.
+        let flat = model(false).step(&job(), &[(1, 1), (2, 1)]).unwrap().0;
+        assert!((flat - hand(0.82)).abs() < 1e-12, "{flat}");
+    }
+
+    #[test]
+    fn checkpoint_moves_inside_a_site_use_the_same_site_tier() {
+        let m = model(true);
+        // Data shard from the cloud: 1.25e9 B / 12.5e6 B/s + 0.03 s = 100.03 s.
+        // Checkpoint of 1.25e9 B: inside the site 1 s + 0.0002 s; across 10 s + 0.01 s.
+        // Plus the 30 s restart.
+        let inside = m.startup(&job(), &[(1, 1)], &[(2, 1)]);
+        assert!((inside.secs - (100.03 + 1.0002 + 30.0)).abs() < 1e-9, "{inside:?}");
+        let across = m.startup(&job(), &[(1, 1)], &[(3, 1)]);
+        assert!((across.secs - (100.03 + 10.01 + 30.0)).abs() < 1e-9, "{across:?}");
+        // Bytes inside a site count as edge-edge.
+        assert_eq!(inside.wan.edge_edge, 1.25e9);
+        assert_eq!(inside.wan.cloud_edge, 1.25e9);
+    }
+
+    #[test]
+    fn a_dataset_on_a_box_is_staged_over_the_link_from_that_box() {
+        let m = model(true);
+        let on_a0 = JobSpec {
+            dataset_site: DataSite::Node("a0".into()),
+            ..job()
+        };
+        // To a1 (same site): 1.25e9 B / 1.25e9 B/s + 0.0002 s, plus the restart.
+        let su = m.startup(&on_a0, &[], &[(2, 1)]);
+        assert!((su.secs - (1.0002 + 30.0)).abs() < 1e-9, "{su:?}");
+        // On a0 itself nothing moves.
+        assert_eq!(m.startup(&on_a0, &[], &[(1, 1)]).secs, 30.0);
     }
 }

@@ -1,12 +1,15 @@
 //! The run's report: a table for people, JSON (`--json`) for scripts.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
+use tidemill_sched::ClassSources;
 
-use super::Setup;
+use super::{EDGE_AS_CLOUD, Setup};
 use super::metrics::PolicyMetrics;
+use super::variants::EdgeEquivalent;
 
 /// Everything printed.
 #[derive(Debug, Serialize)]
@@ -23,8 +26,12 @@ pub struct Report {
     pub oracle_forecast: bool,
     /// The seed.
     pub seed: u64,
+    /// Where each device class's throughput numbers came from: class → model → source.
+    pub device_classes: BTreeMap<String, ClassSources>,
     /// Wall time of the whole command, seconds.
     pub elapsed_s: f64,
+    /// The edge's idle capacity in cloud GPUs (the `edge-as-cloud` row), with `--upper-bound`.
+    pub edge_equivalent: Option<EdgeEquivalent>,
     /// One entry per policy.
     pub policies: Vec<PolicyMetrics>,
 }
@@ -39,7 +46,9 @@ impl Report {
             edge_boxes: setup.world.edges.boxes.len(),
             oracle_forecast: setup.oracle,
             seed: setup.seed,
+            device_classes: setup.world.model.tables.sources(),
             elapsed_s,
+            edge_equivalent: setup.edge_equivalent,
             policies,
         }
     }
@@ -68,12 +77,17 @@ impl Report {
             self.seed,
             self.elapsed_s
         )?;
+        for (class, sources) in &self.device_classes {
+            writeln!(out, "class {class}: {sources}")?;
+        }
         writeln!(
             out,
-            "{:<12} {:>6} {:>6} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>9} {:>8} {:>7}",
+            "{:<15} {:>6} {:>9} {:>6} {:>11} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>9} {:>8} {:>7}",
             "policy",
             "dsr",
+            "edge_gain",
             "slo",
+            "guar/missed",
             "rejected",
             "cloud_gh",
             "cost",
@@ -88,10 +102,12 @@ impl Report {
         for p in &self.policies {
             writeln!(
                 out,
-                "{:<12} {:>6.3} {:>6.3} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.3} {:>6.2}% {:>7.3} {:>9.1} {:>8} {:>7.2}",
+                "{:<15} {:>6.3} {:>9} {:>6.3} {:>11} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.3} {:>6.2}% {:>7.3} {:>9.1} {:>8} {:>7.2}",
                 p.policy,
                 p.deadline_satisfaction_ratio,
+                p.edge_gain.map_or("-".to_string(), |g| format!("{g:+.3}")),
                 p.slo_deadline_satisfaction_ratio,
+                format!("{}/{}", p.guaranteed_jobs, p.guaranteed_missed),
                 p.rejected,
                 p.cloud_gpu_hours,
                 p.cloud_cost,
@@ -104,6 +120,31 @@ impl Report {
                     .map_or("-".to_string(), |s| format!("{:.2}", s / 3600.0)),
                 p.elapsed_s
             )?;
+        }
+        if let Some(eq) = &self.edge_equivalent {
+            writeln!(
+                out,
+                "{EDGE_AS_CLOUD}: cloud-only with {} more cloud GPUs ({:.2} exact) = {:.0} idle edge device-hours × λ {:.3} over the window",
+                eq.gpus, eq.exact_gpus, eq.idle_device_hours, eq.lambda
+            )?;
+        }
+        let zero = |ran: bool| {
+            self.policies
+                .iter()
+                .filter(|p| p.edge_gain == Some(0.0) && p.dsr_without_edge.is_some() == ran)
+                .map(|p| p.policy.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if self.edge_boxes > 0 {
+            for (names, why) in [
+                (zero(true), "the edge changed none of their deadlines"),
+                (zero(false), "they never use the edge"),
+            ] {
+                if !names.is_empty() {
+                    writeln!(out, "edge_gain is zero for {names}: {why}")?;
+                }
+            }
         }
         Ok(())
     }

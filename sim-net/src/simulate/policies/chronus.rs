@@ -63,13 +63,14 @@ impl Policy for Chronus {
             live[j] = v.jobs[j].spec.deadline_ms > v.now_ms;
         }
         self.admitted.retain(|&j| live[j]);
+        let mut d = Decision::default();
         for &j in v.arrived.iter().filter(|&&j| v.jobs[j].slo()) {
             if self.leases_hold(v, Some(j), capacity) {
                 self.admitted.insert(j);
+                d.guarantee.push(j);
             }
         }
         let mut pool = CloudPool::new(v.model);
-        let mut d = Decision::default();
         for j in by_deadline(v, self.admitted.iter().copied()) {
             let job = &v.jobs[j];
             if let Some(p) = pool.take(job, job.requested_gpus) {

@@ -182,6 +182,7 @@ impl Policy for ElasticFlow {
         for &j in v.arrived.iter().filter(|&&j| v.jobs[j].slo()) {
             if admits(v, &self.admitted, j, capacity) {
                 self.admitted.insert(j);
+                d.guarantee.push(j);
             } else {
                 d.reject.push(j);
             }

@@ -6,6 +6,7 @@
 mod chronus;
 mod cloud_pool;
 mod edf;
+mod edf_elasticflow;
 mod edgeflow;
 mod elasticflow;
 mod first_fit;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 pub use chronus::Chronus;
 pub use edf::Edf;
+pub use edf_elasticflow::EdfElasticFlow;
 pub use edgeflow::EdgeFlow;
 pub use elasticflow::ElasticFlow;
 pub use first_fit::FirstFit;
@@ -39,6 +41,9 @@ pub enum PolicyName {
     Elasticflow,
     /// Earliest deadline first, cloud only.
     Edf,
+    /// Earliest deadline first as ElasticFlow's simulator runs it (widest
+    /// measured GPU count, late jobs kept first), cloud only.
+    EdfElasticflow,
     /// Chronus (SoCC '21): leases for SLO jobs, SRTF for the rest, cloud only.
     Chronus,
     /// Tiresias (NSDI '19): 2D-LAS with discretised queues, cloud only.
@@ -51,11 +56,12 @@ pub enum PolicyName {
 
 impl PolicyName {
     /// Every policy, in report order.
-    pub const ALL: [PolicyName; 8] = [
+    pub const ALL: [PolicyName; 9] = [
         PolicyName::Tidemill,
         PolicyName::Edgeflow,
         PolicyName::Elasticflow,
         PolicyName::Edf,
+        PolicyName::EdfElasticflow,
         PolicyName::Chronus,
         PolicyName::Tiresias,
         PolicyName::FirstFit,
@@ -69,6 +75,7 @@ impl PolicyName {
             PolicyName::Edgeflow => "edgeflow",
             PolicyName::Elasticflow => "elasticflow",
             PolicyName::Edf => "edf",
+            PolicyName::EdfElasticflow => "edf-elasticflow",
             PolicyName::Chronus => "chronus",
             PolicyName::Tiresias => "tiresias",
             PolicyName::FirstFit => "first-fit",
@@ -122,6 +129,8 @@ pub struct JobRun {
     pub migrations: u32,
     /// Stops while running (checkpoint and wait).
     pub preemptions: u32,
+    /// The policy promised it its deadline at some round (admitted with a guarantee).
+    pub guaranteed: bool,
 }
 
 impl JobRun {
@@ -166,6 +175,9 @@ pub struct Decision {
     pub reject: Vec<usize>,
     /// Admitted jobs given up on (their deadline passed); they count as missed.
     pub abandon: Vec<usize>,
+    /// Jobs the policy promises, from this round on, to finish by their deadline
+    /// (admission with a guarantee); counted so that broken promises show.
+    pub guarantee: Vec<usize>,
     /// Ask again at this time at the latest, ms.
     pub wake_ms: Option<i64>,
 }

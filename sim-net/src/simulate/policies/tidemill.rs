@@ -233,6 +233,9 @@ impl Policy for Tidemill {
                 Action::Pause | Action::Wait => {}
             }
             if let Some(a) = dec.verdict.admission() {
+                if matches!(a, Admission::Guaranteed { .. }) {
+                    d.guarantee.push(j);
+                }
                 self.kept.insert(j, (a, dec.segments.clone()));
             }
             let next = dec

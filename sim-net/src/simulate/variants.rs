@@ -1,0 +1,239 @@
+//! The worlds a policy is measured against besides the one described: the
+//! same world with no edge box (for `edge_gain`), and the cloud grown by the
+//! edge's idle capacity in cloud-GPU equivalents (an upper bound on what the
+//! edge could add).
+
+use serde::Serialize;
+
+use super::engine::World;
+use super::placement::SimNode;
+
+/// Which world a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// The world as described.
+    Full,
+    /// The same world with every edge box taken away.
+    NoEdge,
+    /// No edge box, and the cloud grown by [`EdgeEquivalent::gpus`] GPUs.
+    EdgeAsCloud,
+}
+
+/// The same world without its edge boxes (cloud nodes keep their indices:
+/// they come first).
+pub fn without_edge(world: &World) -> World {
+    let mut w = world.clone();
+    w.model.nodes.retain(SimNode::is_cloud);
+    w
+}
+
+/// The edge's idle capacity as cloud GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EdgeEquivalent {
+    /// Cloud GPUs added, rounded to the nearest whole GPU.
+    pub gpus: u32,
+    /// The same before rounding.
+    pub exact_gpus: f64,
+    /// Truly idle edge device-hours in the measurement window.
+    pub idle_device_hours: f64,
+    /// The mean edge/cloud speed ratio λ over the trace's jobs.
+    pub lambda: f64,
+}
+
+/// How many cloud GPUs the edge's idle time is worth.
+///
+/// `G = Σ_c I_c × λ_c / W`, where `I_c` is the truly idle device-seconds of
+/// edge class `c` in the measurement window, `W` the window's length in
+/// seconds, and `λ_c` the mean over the trace's jobs of
+/// `it/s(c, model, batch, 1) / it/s(cloud, model, batch, 1)`: one edge device's
+/// speed as a share of one cloud GPU's, from the throughput tables (for a
+/// lambda-scaled class, exactly its documented λ of each job's model). `G` is
+/// the constant number of cloud GPUs that does the work the edge's idle
+/// device-hours could do if they were always there, unfragmented, which is why
+/// it bounds the edge's contribution from above. `None` when the world has no
+/// edge box or no cloud class.
+pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
+    let model = &world.model;
+    let cloud = model.nodes.iter().find(|n| n.is_cloud())?;
+    let (t0, t1) = world.window;
+    let window_s = (t1 - t0) as f64 / 1000.0;
+    if window_s <= 0.0 {
+        return None;
+    }
+    let lambda_of = |class: &str| {
+        let ratios: Vec<f64> = world
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let edge = model.iters_per_s(class, &j.spec, 1)?;
+                let cloud = model.iters_per_s(&cloud.class, &j.spec, 1)?;
+                (cloud > 0.0).then_some(edge / cloud)
+            })
+            .collect();
+        (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
+    };
+    let mut lambdas: Vec<(String, f64)> = Vec::new();
+    let (mut idle_s, mut work_s) = (0.0, 0.0);
+    for n in &model.nodes {
+        let Some(e) = n.edge else { continue };
+        let lambda = match lambdas.iter().find(|l| l.0 == n.class) {
+            Some(l) => l.1,
+            None => {
+                let l = lambda_of(&n.class)?;
+                lambdas.push((n.class.clone(), l));
+                l
+            }
+        };
+        let (idle_ms, _) = world.edges.split_idle(e, t0, t1);
+        let idle = f64::from(n.devices) * idle_ms as f64 / 1000.0;
+        idle_s += idle;
+        work_s += idle * lambda;
+    }
+    if idle_s <= 0.0 && lambdas.is_empty() {
+        return None;
+    }
+    let exact = work_s / window_s;
+    Some(EdgeEquivalent {
+        gpus: exact.round() as u32,
+        exact_gpus: exact,
+        idle_device_hours: idle_s / 3600.0,
+        lambda: if idle_s > 0.0 { work_s / idle_s } else { 0.0 },
+    })
+}
+
+/// The world without its edge, with one more cloud node of `gpus` GPUs of the
+/// first cloud node's class and price (one node: the bound assumes no network
+/// cost for the added capacity).
+pub fn edge_as_cloud(world: &World, gpus: u32) -> World {
+    let mut w = without_edge(world);
+    if gpus == 0 {
+        return w;
+    }
+    if let Some(first) = w.model.nodes.iter().find(|n| n.is_cloud()).cloned() {
+        w.model.nodes.push(SimNode {
+            id: "edge-equivalent-000".into(),
+            devices: gpus,
+            edge: None,
+            ..first
+        });
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::edges::EdgeWorld;
+    use crate::simulate::jobs::TraceJob;
+    use crate::simulate::placement::CostModel;
+    use crate::trace::Series;
+    use tidemill_sched::{DataSite, JobClass, JobSpec, OnInfeasible, ThroughputTables};
+
+    fn job(model: &str) -> TraceJob {
+        TraceJob {
+            name: model.into(),
+            requested_gpus: 1,
+            spec: JobSpec {
+                id: 0,
+                class: JobClass::Slo,
+                submitted_ms: 0,
+                deadline_ms: 1,
+                iterations: 1.0,
+                global_batch: 64,
+                model: model.into(),
+                model_bytes: 1,
+                dataset_bytes: 1,
+                dataset_site: DataSite::Cloud,
+                min_workers: 1,
+                max_workers: 1,
+                memory_per_worker_bytes: 0,
+                checkpoint_bytes: 1,
+                on_infeasible: OnInfeasible::Reject,
+            },
+        }
+    }
+
+    /// Two models with edge/cloud ratios 0.5 and 0.25; two edge boxes of one
+    /// device, idle 6 h and 12 h of a 24-h window.
+    fn world() -> World {
+        let mut tables = ThroughputTables::default();
+        tables
+            .insert_csv("A", "m1", "a1", "global_batch_size,1\n64,4.0\n")
+            .unwrap();
+        tables
+            .insert_csv("A", "m2", "a2", "global_batch_size,1\n64,8.0\n")
+            .unwrap();
+        tables
+            .insert_csv("E", "m1", "e1", "global_batch_size,1\n64,2.0\n")
+            .unwrap();
+        tables
+            .insert_csv("E", "m2", "e2", "global_batch_size,1\n64,2.0\n")
+            .unwrap();
+        let node = |id: &str, class: &str, price: Option<f64>, edge| SimNode {
+            id: id.into(),
+            class: class.into(),
+            devices: if price.is_some() { 8 } else { 1 },
+            price_per_gpu_hour: price,
+            edge,
+            site: None,
+        };
+        let hour = 3_600_000;
+        // Hourly loads: series 0 idle (10 %) 6 h of 24, series 1 idle 12 h of 24.
+        let series = |idle_h: i64| Series {
+            node: format!("s{idle_h}"),
+            points: (0..48)
+                .map(|h| (h * hour, if h % 24 < idle_h { 10.0 } else { 90.0 }))
+                .collect(),
+        };
+        let edges = EdgeWorld::new(
+            &[series(6), series(12)],
+            &[(30.0, 1), (30.0, 1)],
+            0,
+            hour,
+            0,
+            0,
+        );
+        World {
+            jobs: vec![job("m1"), job("m2")],
+            model: CostModel {
+                nodes: vec![
+                    node("c", "A", Some(3.0), None),
+                    node("e0", "E", None, Some(0)),
+                    node("e1", "E", None, Some(1)),
+                ],
+                tables,
+                links: tidemill_sched::LinkTable::default(),
+                gamma: 2.0,
+                restart_s: 30.0,
+            },
+            edges,
+            slot_ms: 60_000,
+            window: (0, 24 * hour),
+            end_ms: 24 * hour,
+        }
+    }
+
+    #[test]
+    fn edge_equivalent_matches_a_hand_calculation() {
+        let eq = edge_equivalent(&world()).unwrap();
+        // λ = mean(2/4, 2/8) = 0.375; idle = 6 + 12 = 18 device-hours over 24 h:
+        // G = 18 × 0.375 / 24 = 0.28125 GPUs.
+        assert!((eq.lambda - 0.375).abs() < 1e-12, "{eq:?}");
+        assert!((eq.idle_device_hours - 18.0).abs() < 1e-9, "{eq:?}");
+        assert!((eq.exact_gpus - 0.28125).abs() < 1e-9, "{eq:?}");
+        assert_eq!(eq.gpus, 0);
+    }
+
+    #[test]
+    fn variant_worlds_drop_the_edge_and_grow_the_cloud() {
+        let w = world();
+        let bare = without_edge(&w);
+        assert_eq!(bare.model.nodes.len(), 1);
+        assert_eq!(bare.model.cloud_gpus(), 8);
+        let grown = edge_as_cloud(&w, 5);
+        assert_eq!(grown.model.cloud_gpus(), 13);
+        assert!(grown.model.nodes.iter().all(SimNode::is_cloud));
+        assert!(edge_equivalent(&bare).is_none());
+    }
+}
