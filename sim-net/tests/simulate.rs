@@ -10,6 +10,7 @@ use clap::Parser;
 use tidemill_sim::simulate::engine::Outcome;
 use tidemill_sim::simulate::metrics::PolicyMetrics;
 use tidemill_sim::simulate::policies::{JobStatus, PolicyName};
+use tidemill_sim::simulate::variants::Variant;
 use tidemill_sim::simulate::{Args, Setup, setup};
 
 #[derive(Parser)]
@@ -83,7 +84,7 @@ fn best_effort_slice() -> Setup {
 }
 
 fn run(s: &Setup, p: PolicyName) -> (PolicyMetrics, Outcome) {
-    s.run_one(p, true, &mut |_| {}).expect("the policy runs")
+    s.run_one(p, Variant::Full, true, &mut |_| {}).expect("the policy runs")
 }
 
 #[test]

@@ -55,8 +55,6 @@ pub struct ProfilePoint {
 /// packed placement of every worker count that was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiaProfile {
-    /// GPUs per node of the profiled cluster: the largest per-node count any placement uses.
-    pub gpus_per_node: u32,
     /// The model's [`SIA_MAX_BATCH`], if it has one.
     pub max_batch: Option<u32>,
     /// Worker count → its packed placement's points, ascending in `local_bsz`.
@@ -106,7 +104,7 @@ impl SiaProfile {
                     .rev()
                     .find_map(|(&n, _)| at(n)),
                 self.by_workers
-                    .range(workers + 1..)
+                    .range(workers.saturating_add(1)..)
                     .find_map(|(&n, _)| at(n)),
             )
         };
@@ -229,6 +227,10 @@ pub fn read_dir(
     Ok(out)
 }
 
+/// One model's profile: the packed placements of `<model>__placements-<cluster>.csv`
+/// (GPUs per node = the largest per-node count any placement uses), then
+/// packed `(num_nodes, num_replicas)` entries of the scalability file for
+/// worker counts the placements lack.
 fn read_model(dir: &Path, model: &str, cluster: &str) -> Result<SiaProfile, ThroughputError> {
     let placements = dir.join(format!("{model}__placements-{cluster}.csv"));
     let mut by_placement: BTreeMap<String, BTreeMap<u32, ProfilePoint>> = BTreeMap::new();
@@ -290,7 +292,6 @@ fn read_model(dir: &Path, model: &str, cluster: &str) -> Result<SiaProfile, Thro
         .find(|(m, _)| *m == model)
         .map(|&(_, b)| b);
     Ok(SiaProfile {
-        gpus_per_node: per_node,
         max_batch,
         by_workers,
     })
@@ -405,7 +406,6 @@ mod tests {
     /// Two worker counts: one GPU with batches 4 and 8, four GPUs (one node) with batch 8.
     fn profile(max_batch: Option<u32>) -> SiaProfile {
         SiaProfile {
-            gpus_per_node: 4,
             max_batch,
             by_workers: BTreeMap::from([
                 (1, vec![point(4, 0.4, 0.0), point(8, 0.6, 0.0)]),
@@ -602,9 +602,9 @@ mod tests {
         let got = read_dir(&dir, "c").unwrap();
         assert_eq!(got.keys().collect::<Vec<_>>(), ["m"]);
         let m = &got["m"];
-        assert_eq!(m.gpus_per_node, 2);
         assert_eq!(m.max_batch, None);
-        // `11` is not packed for two workers on 2-GPU nodes; `22` is for four;
+        // GPUs per node = 2 (the largest digit): `11` is not packed for two
+        // workers, `22` is for four;
         // the scalability row (3 nodes, 6 replicas) is packed, (4, 6) is not.
         assert_eq!(
             m.by_workers.keys().copied().collect::<Vec<_>>(),

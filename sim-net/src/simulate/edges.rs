@@ -90,7 +90,9 @@ impl BinnedSeries {
     fn flips(&self, threshold_pct: f64) -> Vec<usize> {
         let n = self.load.len();
         let idle = |k: usize| self.load[k] < threshold_pct;
-        (0..n).filter(|&k| idle(k) != idle((k + n - 1) % n)).collect()
+        (0..n)
+            .filter(|&k| idle(k) != idle((k + n - 1) % n))
+            .collect()
     }
 }
 
@@ -104,7 +106,11 @@ const DAY_MS: i64 = 86_400_000;
 /// as it is.
 pub fn complete_days(series: &Series) -> Series {
     let pts = &series.points;
-    let mut steps: Vec<i64> = pts.windows(2).map(|w| w[1].0 - w[0].0).filter(|&d| d > 0).collect();
+    let mut steps: Vec<i64> = pts
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .filter(|&d| d > 0)
+        .collect();
     steps.sort_unstable();
     let Some(&median) = steps.get(steps.len() / 2) else {
         return series.clone();
@@ -128,7 +134,8 @@ pub fn complete_days(series: &Series) -> Series {
         .enumerate()
         .flat_map(|(k, day)| {
             let start = day[0].0.div_euclid(DAY_MS) * DAY_MS;
-            day.iter().map(move |&(t, v)| (origin + k as i64 * DAY_MS + t - start, v))
+            day.iter()
+                .map(move |&(t, v)| (origin + k as i64 * DAY_MS + t - start, v))
         })
         .collect();
     Series {
@@ -182,6 +189,26 @@ pub struct EdgeBox {
     flips: Vec<usize>,
 }
 
+impl EdgeBox {
+    /// Box reading series `series` (its bins `load`; none without a series),
+    /// `shift` bins ahead.
+    fn new(
+        series: usize,
+        load: Option<&BinnedSeries>,
+        shift: usize,
+        threshold_pct: f64,
+        devices: u32,
+    ) -> EdgeBox {
+        EdgeBox {
+            series,
+            shift,
+            threshold_pct,
+            devices,
+            flips: load.map_or(Vec::new(), |b| b.flips(threshold_pct)),
+        }
+    }
+}
+
 /// The edge boxes' load over simulated time.
 #[derive(Debug, Clone)]
 pub struct EdgeWorld {
@@ -218,16 +245,7 @@ impl EdgeWorld {
                 let s = i % n;
                 let period = binned.get(s).map_or(1, |b| b.load.len().max(1));
                 let shift = ((i / n) as i64 * reuse_offset_ms / bin_ms) as usize % period;
-                let flips = binned
-                    .get(s)
-                    .map_or(Vec::new(), |b| b.flips(threshold_pct));
-                EdgeBox {
-                    series: s,
-                    shift,
-                    threshold_pct,
-                    devices,
-                    flips,
-                }
+                EdgeBox::new(s, binned.get(s), shift, threshold_pct, devices)
             })
             .collect();
         EdgeWorld {
@@ -259,7 +277,10 @@ impl EdgeWorld {
                 let scale = if p > 0.0 { tide.peak_pct / p } else { 0.0 };
                 let reuses = site_series[..k].iter().filter(|&&o| o == s).count() as i64;
                 let load = binned.load.iter().map(|v| v * scale).collect();
-                Some((BinnedSeries { load }, reuses * tide.reuse_offset_ms / bin_ms))
+                Some((
+                    BinnedSeries { load },
+                    reuses * tide.reuse_offset_ms / bin_ms,
+                ))
             })
             .collect();
         let mut rng = StdRng::seed_from_u64(tide.seed);
@@ -279,15 +300,10 @@ impl EdgeWorld {
                     None => (vec![0.0], 0),
                 };
                 let own = BinnedSeries { load };
-                let flips = own.flips(b.threshold_pct);
+                let edge_box =
+                    EdgeBox::new(binned.len(), Some(&own), shift, b.threshold_pct, b.devices);
                 binned.push(own);
-                EdgeBox {
-                    series: binned.len() - 1,
-                    shift,
-                    threshold_pct: b.threshold_pct,
-                    devices: b.devices,
-                    flips,
-                }
+                edge_box
             })
             .collect();
         EdgeWorld {
@@ -812,7 +828,10 @@ mod tests {
         let points: Vec<(i64, f64)> = (0..5 * 24)
             .filter(|k| {
                 let (day, hour) = (k / 24, k % 24);
-                day == 0 || day == 3 || (day == 1 && !(3..6).contains(&hour)) || (day == 4 && hour < 10)
+                day == 0
+                    || day == 3
+                    || (day == 1 && !(3..6).contains(&hour))
+                    || (day == 4 && hour < 10)
             })
             .map(|k| (k * h, (k / 24) as f64))
             .collect();
@@ -869,7 +888,11 @@ mod tests {
                 1 => (|hr| hr < 8, 0),
                 _ => (|hr| (8..20).contains(&hr), if site == 2 { 3 } else { 0 }),
             };
-            if busy((bin + shift).rem_euclid(24)) { 80.0 } else { 16.0 }
+            if busy((bin + shift).rem_euclid(24)) {
+                80.0
+            } else {
+                16.0
+            }
         };
         let mut gains = Vec::new();
         for e in 0..12 {
@@ -885,7 +908,10 @@ mod tests {
                     (w.load_at_bin(e, b) - want).abs() < 1e-9
                 })
             };
-            assert!((-1..=1).any(fits), "box {e} is not its site's series × g, jittered by at most 1 bin");
+            assert!(
+                (-1..=1).any(fits),
+                "box {e} is not its site's series × g, jittered by at most 1 bin"
+            );
         }
         // Each box has a factor of its own.
         gains.sort_by(f64::total_cmp);

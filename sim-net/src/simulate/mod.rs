@@ -74,7 +74,8 @@ pub struct Args {
     /// Give tidemill the true future edge load instead of its online forecasts.
     #[arg(long)]
     pub oracle_forecast: bool,
-    /// Seed of the deadline generator and the best-effort draw.
+    /// Seed of the deadline generator, the best-effort draw and the per-box
+    /// variation of `[utilization.by_site]`.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print one JSON object instead of the table.
@@ -86,7 +87,7 @@ pub struct Args {
     /// Simulate only the first N jobs (by submission).
     #[arg(long)]
     pub max_jobs: Option<usize>,
-    /// Number of edge boxes of the first edge site (overrides the topology's).
+    /// Number of edge boxes of the first `[[edge]]` group, per site (overrides the topology's).
     #[arg(long)]
     pub edge_boxes: Option<u32>,
     /// Number of nodes of the first cloud site (overrides the topology's).
@@ -348,7 +349,12 @@ pub fn setup_with(
     if let (Some(g), Some(cloud)) = (&topology.generator, topology.cloud.first()) {
         generate_deadlines(&mut trace, g, args.seed, |j| {
             let t = tables
-                .lookup(&cloud.class, &j.spec.model, j.spec.global_batch, j.requested_gpus)
+                .lookup(
+                    &cloud.class,
+                    &j.spec.model,
+                    j.spec.global_batch,
+                    j.requested_gpus,
+                )
                 .expect("every job's model has a table on every class (checked above)");
             j.spec.iterations / t.iters_per_s
         });
@@ -407,7 +413,10 @@ pub fn setup_with(
         i64::from(e.truth_bin_s) * 1000,
         i64::from(e.detect_delay_s) * 1000,
     );
-    let by_site = topology.utilization.as_ref().and_then(|u| u.by_site.as_ref());
+    let by_site = topology
+        .utilization
+        .as_ref()
+        .and_then(|u| u.by_site.as_ref());
     let edges = match by_site {
         Some(spec) if !boxes.is_empty() => EdgeWorld::by_site(
             &series,
@@ -489,13 +498,15 @@ fn site_series(
         .iter()
         .enumerate()
         .map(|(k, site)| match spec.series.get(site) {
-            Some(id) => series
-                .iter()
-                .position(|s| &s.node == id)
-                .ok_or_else(|| SimError::UnknownSeries {
-                    site: site.clone(),
-                    series: id.clone(),
-                }),
+            Some(id) => {
+                series
+                    .iter()
+                    .position(|s| &s.node == id)
+                    .ok_or_else(|| SimError::UnknownSeries {
+                        site: site.clone(),
+                        series: id.clone(),
+                    })
+            }
             None => Ok(k % series.len().max(1)),
         })
         .collect()

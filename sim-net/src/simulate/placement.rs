@@ -119,9 +119,10 @@ impl CostModel {
         let c = self.link_class(a, b);
         let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
         let measured = if na.site.is_some() && na.site == nb.site {
-            self.links.measured.iter().find(|l| {
-                (l.a == na.id && l.b == nb.id) || (l.a == nb.id && l.b == na.id)
-            })
+            self.links
+                .measured
+                .iter()
+                .find(|l| (l.a == na.id && l.b == nb.id) || (l.a == nb.id && l.b == na.id))
         } else {
             None
         };
@@ -191,10 +192,14 @@ impl CostModel {
             } else {
                 let (class, spec) = match source {
                     Some(s) => self.link(s as u32, q),
-                    None if self.nodes[q as usize].is_cloud() => {
-                        (LinkClass::CloudCloud, *self.links.default_for(LinkClass::CloudCloud))
-                    }
-                    None => (LinkClass::CloudEdge, *self.links.default_for(LinkClass::CloudEdge)),
+                    None if self.nodes[q as usize].is_cloud() => (
+                        LinkClass::CloudCloud,
+                        *self.links.default_for(LinkClass::CloudCloud),
+                    ),
+                    None => (
+                        LinkClass::CloudEdge,
+                        *self.links.default_for(LinkClass::CloudEdge),
+                    ),
                 };
                 wan.add(class, shard * f64::from(w));
                 Some(spec)
@@ -348,9 +353,15 @@ mod tests {
         // Checkpoint of 1.25e9 B: inside the site 1 s + 0.0002 s; across 10 s + 0.01 s.
         // Plus the 30 s restart.
         let inside = m.startup(&job(), &[(1, 1)], &[(2, 1)]);
-        assert!((inside.secs - (100.03 + 1.0002 + 30.0)).abs() < 1e-9, "{inside:?}");
+        assert!(
+            (inside.secs - (100.03 + 1.0002 + 30.0)).abs() < 1e-9,
+            "{inside:?}"
+        );
         let across = m.startup(&job(), &[(1, 1)], &[(3, 1)]);
-        assert!((across.secs - (100.03 + 10.01 + 30.0)).abs() < 1e-9, "{across:?}");
+        assert!(
+            (across.secs - (100.03 + 10.01 + 30.0)).abs() < 1e-9,
+            "{across:?}"
+        );
         // Bytes inside a site count as edge-edge.
         assert_eq!(inside.wan.edge_edge, 1.25e9);
         assert_eq!(inside.wan.cloud_edge, 1.25e9);

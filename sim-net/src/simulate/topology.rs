@@ -137,7 +137,10 @@ impl<'de> Deserialize<'de> for ClassSpec {
             fn visit_str<E: serde::de::Error>(self, dir: &str) -> Result<ClassSpec, E> {
                 Ok(ClassSpec::ElasticFlow(PathBuf::from(dir)))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ClassSpec, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ClassSpec, A::Error> {
                 let t = ClassTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
                 match t {
                     ClassTable {
@@ -799,7 +802,10 @@ series = { "mec-02" = "fog_9.0" }
         let e = &t.edge[0];
         assert_eq!(e.boxes(), 6);
         let sites: Vec<_> = (0..6).map(|i| e.site_of(i).unwrap()).collect();
-        assert_eq!(sites, ["mec-00", "mec-00", "mec-01", "mec-01", "mec-02", "mec-02"]);
+        assert_eq!(
+            sites,
+            ["mec-00", "mec-00", "mec-01", "mec-01", "mec-02", "mec-02"]
+        );
         // The second group stands at an existing site: no new one.
         assert_eq!(t.edge_sites(), ["mec-00", "mec-01", "mec-02"]);
         let by_site = t.utilization.unwrap().by_site.unwrap();
@@ -817,7 +823,10 @@ series = { "mec-02" = "fog_9.0" }
         let msg = err(all.replace("site = \"mec-01\"\n", ""));
         assert!(msg.contains("`edge[1].site`"), "{msg}");
         let msg = err(all.replace("\"mec-02\" =", "\"mec-07\" ="));
-        assert!(msg.contains("`utilization.by_site.series` = mec-07"), "{msg}");
+        assert!(
+            msg.contains("`utilization.by_site.series` = mec-07"),
+            "{msg}"
+        );
         let msg = err(all.replace("site = \"mec\"\n", ""));
         assert!(msg.contains("`edge[0].sites` = 3"), "{msg}");
         let msg = err(format!(

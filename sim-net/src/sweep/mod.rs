@@ -28,6 +28,7 @@ use grid::{Axis, GridError, Point};
 /// Options of `sweep`: every option of `simulate` (the scenario and its data),
 /// the grid, and where to write.
 #[derive(Debug, Clone, ClapArgs)]
+#[group(id = "sweep")]
 pub struct Args {
     /// The scenario and its data, as for `simulate` (`--json` and `--plot` do not apply).
     #[command(flatten)]

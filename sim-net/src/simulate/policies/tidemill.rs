@@ -94,6 +94,8 @@ impl Tidemill {
             .collect();
         let world = WorldSnapshot {
             nodes,
+            // The cost model's table, same-site pairs included: the scheduler
+            // prices a placement's links as the engine charges them.
             links: model.links.clone(),
             jobs: Vec::new(),
             throughput: model.tables.clone(),
