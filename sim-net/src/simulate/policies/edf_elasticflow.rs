@@ -32,7 +32,8 @@
 //!   out in `one_queue_edf_sim_jobs`); the engine charges its restart cost on
 //!   every start, resize and migration for every policy, which this policy
 //!   cannot waive; it keeps a job on its nodes while its GPU count holds, so
-//!   only starts, preemptions and resizes pay;
+//!   only starts, preemptions and resizes pay (on both reference settings the
+//!   ratio is the same with `restart_s = 0`);
 //! - GPU counts are packed onto nodes, largest first (a running job keeps its
 //!   nodes while they have room), and the engine charges the real placement,
 //!   where the reference assumes a flat pool;
