@@ -2,38 +2,19 @@
 //! topology's `[throughputs]` table: the report names every class's source,
 //! and a step across nodes swaps the profile's measured sync for the link model.
 
-use std::path::PathBuf;
+mod support;
 
-use clap::Parser;
+use support::{args, data, shipped_topology};
 use tidemill_sched::cost::{class_compute_s, overlap_s, ring_allreduce_s};
 use tidemill_sim::simulate::report::Report;
-use tidemill_sim::simulate::{Args, Setup, setup};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: Args,
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn data(rel: &str) -> String {
-    repo()
-        .join("../shared/data")
-        .join(rel)
-        .display()
-        .to_string()
-}
+use tidemill_sim::simulate::{Setup, setup};
 
 /// The shipped topology with A100 and T4 from Sia's profiles and edge boxes of
 /// a V100 class built as lambda × A100, on the first 20 jobs of the
 /// ElasticFlow-vs-Pollux trace (the six profiled models).
 fn sia_world(dir: &std::path::Path) -> Setup {
     let sia = data("gpu-throughput-profiles/sia-placements");
-    let shipped = std::fs::read_to_string(repo().join("configs/topology-edgeflow-eval.toml"))
-        .expect("the shipped topology reads");
+    let shipped = std::fs::read_to_string(shipped_topology()).expect("the shipped topology reads");
     let classes = format!(
         r#"[throughputs]
 A100 = {{ sia = "{sia}", cluster = "dgx-ext" }}
@@ -61,9 +42,8 @@ ncf = {{ ratio = 0.05584, source = "sia_derived_lambda_vs_A100.csv" }}
     );
     let topology = dir.join("sia.toml");
     std::fs::write(&topology, text).unwrap();
-    let argv = [
-        "simulate".to_string(),
-        "--topology".into(),
+    let flags = [
+        "--topology".to_string(),
         topology.display().to_string(),
         "--jobs".into(),
         data("elasticflow/traces/elasticVpollux_e.csv"),
@@ -78,7 +58,7 @@ ncf = {{ ratio = 0.05584, source = "sia_derived_lambda_vs_A100.csv" }}
         "--edge-boxes".into(),
         "4".into(),
     ];
-    setup(&Cli::parse_from(argv).args).expect("the Sia world loads")
+    setup(&args(flags)).expect("the Sia world loads")
 }
 
 #[test]

@@ -2,38 +2,19 @@
 //! link tiers, job generator and site tides reach the simulated world, and
 //! tidemill and EdgeFlow run on a slice of it.
 
-use std::path::PathBuf;
+mod support;
 
-use clap::Parser;
+use support::{args, data, repo};
 use tidemill_sched::JobClass;
 use tidemill_sim::simulate::policies::PolicyName;
 use tidemill_sim::simulate::variants::Variant;
-use tidemill_sim::simulate::{Args, Setup, setup};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: Args,
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn data(rel: &str) -> String {
-    repo()
-        .join("../shared/data")
-        .join(rel)
-        .display()
-        .to_string()
-}
+use tidemill_sim::simulate::{Setup, setup};
 
 /// The scenario with absolute data paths (tests run in sim-net/); its T4
 /// class is λ × the A100 tables given here.
 fn mec(extra: &[&str]) -> Setup {
-    let mut argv = vec![
-        "simulate".to_string(),
-        "--topology".into(),
+    let mut flags = vec![
+        "--topology".to_string(),
         repo()
             .join("configs/scenarios/mec-sites.toml")
             .display()
@@ -45,8 +26,8 @@ fn mec(extra: &[&str]) -> Setup {
         "--utilization".into(),
         data("c2tm-fog-cellular-traffic/c2tm_fog_hourly.csv.gz"),
     ];
-    argv.extend(extra.iter().map(|s| s.to_string()));
-    setup(&Cli::parse_from(argv).args).expect("the MEC scenario loads")
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    setup(&args(flags)).expect("the MEC scenario loads")
 }
 
 #[test]

@@ -1,21 +1,14 @@
 //! The shipped scenarios (`configs/scenarios/`): each runs as it is from the
 //! repository root, and each documented λ is the one its cited source gives.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use std::collections::BTreeMap;
+
+use support::{data, repo, sim};
 
 fn ratios(file: &str) -> csv::Reader<std::fs::File> {
-    csv::Reader::from_path(
-        repo()
-            .join("../shared/data/gpu-throughput-profiles/ratios")
-            .join(file),
-    )
-    .unwrap()
+    csv::Reader::from_path(data(&format!("gpu-throughput-profiles/ratios/{file}"))).unwrap()
 }
 
 /// `model → λ` of `[throughputs.CLASS.lambda]` in a scenario.
@@ -28,6 +21,17 @@ fn lambdas(scenario: &str, class: &str) -> BTreeMap<String, f64> {
         .iter()
         .map(|(m, v)| (m.clone(), v["ratio"].as_float().unwrap()))
         .collect()
+}
+
+/// Each `(model, λ)` of `want` is the scenario's λ, within 0.0006.
+fn assert_lambdas(got: &BTreeMap<String, f64>, want: &[(&str, f64)]) {
+    for &(model, ratio) in want {
+        assert!(
+            (got[model] - ratio).abs() < 0.0006,
+            "{model}: {} in the scenario, {ratio:.4} from the source",
+            got[model]
+        );
+    }
 }
 
 #[test]
@@ -54,13 +58,7 @@ fn edgeflow_v100_lambdas_are_the_cited_benchmark_ratios() {
     ];
     let got = lambdas("edgeflow-v100.toml", "V100");
     assert_eq!(got.len(), want.len(), "{got:?}");
-    for (model, ratio) in want {
-        assert!(
-            (got[model] - ratio).abs() < 0.0006,
-            "{model}: {} in the scenario, {ratio:.4} from the source",
-            got[model]
-        );
-    }
+    assert_lambdas(&got, &want);
 }
 
 #[test]
@@ -70,7 +68,10 @@ fn mec_t4_lambdas_are_the_like_for_like_sia_ratios() {
     for r in ratios("sia_derived_lambda_vs_A100.csv").records() {
         let r = r.unwrap();
         if &r[2] == "1" {
-            t4.insert((r[0].to_string(), r[1].to_string()), r[9].parse::<f64>().unwrap());
+            t4.insert(
+                (r[0].to_string(), r[1].to_string()),
+                r[9].parse::<f64>().unwrap(),
+            );
         }
     }
     let at = |m: &str, b: &str| t4[&(m.to_string(), b.to_string())];
@@ -82,14 +83,7 @@ fn mec_t4_lambdas_are_the_like_for_like_sia_ratios() {
         ("gpt2", at("bert", "384")),
         ("deepspeech2", at("deepspeech2", "320")),
     ];
-    let got = lambdas("mec-sites.toml", "T4");
-    for (model, ratio) in want {
-        assert!(
-            (got[model] - ratio).abs() < 0.0006,
-            "{model}: {} in the scenario, {ratio:.4} from the source",
-            got[model]
-        );
-    }
+    assert_lambdas(&lambdas("mec-sites.toml", "T4"), &want);
 }
 
 #[test]
@@ -102,13 +96,16 @@ fn every_scenario_runs_as_it_is_from_the_repository_root() {
     names.sort();
     assert!(names.len() >= 4, "{names:?}");
     for name in names {
-        let out = Command::new(env!("CARGO_BIN_EXE_tidemill-sim"))
-            .current_dir(repo())
-            .args(["simulate", "--topology"])
-            .arg(format!("configs/scenarios/{name}"))
-            .args(["--max-jobs", "25", "--policies", "tidemill,edgeflow,elasticflow"])
-            .output()
-            .unwrap();
+        let topology = format!("configs/scenarios/{name}");
+        let out = sim(&[
+            "simulate",
+            "--topology",
+            &topology,
+            "--max-jobs",
+            "25",
+            "--policies",
+            "tidemill,edgeflow,elasticflow",
+        ]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -116,6 +113,9 @@ fn every_scenario_runs_as_it_is_from_the_repository_root() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(stdout.contains("edge_gain"), "{name}: {stdout}");
-        assert!(stdout.contains("class "), "{name}: no device class sources: {stdout}");
+        assert!(
+            stdout.contains("class "),
+            "{name}: no device class sources: {stdout}"
+        );
     }
 }

@@ -2,81 +2,34 @@
 //! every policy, runs are deterministic, the classic baselines order as in the
 //! ElasticFlow paper, and bad inputs end in a one-line error, not a panic.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
 
-use clap::Parser;
+use std::collections::BTreeMap;
+
+use support::{args, data, repo, shipped_topology, topology_args};
 use tidemill_sim::simulate::engine::Outcome;
 use tidemill_sim::simulate::metrics::PolicyMetrics;
 use tidemill_sim::simulate::policies::{JobStatus, PolicyName};
 use tidemill_sim::simulate::variants::Variant;
-use tidemill_sim::simulate::{Args, Setup, setup};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: Args,
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn data(rel: &str) -> String {
-    repo()
-        .join("../shared/data")
-        .join(rel)
-        .display()
-        .to_string()
-}
-
-/// `simulate` arguments with the shipped topology and absolute data paths.
-fn args(extra: &[&str]) -> Args {
-    args_for(&repo().join("configs/topology-edgeflow-eval.toml"), extra)
-}
-
-/// `simulate` arguments with `topology` and absolute data paths.
-fn args_for(topology: &std::path::Path, extra: &[&str]) -> Args {
-    let mut argv = vec![
-        "simulate".to_string(),
-        "--topology".into(),
-        topology.display().to_string(),
-        "--throughputs".into(),
-        format!("A100={}", data("elasticflow/throughputs_A100")),
-        "--throughputs".into(),
-        format!("T4={}", data("elasticflow/throughputs_T4")),
-        "--utilization".into(),
-        data("alibaba-2018-machine-usage/machine_usage.csv.gz"),
-        "--format".into(),
-        "alibaba-2018".into(),
-    ];
-    argv.extend(extra.iter().map(|s| s.to_string()));
-    Cli::parse_from(argv).args
-}
+use tidemill_sim::simulate::{Setup, setup};
 
 /// The first 120 jobs of cluster 06 with 8 edge boxes: every kind of job size,
 /// arrivals in bursts, and a day and more of tide.
 fn slice() -> Setup {
     let jobs = data("elasticflow/traces/cluster06.csv");
-    setup(&args(&[
-        "--jobs",
-        &jobs,
-        "--max-jobs",
-        "120",
-        "--edge-boxes",
-        "8",
-    ]))
+    setup(&topology_args(
+        &shipped_topology(),
+        &["--jobs", &jobs, "--max-jobs", "120", "--edge-boxes", "8"],
+    ))
     .expect("the slice loads")
 }
 
 /// The same 120 jobs on a scarce cloud, half of them best-effort and kept
 /// off the cloud.
 fn best_effort_slice() -> Setup {
-    let topology =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/edge-best-effort.toml");
+    let topology = repo().join("sim-net/tests/data/edge-best-effort.toml");
     let jobs = data("elasticflow/traces/cluster06.csv");
-    setup(&args_for(
+    setup(&topology_args(
         &topology,
         &["--jobs", &jobs, "--max-jobs", "120"],
     ))
@@ -84,7 +37,8 @@ fn best_effort_slice() -> Setup {
 }
 
 fn run(s: &Setup, p: PolicyName) -> (PolicyMetrics, Outcome) {
-    s.run_one(p, Variant::Full, true, &mut |_| {}).expect("the policy runs")
+    s.run_one(p, Variant::Full, true, &mut |_| {})
+        .expect("the policy runs")
 }
 
 #[test]
@@ -207,17 +161,15 @@ fn baselines_order_as_in_the_elasticflow_paper() {
         ),
     ] {
         let topo = repo().join("configs/scenarios").join(topology);
-        let a = Cli::parse_from([
-            "simulate".to_string(),
-            "--topology".into(),
+        let s = setup(&args([
+            "--topology".to_string(),
             topo.display().to_string(),
             "--jobs".into(),
             data(trace),
             "--throughputs".into(),
             format!("{class}={}", data(dir)),
-        ])
-        .args;
-        let s = setup(&a).expect("loads");
+        ]))
+        .expect("loads");
         let dsr = |p| run(&s, p).0.deadline_satisfaction_ratio;
         let (ef, edf, ff, edf_ef) = (
             dsr(PolicyName::Elasticflow),
@@ -234,12 +186,9 @@ fn baselines_order_as_in_the_elasticflow_paper() {
     }
 }
 
+/// `tidemill-sim simulate ARGS`: whether it succeeded, and what it wrote to stderr.
 fn sim(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tidemill-sim"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .expect("the binary runs");
+    let out = support::sim(&[&["simulate"], args].concat());
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -249,7 +198,7 @@ fn sim(args: &[&str]) -> (bool, String) {
 #[test]
 fn bad_inputs_end_in_one_error_line() {
     let dir = tempfile::tempdir().unwrap();
-    let topo = repo().join("configs/topology-edgeflow-eval.toml");
+    let topo = shipped_topology();
     let topo = topo.to_str().unwrap();
     let a100 = format!("A100={}", data("elasticflow/throughputs_A100"));
     let t4 = format!("T4={}", data("elasticflow/throughputs_T4"));

@@ -2,32 +2,12 @@
 //! of each edge-using policy without its edge, and nothing to re-run for a
 //! policy that never touches the edge.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
 
-use clap::Parser;
+use support::{data, shipped_topology, sim, topology_args};
 use tidemill_sim::simulate::policies::PolicyName;
+use tidemill_sim::simulate::setup;
 use tidemill_sim::simulate::variants::Variant;
-use tidemill_sim::simulate::{Args, setup};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// `tidemill-sim ARGS` from the repository root, as a user runs it.
-fn sim(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tidemill-sim"))
-        .current_dir(repo())
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: Args,
-}
 
 #[test]
 fn a_sweep_writes_one_row_per_point_and_policy_with_edge_gain_and_charts() {
@@ -77,7 +57,10 @@ fn a_sweep_writes_one_row_per_point_and_policy_with_edge_gain_and_charts() {
             }
             _ => {
                 let without = num(r, "dsr_without_edge").unwrap();
-                assert!((num(r, "dsr").unwrap() - without - gain).abs() < 2e-6, "{r:?}");
+                assert!(
+                    (num(r, "dsr").unwrap() - without - gain).abs() < 2e-6,
+                    "{r:?}"
+                );
             }
         }
     }
@@ -118,29 +101,17 @@ fn bad_sweep_flags_end_in_one_line_that_names_the_fix() {
 
 #[test]
 fn a_policy_that_never_uses_the_edge_scores_the_same_without_it() {
-    let d = |rel: &str| repo().join("../shared/data").join(rel).display().to_string();
-    let argv = [
-        "simulate".to_string(),
-        "--topology".into(),
-        repo()
-            .join("configs/topology-edgeflow-eval.toml")
-            .display()
-            .to_string(),
-        "--jobs".into(),
-        d("elasticflow/traces/cluster06.csv"),
-        "--throughputs".into(),
-        format!("A100={}", d("elasticflow/throughputs_A100")),
-        "--throughputs".into(),
-        format!("T4={}", d("elasticflow/throughputs_T4")),
-        "--utilization".into(),
-        d("alibaba-2018-machine-usage/machine_usage.csv.gz"),
-        "--max-jobs".into(),
-        "80".into(),
-        "--edge-boxes".into(),
-        "8".into(),
-    ];
-    let s = setup(&Cli::parse_from(argv).args).unwrap();
-    for p in [PolicyName::Edf, PolicyName::Elasticflow, PolicyName::CloudOnly] {
+    let jobs = data("elasticflow/traces/cluster06.csv");
+    let s = setup(&topology_args(
+        &shipped_topology(),
+        &["--jobs", &jobs, "--max-jobs", "80", "--edge-boxes", "8"],
+    ))
+    .unwrap();
+    for p in [
+        PolicyName::Edf,
+        PolicyName::Elasticflow,
+        PolicyName::CloudOnly,
+    ] {
         let full = s.run_one(p, Variant::Full, false, &mut |_| {}).unwrap().0;
         let bare = s.run_one(p, Variant::NoEdge, false, &mut |_| {}).unwrap().0;
         assert_eq!(full.deadlines_met, bare.deadlines_met, "{p:?}");

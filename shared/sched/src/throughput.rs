@@ -843,8 +843,8 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn lambda_classes_scale_every_lookup_and_say_why() {
+    /// [`tables`] plus V100 as λ × A100: bert 0.427 (paper X), resnet50 0.527 (bench Y).
+    fn tables_with_v100() -> ThroughputTables {
         let mut t = tables();
         t.insert_scaled(
             "V100",
@@ -852,6 +852,12 @@ mod tests {
             &lambdas(&[("bert", 0.427, "paper X"), ("resnet50", 0.527, "bench Y")]),
         )
         .unwrap();
+        t
+    }
+
+    #[test]
+    fn lambda_classes_scale_every_lookup_and_say_why() {
+        let mut t = tables_with_v100();
         // 0.427 × 8.0 = 3.416 it/s at batch 64 on 2 GPUs; 0.527 × 6.8 = 3.5836 on one.
         let bert = t.lookup("V100", "bert", 64, 2).unwrap();
         assert!(
@@ -906,13 +912,7 @@ mod tests {
 
     #[test]
     fn sources_describe_every_class_in_one_line() {
-        let mut t = tables();
-        t.insert_scaled(
-            "V100",
-            "A100",
-            &lambdas(&[("bert", 0.427, "paper X"), ("resnet50", 0.527, "bench Y")]),
-        )
-        .unwrap();
+        let mut t = tables_with_v100();
         t.fill_missing();
         let s = t.sources();
         assert_eq!(

@@ -248,13 +248,7 @@ impl EdgeWorld {
                 EdgeBox::new(s, binned.get(s), shift, threshold_pct, devices)
             })
             .collect();
-        EdgeWorld {
-            series: binned,
-            boxes,
-            origin_ms,
-            bin_ms,
-            delay_ms,
-        }
+        EdgeWorld::on_grid(binned, boxes, origin_ms, bin_ms, delay_ms)
     }
 
     /// Maps `boxes` onto their sites' series: site k follows
@@ -306,8 +300,20 @@ impl EdgeWorld {
                 edge_box
             })
             .collect();
+        EdgeWorld::on_grid(binned, boxes, origin_ms, bin_ms, delay_ms)
+    }
+
+    /// `boxes` reading `series` on bins of `bin_ms` from `origin_ms`, each
+    /// change reported `delay_ms` late: the one place both mappings meet.
+    fn on_grid(
+        series: Vec<BinnedSeries>,
+        boxes: Vec<EdgeBox>,
+        origin_ms: i64,
+        bin_ms: i64,
+        delay_ms: i64,
+    ) -> EdgeWorld {
         EdgeWorld {
-            series: binned,
+            series,
             boxes,
             origin_ms,
             bin_ms,

@@ -22,6 +22,8 @@ pub mod metrics;
 pub mod placement;
 pub mod policies;
 pub mod report;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod topology;
 pub mod variants;
 
@@ -263,7 +265,10 @@ pub fn setup_with(
             .split_once('=')
             .filter(|(c, d)| !c.is_empty() && !d.is_empty())
             .ok_or_else(|| SimError::ThroughputFlag(t.clone()))?;
-        specs.insert(class.to_string(), ClassSpec::ElasticFlow(PathBuf::from(dir)));
+        specs.insert(
+            class.to_string(),
+            ClassSpec::ElasticFlow(PathBuf::from(dir)),
+        );
     }
     let mut tables = ThroughputTables::default();
     for (class, spec) in &specs {
@@ -705,9 +710,14 @@ pub fn run(args: &Args) -> Result<(), SimError> {
         .collect();
     let results = batch::parallel_map(&runs, |i, &(name, variant)| {
         let bar = &bar_of[i];
-        let r = setup.run_one(name, variant, record && variant == Variant::Full, &mut |f| {
-            bar.set_position((f * 1000.0) as u64);
-        });
+        let r = setup.run_one(
+            name,
+            variant,
+            record && variant == Variant::Full,
+            &mut |f| {
+                bar.set_position((f * 1000.0) as u64);
+            },
+        );
         bar.finish();
         r
     });

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 use tidemill_sched::ClassSources;
 
-use super::{EDGE_AS_CLOUD, Setup};
 use super::metrics::PolicyMetrics;
 use super::variants::EdgeEquivalent;
+use super::{EDGE_AS_CLOUD, Setup};
 
 /// Everything printed.
 #[derive(Debug, Serialize)]

@@ -125,59 +125,26 @@ pub fn edge_as_cloud(world: &World, gpus: u32) -> World {
 mod tests {
     use super::*;
     use crate::simulate::edges::EdgeWorld;
-    use crate::simulate::jobs::TraceJob;
-    use crate::simulate::placement::CostModel;
+    use crate::simulate::testkit::{self, cloud_node, edge_node, job};
     use crate::trace::Series;
-    use tidemill_sched::{DataSite, JobClass, JobSpec, OnInfeasible, ThroughputTables};
-
-    fn job(model: &str) -> TraceJob {
-        TraceJob {
-            name: model.into(),
-            requested_gpus: 1,
-            spec: JobSpec {
-                id: 0,
-                class: JobClass::Slo,
-                submitted_ms: 0,
-                deadline_ms: 1,
-                iterations: 1.0,
-                global_batch: 64,
-                model: model.into(),
-                model_bytes: 1,
-                dataset_bytes: 1,
-                dataset_site: DataSite::Cloud,
-                min_workers: 1,
-                max_workers: 1,
-                memory_per_worker_bytes: 0,
-                checkpoint_bytes: 1,
-                on_infeasible: OnInfeasible::Reject,
-            },
-        }
-    }
+    use tidemill_sched::ThroughputTables;
 
     /// Two models with edge/cloud ratios 0.5 and 0.25; two edge boxes of one
     /// device, idle 6 h and 12 h of a 24-h window.
     fn world() -> World {
         let mut tables = ThroughputTables::default();
-        tables
-            .insert_csv("A", "m1", "a1", "global_batch_size,1\n64,4.0\n")
-            .unwrap();
-        tables
-            .insert_csv("A", "m2", "a2", "global_batch_size,1\n64,8.0\n")
-            .unwrap();
-        tables
-            .insert_csv("E", "m1", "e1", "global_batch_size,1\n64,2.0\n")
-            .unwrap();
-        tables
-            .insert_csv("E", "m2", "e2", "global_batch_size,1\n64,2.0\n")
-            .unwrap();
-        let node = |id: &str, class: &str, price: Option<f64>, edge| SimNode {
-            id: id.into(),
-            class: class.into(),
-            devices: if price.is_some() { 8 } else { 1 },
-            price_per_gpu_hour: price,
-            edge,
-            site: None,
-        };
+        // One GPU at batch 64, it/s.
+        for (class, model, rate) in [
+            ("A", "m1", 4.0),
+            ("A", "m2", 8.0),
+            ("E", "m1", 2.0),
+            ("E", "m2", 2.0),
+        ] {
+            let csv = format!("global_batch_size,1\n64,{rate:.1}\n");
+            tables
+                .insert_csv(class, model, &format!("{class}-{model}"), &csv)
+                .unwrap();
+        }
         let hour = 3_600_000;
         // Hourly loads: series 0 idle (10 %) 6 h of 24, series 1 idle 12 h of 24.
         let series = |idle_h: i64| Series {
@@ -194,24 +161,17 @@ mod tests {
             0,
             0,
         );
-        World {
-            jobs: vec![job("m1"), job("m2")],
-            model: CostModel {
-                nodes: vec![
-                    node("c", "A", Some(3.0), None),
-                    node("e0", "E", None, Some(0)),
-                    node("e1", "E", None, Some(1)),
-                ],
-                tables,
-                links: tidemill_sched::LinkTable::default(),
-                gamma: 2.0,
-                restart_s: 30.0,
-            },
+        testkit::world(
+            vec![job("m1"), job("m2")],
+            vec![
+                cloud_node("c", "A", 8),
+                edge_node("e0", "E", 0),
+                edge_node("e1", "E", 1),
+            ],
+            tables,
             edges,
-            slot_ms: 60_000,
-            window: (0, 24 * hour),
-            end_ms: 24 * hour,
-        }
+            24 * hour,
+        )
     }
 
     #[test]

@@ -94,10 +94,7 @@ pub fn write_all(
             let slice: Vec<&Row> = rows
                 .iter()
                 .filter(|r| r.trace == *trace)
-                .filter(|r| {
-                    held.iter()
-                        .all(|&(i, b)| value_of(r, &axes[i]) == Some(b))
-                })
+                .filter(|r| held.iter().all(|&(i, b)| value_of(r, &axes[i]) == Some(b)))
                 .collect();
             let held_text: Vec<String> = held
                 .iter()
@@ -114,10 +111,19 @@ pub fn write_all(
 }
 
 fn value_of(r: &Row, a: &Axis) -> Option<f64> {
-    r.point.get(a.key.name()).and_then(serde_json::Value::as_f64)
+    r.point
+        .get(a.key.name())
+        .and_then(serde_json::Value::as_f64)
 }
 
-fn draw(path: &Path, axis: &Axis, f: &Figure, rows: &[&Row], held: &str, trace: &str) -> DrawResult {
+fn draw(
+    path: &Path,
+    axis: &Axis,
+    f: &Figure,
+    rows: &[&Row],
+    held: &str,
+    trace: &str,
+) -> DrawResult {
     let mut policies: Vec<&str> = Vec::new();
     for r in rows {
         if !policies.contains(&r.metrics.policy.as_str()) {

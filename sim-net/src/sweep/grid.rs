@@ -142,8 +142,10 @@ pub fn parse_axes(flags: &[String]) -> Result<Vec<Axis>, GridError> {
             if key == Key::ArrivalScale && x == 0.0 {
                 return Err(bad("must be positive (1 keeps the trace's arrivals)"));
             }
-            if matches!(key, Key::CloudNodes | Key::CloudGpusPerNode | Key::EdgeDevices)
-                && x == 0.0
+            if matches!(
+                key,
+                Key::CloudNodes | Key::CloudGpusPerNode | Key::EdgeDevices
+            ) && x == 0.0
             {
                 return Err(bad("must be at least 1"));
             }
@@ -180,7 +182,12 @@ pub fn points(axes: &[Axis]) -> Vec<Point> {
 }
 
 /// Sets the point's topology keys on `t`; `arrival_scale` is the caller's.
-pub fn apply(axes: &[Axis], point: &[f64], t: &mut Topology, path: &Path) -> Result<(), TopologyError> {
+pub fn apply(
+    axes: &[Axis],
+    point: &[f64],
+    t: &mut Topology,
+    path: &Path,
+) -> Result<(), TopologyError> {
     for (a, &v) in axes.iter().zip(point) {
         let none = |what: &'static str| TopologyError::Invalid {
             path: path.to_path_buf(),
@@ -224,8 +231,7 @@ mod tests {
 
     #[test]
     fn the_grid_is_the_cartesian_product() {
-        let axes =
-            parse_axes(&flags(&["edge.nodes=2,4,8", "arrival_scale=0.5,1"])).unwrap();
+        let axes = parse_axes(&flags(&["edge.nodes=2,4,8", "arrival_scale=0.5,1"])).unwrap();
         let p = points(&axes);
         assert_eq!(p.len(), 6);
         assert_eq!(p[0], vec![2.0, 0.5]);
@@ -237,13 +243,21 @@ mod tests {
 
     #[test]
     fn bad_flags_name_the_problem_and_the_fix() {
-        let e = parse_axes(&flags(&["edge.boxes=1"])).unwrap_err().to_string();
+        let e = parse_axes(&flags(&["edge.boxes=1"]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown key") && e.contains("edge.nodes"), "{e}");
-        let e = parse_axes(&flags(&["edge.nodes=2,x"])).unwrap_err().to_string();
+        let e = parse_axes(&flags(&["edge.nodes=2,x"]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`x` is not a number"), "{e}");
-        let e = parse_axes(&flags(&["cloud.nodes=1.5"])).unwrap_err().to_string();
+        let e = parse_axes(&flags(&["cloud.nodes=1.5"]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("whole number"), "{e}");
-        let e = parse_axes(&flags(&["arrival_scale=0"])).unwrap_err().to_string();
+        let e = parse_axes(&flags(&["arrival_scale=0"]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("positive"), "{e}");
         let e = parse_axes(&flags(&["edge.nodes"])).unwrap_err().to_string();
         assert!(e.contains("KEY=V1,V2"), "{e}");
@@ -283,9 +297,14 @@ cloud_cloud = { bandwidth_mbps = 10000, latency_ms = 1 }
         let axes = parse_axes(&flags(&["cloud.nodes=4", "edge.nodes=7"])).unwrap();
         assert_eq!(axes[0].key.base(&t, None), Some(2.0));
         apply(&axes, &[4.0, 7.0], &mut t, path).unwrap();
-        assert_eq!((t.cloud[0].nodes, t.cloud[1].nodes, t.edge[0].nodes), (4, 4, 7));
+        assert_eq!(
+            (t.cloud[0].nodes, t.cloud[1].nodes, t.edge[0].nodes),
+            (4, 4, 7)
+        );
         t.edge.clear();
-        let e = apply(&axes, &[4.0, 7.0], &mut t, path).unwrap_err().to_string();
+        let e = apply(&axes, &[4.0, 7.0], &mut t, path)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no [[edge]] group"), "{e}");
     }
 }

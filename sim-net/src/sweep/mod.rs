@@ -55,8 +55,8 @@ pub enum SweepError {
     Point {
         /// The trace and the point's values.
         point: String,
-        /// The error.
-        source: SimError,
+        /// The error (boxed: a `SimError` is large and the other variants are small).
+        source: Box<SimError>,
     },
     /// The scenario cannot be read.
     #[error(transparent)]
@@ -115,9 +115,11 @@ pub fn run(args: &Args) -> Result<(), SweepError> {
         .collect();
     let bar = ProgressBar::new(tasks.len() as u64);
     bar.set_style(
-        ProgressStyle::with_template("sweep [{bar:30}] {pos}/{len} points {elapsed} (eta {eta}) {msg}")
-            .expect("the template is valid")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "sweep [{bar:30}] {pos}/{len} points {elapsed} (eta {eta}) {msg}",
+        )
+        .expect("the template is valid")
+        .progress_chars("=> "),
     );
     let runs = AtomicUsize::new(0);
     let results = parallel_map(&tasks, |_, (trace, point)| {
@@ -142,12 +144,17 @@ pub fn run(args: &Args) -> Result<(), SweepError> {
     std::fs::write(&json, text + "\n").map_err(|e| write_err(&json, e))?;
     let bases: Vec<f64> = axes
         .iter()
-        .map(|a| a.key.base(&topology, args.sim.arrival_scale).unwrap_or(a.values[0]))
+        .map(|a| {
+            a.key
+                .base(&topology, args.sim.arrival_scale)
+                .unwrap_or(a.values[0])
+        })
         .collect();
-    let charts = charts::write_all(&args.out, &axes, &bases, &rows).map_err(|e| SweepError::Write {
-        path: args.out.clone(),
-        reason: e.to_string(),
-    })?;
+    let charts =
+        charts::write_all(&args.out, &axes, &bases, &rows).map_err(|e| SweepError::Write {
+            path: args.out.clone(),
+            reason: e.to_string(),
+        })?;
     eprintln!(
         "sweep: {} points × {} trace(s), {} runs in {:.1} s; wrote {}/results.csv, results.json and {} charts",
         points.len(),
@@ -195,14 +202,18 @@ fn run_point(
     };
     let fail = |source| SweepError::Point {
         point: label(),
-        source,
+        source: Box::new(source),
     };
     let path = sim.topology.clone();
     let setup = setup_with(&sim, &|t| grid::apply(axes, point, t, &path)).map_err(fail)?;
     let runs = setup.runs().map_err(fail)?;
     let mut results = Vec::with_capacity(runs.len());
     for &(name, variant) in &runs {
-        results.push(setup.run_one(name, variant, false, &mut |_| {}).map_err(fail)?);
+        results.push(
+            setup
+                .run_one(name, variant, false, &mut |_| {})
+                .map_err(fail)?,
+        );
     }
     let (metrics, _) = setup.rows(&runs, results);
     let map: serde_json::Map<String, serde_json::Value> = axes
@@ -259,10 +270,11 @@ fn write_csv(path: &Path, axes: &[Axis], rows: &[Row]) -> Result<(), SweepError>
     for r in rows {
         let m = &r.metrics;
         let mut cells = vec![r.trace.clone()];
-        cells.extend(
-            axes.iter()
-                .map(|a| r.point.get(a.key.name()).map_or(String::new(), |v| v.to_string())),
-        );
+        cells.extend(axes.iter().map(|a| {
+            r.point
+                .get(a.key.name())
+                .map_or(String::new(), |v| v.to_string())
+        }));
         cells.extend([
             m.policy.clone(),
             r.cloud_gpus.to_string(),
@@ -283,7 +295,10 @@ fn write_csv(path: &Path, axes: &[Axis], rows: &[Row]) -> Result<(), SweepError>
             format!("{:.3}", m.edge_hours.idle_unused),
             format!("{:.6}", m.interference_share),
             format!("{:.4}", m.migrations_per_job),
-            format!("{:.3}", (m.wan_bytes.cloud_edge + m.wan_bytes.edge_edge) / 1e9),
+            format!(
+                "{:.3}",
+                (m.wan_bytes.cloud_edge + m.wan_bytes.edge_edge) / 1e9
+            ),
             format!("{:.3}", m.elapsed_s),
         ]);
         w.write_record(&cells).map_err(fail)?;

@@ -18,9 +18,9 @@
 use std::collections::BTreeSet;
 
 use super::cloud_pool::{CloudPool, cloud_rate, requested_in_order};
-use super::elasticflow::{by_deadline, startup_guess};
+use super::elasticflow::startup_guess;
 use super::profile::{Profile, Share};
-use super::{Decision, EdgeInterest, Policy, View};
+use super::{Decision, EdgeInterest, Policy, View, by_deadline};
 
 /// The Chronus policy.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@
 //! a flat pool, and the engine's restart cost replaces ElasticFlow's overhead model.
 
 use super::cloud_pool::{CloudPool, requested_in_order};
-use super::{Decision, EdgeInterest, Policy, View};
+use super::{Decision, EdgeInterest, Policy, View, by_deadline};
 
 /// The EDF policy.
 #[derive(Debug, Default)]
@@ -21,11 +21,7 @@ impl Policy for Edf {
     }
 
     fn plan(&mut self, v: &View) -> Decision {
-        let mut order: Vec<usize> = v.active.to_vec();
-        order.sort_by_key(|&j| {
-            let s = &v.jobs[j].spec;
-            (s.deadline_ms, s.submitted_ms, j)
-        });
+        let order = by_deadline(v, v.active.iter().copied());
         let mut d = Decision::default();
         requested_in_order(v, &order, &mut CloudPool::new(v.model), &mut d);
         d

@@ -43,7 +43,7 @@
 use tidemill_sched::TableData;
 
 use super::cloud_pool::{CloudPool, cloud_class, pow2_upto};
-use super::{Decision, EdgeInterest, JobRun, Policy, View};
+use super::{Decision, EdgeInterest, JobRun, Policy, View, by_deadline};
 
 /// The EDF policy of ElasticFlow's simulator.
 #[derive(Debug, Default)]
@@ -80,14 +80,9 @@ impl Policy for EdfElasticFlow {
     }
 
     fn plan(&mut self, v: &View) -> Decision {
-        let mut order: Vec<usize> = v.active.to_vec();
-        order.sort_by_key(|&j| {
-            let s = &v.jobs[j].spec;
-            (!v.jobs[j].slo(), s.deadline_ms, s.submitted_ms, j)
-        });
         let mut free = v.model.cloud_gpus();
         let mut alloc: Vec<(usize, u32)> = Vec::new();
-        for j in order {
+        for j in by_deadline(v, v.active.iter().copied()) {
             if free == 0 {
                 break;
             }
@@ -116,31 +111,23 @@ mod tests {
     use crate::simulate::edges::EdgeWorld;
     use crate::simulate::engine::{self, World};
     use crate::simulate::jobs::TraceJob;
-    use crate::simulate::placement::{CostModel, SimNode};
     use crate::simulate::policies::JobStatus;
-    use tidemill_sched::{DataSite, JobClass, JobSpec, OnInfeasible, ThroughputTables};
+    use crate::simulate::testkit::{self, cloud_node};
+    use tidemill_sched::{JobSpec, ThroughputTables};
 
     fn job(id: u64, deadline_s: i64, batch: u32, max_workers: u32, iterations: f64) -> TraceJob {
+        let base = testkit::job("m");
         TraceJob {
             name: id.to_string(),
-            requested_gpus: 1,
             spec: JobSpec {
                 id,
-                class: JobClass::Slo,
-                submitted_ms: 0,
                 deadline_ms: deadline_s * 1000,
                 iterations,
                 global_batch: batch,
-                model: "m".into(),
-                model_bytes: 1,
-                dataset_bytes: 1,
-                dataset_site: DataSite::Cloud,
-                min_workers: 1,
                 max_workers,
-                memory_per_worker_bytes: 0,
-                checkpoint_bytes: 1,
-                on_infeasible: OnInfeasible::Reject,
+                ..base.spec
             },
+            ..base
         }
     }
 
@@ -157,32 +144,17 @@ mod tests {
                 "global_batch_size,1,2,4,8\n64,1.0,1.9,nan,3.0\n128,1.0,2.0,4.0,8.0\n",
             )
             .unwrap();
-        let node = |i: u32| SimNode {
-            id: format!("c{i}"),
-            class: "A".into(),
-            devices: 4,
-            price_per_gpu_hour: Some(3.0),
-            edge: None,
-            site: None,
-        };
-        World {
-            jobs: vec![
+        testkit::world(
+            vec![
                 job(0, 30, 128, 2, 600.0),
                 job(1, 10_000, 64, 8, 100_000.0),
                 job(2, 20_000, 128, 8, 100_000.0),
             ],
-            model: CostModel {
-                nodes: vec![node(0), node(1)],
-                tables,
-                links: tidemill_sched::LinkTable::default(),
-                gamma: 2.0,
-                restart_s: 30.0,
-            },
-            edges: EdgeWorld::new(&[], &[], 0, 3_600_000, 0, 0),
-            slot_ms: 60_000,
-            window: (0, 20_000_000),
-            end_ms: 20_000_000,
-        }
+            vec![cloud_node("c0", "A", 4), cloud_node("c1", "A", 4)],
+            tables,
+            EdgeWorld::new(&[], &[], 0, 3_600_000, 0, 0),
+            20_000_000,
+        )
     }
 
     #[test]

@@ -28,8 +28,10 @@
 use std::collections::BTreeSet;
 
 use super::cloud_pool::{cloud_class, cloud_rate};
-use super::elasticflow::{allocate, by_deadline, next_change};
-use super::{Decision, EdgeInterest, JobRun, Policy, View, forget_ended_and_abandon_late};
+use super::elasticflow::{allocate, next_change};
+use super::{
+    Decision, EdgeInterest, JobRun, Policy, View, by_deadline, forget_ended_and_abandon_late,
+};
 use crate::simulate::placement::Place;
 
 /// The EdgeFlow policy.

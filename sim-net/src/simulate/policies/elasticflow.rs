@@ -22,7 +22,9 @@ use std::collections::BTreeSet;
 
 use super::cloud_pool::{CloudPool, cloud_rate};
 use super::profile::{Fill, Profile};
-use super::{Decision, EdgeInterest, JobRun, Policy, View, forget_ended_and_abandon_late};
+use super::{
+    Decision, EdgeInterest, JobRun, Policy, View, by_deadline, forget_ended_and_abandon_late,
+};
 
 /// The ElasticFlow policy.
 #[derive(Debug, Default)]
@@ -37,16 +39,6 @@ pub(super) fn startup_guess(v: &View, job: &JobRun) -> f64 {
     } else {
         v.model.restart_s
     }
-}
-
-/// Jobs in deadline order (ties by submission, then id).
-pub(super) fn by_deadline(v: &View, jobs: impl IntoIterator<Item = usize>) -> Vec<usize> {
-    let mut order: Vec<usize> = jobs.into_iter().collect();
-    order.sort_by_key(|&j| {
-        let s = &v.jobs[j].spec;
-        (s.deadline_ms, s.submitted_ms, j)
-    });
-    order
 }
 
 /// Plans `jobs` (deadline order) at their minimum satisfactory shares on

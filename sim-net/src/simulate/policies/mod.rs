@@ -205,6 +205,18 @@ pub trait Policy: Send {
     }
 }
 
+/// Jobs in deadline order (ties by submission, then id). A best-effort job's
+/// deadline lies beyond every trace (the job readers give it `i64::MAX / 4`),
+/// so best-effort jobs come last, by submission.
+pub(super) fn by_deadline(v: &View, jobs: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    let mut order: Vec<usize> = jobs.into_iter().collect();
+    order.sort_by_key(|&j| {
+        let s = &v.jobs[j].spec;
+        (s.deadline_ms, s.submitted_ms, j)
+    });
+    order
+}
+
 /// For policies that track admitted jobs: forgets the ones no longer active,
 /// and abandons (gives up on) the active ones whose deadline has passed.
 pub(super) fn forget_ended_and_abandon_late(
