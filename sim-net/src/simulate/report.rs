@@ -8,7 +8,7 @@ use serde::Serialize;
 use tidemill_sched::ClassSources;
 
 use super::metrics::PolicyMetrics;
-use super::variants::EdgeEquivalent;
+use super::variants::{self, EdgeEquivalent};
 use super::{EDGE_AS_CLOUD, Setup};
 
 /// Everything printed.
@@ -32,6 +32,8 @@ pub struct Report {
     pub elapsed_s: f64,
     /// The edge's idle capacity in cloud GPUs (the `edge-as-cloud` row), with `--upper-bound`.
     pub edge_equivalent: Option<EdgeEquivalent>,
+    /// Deadline jobs one idle edge device could finish in time (no staging).
+    pub edge_feasible_jobs: Option<usize>,
     /// One entry per policy.
     pub policies: Vec<PolicyMetrics>,
 }
@@ -49,6 +51,7 @@ impl Report {
             device_classes: setup.world.model.tables.sources(),
             elapsed_s,
             edge_equivalent: setup.edge_equivalent,
+            edge_feasible_jobs: variants::edge_feasible_jobs(&setup.world),
             policies,
         }
     }
@@ -119,6 +122,13 @@ impl Report {
                 p.best_effort_jct_mean_s
                     .map_or("-".to_string(), |s| format!("{:.2}", s / 3600.0)),
                 p.elapsed_s
+            )?;
+        }
+        if let Some(n) = self.edge_feasible_jobs {
+            writeln!(
+                out,
+                "deadline jobs one idle edge device could finish in time (no staging): {n} of {}",
+                self.policies.first().map_or(0, |p| p.slo_jobs)
             )?;
         }
         if let Some(eq) = &self.edge_equivalent {

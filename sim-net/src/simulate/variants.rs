@@ -1,7 +1,7 @@
 //! The worlds a policy is measured against besides the one described: the
 //! same world with no edge box (for `edge_gain`), and the cloud grown by the
 //! edge's idle capacity in cloud-GPU equivalents (an upper bound on what the
-//! edge could add).
+//! edge could add); and how many jobs one edge device could finish in time.
 
 use serde::Serialize;
 
@@ -102,6 +102,39 @@ pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
     })
 }
 
+/// How many deadline jobs one edge device of the fastest edge class could
+/// finish by their deadline, idle from their submission on and with no
+/// staging: `iterations / it/s(class, model, batch, 1) ≤ deadline − submit`
+/// (seconds). A job that fails it cannot meet its deadline on one edge
+/// device whatever a policy does; `None` when the world has no edge box.
+pub fn edge_feasible_jobs(world: &World) -> Option<usize> {
+    let mut classes: Vec<&str> = Vec::new();
+    for n in world.model.nodes.iter().filter(|n| n.edge.is_some()) {
+        if !classes.contains(&n.class.as_str()) {
+            classes.push(&n.class);
+        }
+    }
+    if classes.is_empty() {
+        return None;
+    }
+    let feasible = world
+        .jobs
+        .iter()
+        .filter(|j| j.spec.class == tidemill_sched::JobClass::Slo)
+        .filter(|j| {
+            let s = &j.spec;
+            let have_s = (s.deadline_ms - s.submitted_ms) as f64 / 1000.0;
+            classes.iter().any(|c| {
+                world
+                    .model
+                    .iters_per_s(c, s, 1)
+                    .is_some_and(|r| r > 0.0 && s.iterations / r <= have_s)
+            })
+        })
+        .count();
+    Some(feasible)
+}
+
 /// The world without its edge, with one more cloud node of `gpus` GPUs of the
 /// first cloud node's class and price (one node: the bound assumes no network
 /// cost for the added capacity).
@@ -183,6 +216,19 @@ mod tests {
         assert!((eq.idle_device_hours - 18.0).abs() < 1e-9, "{eq:?}");
         assert!((eq.exact_gpus - 0.28125).abs() < 1e-9, "{eq:?}");
         assert_eq!(eq.gpus, 0);
+    }
+
+    #[test]
+    fn a_job_is_edge_feasible_when_one_device_finishes_it_in_time() {
+        let mut w = world();
+        // m1 runs at 2 it/s on one E device: 7200 iterations take 3600 s.
+        w.jobs[0].spec.iterations = 7200.0;
+        w.jobs[0].spec.deadline_ms = 3_600_000;
+        // m2 also runs at 2 it/s: 7202 iterations need 3601 s of its 3600.
+        w.jobs[1].spec.iterations = 7202.0;
+        w.jobs[1].spec.deadline_ms = 3_600_000;
+        assert_eq!(edge_feasible_jobs(&w), Some(1));
+        assert_eq!(edge_feasible_jobs(&without_edge(&w)), None);
     }
 
     #[test]
