@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod coordinator;
+mod dispatch;
 pub mod ingest;
 pub mod job;
 pub mod rendezvous;

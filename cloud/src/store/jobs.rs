@@ -1,0 +1,462 @@
+//! Jobs and their tasks: submitting, listing and cancelling jobs, committing
+//! first-fit placements, and moving a job through its states as its tasks
+//! report.
+
+use rusqlite::{OptionalExtension, Row, Transaction, params};
+use tidemill_proto::{TaskEvent, TaskStatus};
+use tidemill_sched::{JobView, NodeView, Plan, Snapshot};
+
+use super::{Store, StoreError, event, json_column, ms_to_time, tidal};
+use crate::job::{JobRecord, JobSpec, JobState, PlanView};
+
+impl Store {
+    /// Stores a new job and returns its id.
+    pub fn submit(&mut self, spec: &JobSpec, now_ms: i64) -> Result<u64, StoreError> {
+        let err = self.sql_err();
+        let json = serde_json::to_string(spec).expect("job specs serialise");
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms)
+                 VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4)",
+                params![spec.name, json, spec.deadline.timestamp_millis(), now_ms],
+            )
+            .map_err(&err)?;
+            let id = tx.last_insert_rowid();
+            event(tx, now_ms, None, Some(id), "job-submitted", &spec.name).map_err(&err)?;
+            Ok(id as u64)
+        })
+    }
+
+    /// One job.
+    pub fn job(&self, id: u64) -> Result<Option<JobRecord>, StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .query_row(
+                &format!("{JOB_COLUMNS} WHERE id = ?1"),
+                [id as i64],
+                job_from_row,
+            )
+            .optional()
+            .map_err(err)
+    }
+
+    /// Every job, newest first.
+    pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{JOB_COLUMNS} ORDER BY id DESC"))
+            .map_err(&err)?;
+        let rows = stmt.query_map([], job_from_row).map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
+    /// Asks for a job to be cancelled. A job that has not reached a node is
+    /// cancelled at once; one that has is stopped by its edge. Returns `None` for
+    /// an unknown job.
+    pub fn request_cancel(
+        &mut self,
+        id: u64,
+        now_ms: i64,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let err = self.sql_err();
+        let found = self.write(|tx| {
+            let state: Option<String> = tx
+                .query_row("SELECT state FROM jobs WHERE id = ?1", [id as i64], |r| r.get(0))
+                .optional()
+                .map_err(&err)?;
+            let Some(state) = state.as_deref().and_then(JobState::parse) else { return Ok(false) };
+            if state.is_terminal() {
+                return Ok(true);
+            }
+            // Tasks the edge has not yet received can simply be withdrawn.
+            tx.execute(
+                "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
+                [id as i64],
+            )
+            .map_err(&err)?;
+            let on_edge: i64 = tx
+                .query_row("SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done'", [id as i64], |r| {
+                    r.get(0)
+                })
+                .map_err(&err)?;
+            if on_edge == 0 {
+                tx.execute(
+                    "UPDATE jobs SET state = 'cancelled', cancel_requested = 1, finished_ms = ?2,
+                            reason = 'cancelled by an operator before it started'
+                     WHERE id = ?1",
+                    params![id as i64, now_ms],
+                )
+                .map_err(&err)?;
+            } else {
+                tx.execute(
+                    "UPDATE jobs SET cancel_requested = 1, reason = 'cancel requested; stopping it on its node'
+                     WHERE id = ?1",
+                    [id as i64],
+                )
+                .map_err(&err)?;
+            }
+            event(tx, now_ms, None, Some(id as i64), "job-cancel-requested", "by operator").map_err(&err)?;
+            Ok(true)
+        })?;
+        if found { self.job(id) } else { Ok(None) }
+    }
+
+    /// The view a first-fit round decides on; with `unplanned_only`, only jobs
+    /// without a `[work]` section queue (the tidal scheduler plans the rest).
+    pub fn snapshot(&self, now_ms: i64, unplanned_only: bool) -> Result<Snapshot, StoreError> {
+        let err = self.sql_err();
+        let nodes = self
+            .conn
+            .prepare(
+                "SELECT n.id, n.online, n.cpu_util,
+                        (SELECT COUNT(*) FROM tasks t WHERE t.node_id = n.id AND t.state != 'done')
+                 FROM nodes n",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok(NodeView {
+                        id: r.get(0)?,
+                        online: r.get(1)?,
+                        cpu_util: r.get(2)?,
+                        running_tasks: r.get(3)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&err)?;
+        let queued = self
+            .conn
+            .prepare(
+                "SELECT id, submitted_ms, deadline_ms FROM jobs j
+                 WHERE state = 'queued' AND cancel_requested = 0
+                   AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done')
+                   AND (?1 = 0 OR json_extract(spec, '$.work') IS NULL)
+                 ORDER BY submitted_ms, id",
+            )
+            .and_then(|mut s| {
+                s.query_map([unplanned_only], |r| {
+                    Ok(JobView { id: r.get::<_, i64>(0)? as u64, submitted_ms: r.get(1)?, deadline_ms: r.get(2)? })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(&err)?;
+        Ok(Snapshot {
+            now_ms,
+            nodes,
+            queued,
+        })
+    }
+
+    /// Commits a plan, re-checking each placement against the current state: the
+    /// job must still be queued without a task and the node still online.
+    /// Returns how many placements were committed.
+    pub fn apply_plan(&mut self, plan: &Plan, now_ms: i64) -> Result<usize, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let mut committed = 0;
+            for p in &plan.placements {
+                let ok: bool = tx
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = ?1 AND j.state = 'queued' AND j.cancel_requested = 0
+                             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'))
+                           AND EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND online = 1)",
+                        params![p.job_id as i64, p.node_id],
+                        |r| r.get(0),
+                    )
+                    .map_err(&err)?;
+                if !ok {
+                    continue;
+                }
+                tx.execute(
+                    "INSERT INTO tasks (job_id, node_id, state, created_ms) VALUES (?1, ?2, 'assigned', ?3)",
+                    params![p.job_id as i64, p.node_id, now_ms],
+                )
+                .map_err(&err)?;
+                let reason = format!("placed on {} by first-fit; waiting for it to start", p.node_id);
+                tx.execute(
+                    "UPDATE jobs SET node = ?2, reason = ?3 WHERE id = ?1",
+                    params![p.job_id as i64, p.node_id, reason],
+                )
+                .map_err(&err)?;
+                event(tx, now_ms, Some(&p.node_id), Some(p.job_id as i64), "job-placed", &reason).map_err(&err)?;
+                committed += 1;
+            }
+            for w in &plan.waiting {
+                tx.execute(
+                    "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS NOT ?2",
+                    params![w.job_id as i64, w.reason],
+                )
+                .map_err(&err)?;
+            }
+            Ok(committed)
+        })
+    }
+}
+
+const JOB_COLUMNS: &str =
+    "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
+    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan FROM jobs";
+
+fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
+    let spec: JobSpec = json_column(r, 2)?;
+    let state_text: String = r.get(3)?;
+    let state = JobState::parse(&state_text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            3,
+            rusqlite::types::Type::Text,
+            format!("unknown state {state_text}").into(),
+        )
+    })?;
+    let tail: Vec<String> = json_column(r, 6)?;
+    Ok(JobRecord {
+        id: r.get::<_, i64>(0)? as u64,
+        name: r.get(1)?,
+        state,
+        node: r.get(4)?,
+        exit_code: r.get(5)?,
+        output_tail: tail,
+        reason: r.get(7)?,
+        command: spec.command,
+        env: spec.env,
+        deadline: spec.deadline,
+        submitted_at: ms_to_time(r.get(9)?),
+        started_at: r.get::<_, Option<i64>>(10)?.map(ms_to_time),
+        finished_at: r.get::<_, Option<i64>>(11)?.map(ms_to_time),
+        cancel_requested: r.get(8)?,
+        class: spec.class,
+        work: spec.work,
+        done_iters: r.get(12)?,
+        attained_s: r.get(13)?,
+        plan: json_column::<Option<PlanView>>(r, 14)?,
+    })
+}
+
+/// Applies a task's status to its task and job; returns the job's new state
+/// if it changed.
+pub(super) fn apply_task_status(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    s: &TaskStatus,
+    now_ms: i64,
+) -> rusqlite::Result<Option<(u64, JobState)>> {
+    let job = s.job_id as i64;
+    let known: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3)",
+        params![s.task_id as i64, job, node_id],
+        |r| r.get(0),
+    )?;
+    if !known {
+        event(
+            tx,
+            now_ms,
+            Some(node_id),
+            Some(job),
+            "unknown-task",
+            &format!("{:?}", s.event),
+        )?;
+        return Ok(None);
+    }
+    let tail = serde_json::to_string(&s.output_tail).expect("strings serialise");
+    let yielding: bool = tx.query_row(
+        "SELECT yield_requested FROM tasks WHERE id = ?1",
+        [s.task_id as i64],
+        |r| r.get(0),
+    )?;
+    let (how, ended) = match &s.event {
+        TaskEvent::Started { pid } => {
+            tx.execute(
+                "UPDATE tasks SET state = 'running' WHERE id = ?1",
+                [s.task_id as i64],
+            )?;
+            let reason = format!("running on {node_id} (pid {pid})");
+            let changed = tx.execute(
+                "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
+                        progress_ms = COALESCE(progress_ms, ?2), reason = ?3
+                 WHERE id = ?1 AND state = 'queued'",
+                params![job, s.t_ms, reason],
+            )?;
+            event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
+            return Ok((changed > 0).then_some((s.job_id, JobState::Running)));
+        }
+        TaskEvent::Exited {
+            exit_code,
+            signal,
+            cancelled,
+        } => {
+            let how = match (exit_code, signal) {
+                (Some(c), _) => format!("exited with code {c}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, None) => "ended".to_string(),
+            };
+            let state = if *cancelled {
+                JobState::Cancelled
+            } else if *exit_code == Some(0) {
+                JobState::Succeeded
+            } else {
+                JobState::Failed
+            };
+            (how, (state, *exit_code))
+        }
+        TaskEvent::Failed { reason } => (reason.clone(), (JobState::Failed, None)),
+    };
+    tx.execute(
+        "UPDATE tasks SET state = 'done' WHERE id = ?1",
+        [s.task_id as i64],
+    )?;
+    // Tasks being stopped (moved, or lost with an offline node) no longer
+    // count towards the job's outcome.
+    let others_open: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
+        [job],
+        |r| r.get(0),
+    )?;
+    let (state, exit_code) = ended;
+    let live = "WHERE id = ?1 AND state IN ('queued', 'running')";
+    let (new_state, reason) = if yielding {
+        if others_open > 0 {
+            (
+                None,
+                format!("stopped on {node_id} to follow the plan ({how})"),
+            )
+        } else {
+            tidal::settle_progress(tx, job, s.t_ms)?;
+            let reason = format!(
+                "checkpointed and stopped on {node_id} to follow the plan ({how}); waiting to resume"
+            );
+            (Some(JobState::Queued), reason)
+        }
+    } else if state == JobState::Succeeded && others_open > 0 {
+        (
+            None,
+            format!("rank on {node_id} {how}; waiting for the other ranks"),
+        )
+    } else {
+        if state == JobState::Failed {
+            // One rank failing fails the job: stop the others.
+            tidal::stop_tasks(tx, job)?;
+        }
+        let reason = match state {
+            JobState::Cancelled => format!("cancelled by an operator; {how}"),
+            _ if others_open > 0 => format!("{how} on {node_id}; stopping the other ranks"),
+            _ => how,
+        };
+        (Some(state), reason)
+    };
+    let changed = match new_state {
+        None => 0,
+        Some(JobState::Queued) => tx.execute(
+            &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
+            params![job, reason],
+        )?,
+        Some(state) => tx.execute(
+            &format!(
+                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6 {live}"
+            ),
+            params![job, state.as_str(), exit_code, tail, reason, s.t_ms],
+        )?,
+    };
+    event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
+    Ok(new_state.filter(|_| changed > 0).map(|st| (s.job_id, st)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Owed;
+    use crate::store::testkit::{hello, samples, spec, task};
+    use tidemill_sched::{FirstFit, first_fit};
+
+    #[test]
+    fn a_job_runs_through_its_life() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+        let id = store.submit(&spec(), 2).unwrap();
+        let policy = FirstFit {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 1,
+        };
+        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+        assert_eq!(store.apply_plan(&plan, 3).unwrap(), 1);
+        assert_eq!(
+            store.apply_plan(&plan, 3).unwrap(),
+            0,
+            "re-check refuses a second placement"
+        );
+        let owed = store.owed("n1", 29500).unwrap();
+        let [Owed::Assign(a)] = &owed[..] else {
+            panic!("{owed:?}")
+        };
+        store.acknowledged(&owed[0]).unwrap();
+        assert!(store.owed("n1", 29500).unwrap().is_empty());
+        store
+            .apply_report(
+                "n1",
+                &task(2, a.task_id, id, TaskEvent::Started { pid: 7 }),
+                4,
+            )
+            .unwrap();
+        assert_eq!(store.job(id).unwrap().unwrap().state, JobState::Running);
+        let exit = TaskEvent::Exited {
+            exit_code: Some(3),
+            signal: None,
+            cancelled: false,
+        };
+        let applied = store
+            .apply_report("n1", &task(3, a.task_id, id, exit), 5)
+            .unwrap();
+        assert_eq!(applied.jobs, vec![(id, JobState::Failed)]);
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(
+            (job.state, job.exit_code, job.node.as_deref()),
+            (JobState::Failed, Some(3), Some("n1"))
+        );
+        assert_eq!(job.output_tail, vec!["hi".to_string()]);
+        assert_eq!(job.reason.as_deref(), Some("exited with code 3"));
+    }
+
+    #[test]
+    fn cancel_withdraws_undelivered_work_and_stops_delivered_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+        let queued = store.submit(&spec(), 2).unwrap();
+        assert_eq!(
+            store.request_cancel(queued, 3).unwrap().unwrap().state,
+            JobState::Cancelled
+        );
+        assert!(store.request_cancel(999, 3).unwrap().is_none());
+
+        let id = store.submit(&spec(), 4).unwrap();
+        let policy = FirstFit {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 1,
+        };
+        store
+            .apply_plan(&first_fit(&store.snapshot(5, false).unwrap(), &policy), 5)
+            .unwrap();
+        let assign = store.owed("n1", 29500).unwrap().remove(0);
+        store.acknowledged(&assign).unwrap();
+        let job = store.request_cancel(id, 6).unwrap().unwrap();
+        assert_eq!((job.state, job.cancel_requested), (JobState::Queued, true));
+        let Owed::Assign(a) = assign else {
+            unreachable!()
+        };
+        assert_eq!(
+            store.owed("n1", 29500).unwrap(),
+            vec![Owed::Cancel(a.task_id)]
+        );
+        let exit = TaskEvent::Exited {
+            exit_code: None,
+            signal: Some(15),
+            cancelled: true,
+        };
+        store
+            .apply_report("n1", &task(2, a.task_id, id, exit), 7)
+            .unwrap();
+        assert_eq!(store.job(id).unwrap().unwrap().state, JobState::Cancelled);
+    }
+}

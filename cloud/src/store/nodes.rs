@@ -1,0 +1,350 @@
+//! Nodes: registering them, marking silent ones offline, and the views of
+//! nodes, their forecasts and their links that the API and the scheduler read.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use tidemill_proto::{Accelerator, CLOUD_PEER, Capabilities, Hello, NodeForecast};
+
+use super::{Store, StoreError, event, ms_to_time, tidal};
+
+/// A node as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The node id.
+    pub id: String,
+    /// Connected, or disconnected for less than the grace period.
+    pub online: bool,
+    /// Logical CPU cores.
+    pub cpu_cores: u32,
+    /// Memory in bytes.
+    pub mem_bytes: u64,
+    /// Accelerators.
+    pub accelerators: Vec<Accelerator>,
+    /// Operating system.
+    pub os: String,
+    /// CPU architecture.
+    pub arch: String,
+    /// tidemill-edge version.
+    pub daemon_version: String,
+    /// The highest report sequence number stored.
+    pub last_seq: u64,
+    /// Latest CPU utilisation, percent.
+    pub cpu_util: Option<f32>,
+    /// Latest memory utilisation, percent.
+    pub mem_util: Option<f32>,
+    /// Latest accelerator utilisation, percent; absent when unknown.
+    pub gpu_util: Option<f32>,
+    /// When the latest sample was taken.
+    pub last_sample_at: Option<DateTime<Utc>>,
+    /// When the node was last heard from.
+    pub last_seen_at: DateTime<Utc>,
+    /// When the node first registered.
+    pub registered_at: DateTime<Utc>,
+    /// A summary of the node's latest forecast, if it has sent one.
+    pub forecast: Option<ForecastView>,
+}
+
+/// A measured link, as `links` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkRecord {
+    /// The measuring node.
+    pub from: String,
+    /// The other end: a node id, or `cloud` for the coordinator.
+    pub to: String,
+    /// Which class of link it is, for the cost model's defaults.
+    pub class: LinkClass,
+    /// When it was last measured.
+    pub measured_at: DateTime<Utc>,
+    /// Round-trip time, ms.
+    pub rtt_ms: f64,
+    /// Probe throughput, bytes per second.
+    pub bandwidth_bps: f64,
+    /// Share of packets lost (0-1).
+    pub loss: f64,
+}
+
+/// The classes of probed link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkClass {
+    /// Between two edge nodes.
+    EdgeEdge,
+    /// Between an edge node and the cloud.
+    CloudEdge,
+}
+
+impl LinkClass {
+    /// The class of an edge's link to `peer`: to `cloud` it is cloud-edge,
+    /// to another edge edge-edge.
+    pub fn of_peer(peer: &str) -> Self {
+        if peer == CLOUD_PEER {
+            LinkClass::CloudEdge
+        } else {
+            LinkClass::EdgeEdge
+        }
+    }
+
+    /// The name shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkClass::EdgeEdge => "edge-edge",
+            LinkClass::CloudEdge => "cloud-edge",
+        }
+    }
+}
+
+/// What `nodes` shows of a node's latest forecast.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastView {
+    /// When the edge made it.
+    pub issued_at: DateTime<Utc>,
+    /// The next idle window, if one is forecast within the horizon.
+    pub next_idle: Option<IdleWindowView>,
+    /// Hours forecast idle in the next 24 h.
+    pub idle_hours_next_24h: f64,
+    /// Whether the node's CPU shows a daily cycle: present, absent or unknown.
+    pub daily_cycle: Option<tidemill_forecast::DailyCycle>,
+}
+
+/// An idle window in wall-clock terms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleWindowView {
+    /// When it opens.
+    pub start: DateTime<Utc>,
+    /// When it closes.
+    pub end: DateTime<Utc>,
+    /// The probability that the node stays idle throughout (0-1).
+    pub confidence: f64,
+}
+
+impl From<&NodeForecast> for ForecastView {
+    fn from(f: &NodeForecast) -> Self {
+        let summary = f.summary();
+        ForecastView {
+            issued_at: ms_to_time(f.issued_ms),
+            next_idle: summary.next_idle.map(|w| IdleWindowView {
+                start: ms_to_time(w.start_ms),
+                end: ms_to_time(w.end_ms),
+                confidence: w.confidence,
+            }),
+            idle_hours_next_24h: summary.idle_hours_next_24h,
+            daily_cycle: summary.daily_cycle,
+        }
+    }
+}
+
+impl Store {
+    /// Records a node's hello and returns the highest sequence number stored
+    /// for it, from which the edge resends.
+    pub fn register(&mut self, hello: &Hello, now_ms: i64) -> Result<u64, StoreError> {
+        let err = self.sql_err();
+        let caps = serde_json::to_string(&hello.capabilities).expect("capabilities serialise");
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO nodes (id, capabilities, online, registered_ms, last_seen_ms)
+                 VALUES (?1, ?2, 1, ?3, ?3)
+                 ON CONFLICT (id) DO UPDATE SET capabilities = ?2, online = 1, last_seen_ms = ?3",
+                params![hello.node_id, caps, now_ms],
+            )
+            .map_err(&err)?;
+            event(
+                tx,
+                now_ms,
+                Some(&hello.node_id),
+                None,
+                "node-connected",
+                "registered",
+            )
+            .map_err(&err)?;
+            let seq: i64 = tx
+                .query_row(
+                    "SELECT last_seq FROM nodes WHERE id = ?1",
+                    [&hello.node_id],
+                    |r| r.get(0),
+                )
+                .map_err(&err)?;
+            Ok(seq as u64)
+        })
+    }
+
+    /// Notes when a node was last heard from, for the offline grace period.
+    pub fn touch(&mut self, node_id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .execute(
+                "UPDATE nodes SET last_seen_ms = ?2 WHERE id = ?1",
+                params![node_id, now_ms],
+            )
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// Marks offline every node that is not connected and has not been heard
+    /// from since `cutoff_ms`; returns their ids.
+    pub fn expire(
+        &mut self,
+        connected: &HashSet<String>,
+        cutoff_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let stale: Vec<String> = tx
+                .prepare("SELECT id FROM nodes WHERE online = 1 AND last_seen_ms < ?1")
+                .and_then(|mut s| s.query_map([cutoff_ms], |r| r.get(0))?.collect())
+                .map_err(&err)?;
+            let gone: Vec<String> = stale
+                .into_iter()
+                .filter(|id| !connected.contains(id))
+                .collect();
+            for id in &gone {
+                tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [id])
+                    .map_err(&err)?;
+                tidal::lose_node(tx, id, now_ms).map_err(&err)?;
+                event(
+                    tx,
+                    now_ms,
+                    Some(id),
+                    None,
+                    "node-offline",
+                    "disconnected past the grace period",
+                )
+                .map_err(&err)?;
+            }
+            Ok(gone)
+        })
+    }
+
+    /// Every node, by id.
+    pub fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
+                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast
+                 FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
+            )
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| {
+                let caps: Capabilities =
+                    serde_json::from_str(&r.get::<_, String>(2)?).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            2,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })?;
+                Ok(NodeRecord {
+                    id: r.get(0)?,
+                    online: r.get(1)?,
+                    cpu_cores: caps.cpu_cores,
+                    mem_bytes: caps.mem_bytes,
+                    accelerators: caps.accelerators,
+                    os: caps.os,
+                    arch: caps.arch,
+                    daemon_version: caps.daemon_version,
+                    last_seq: r.get::<_, i64>(3)? as u64,
+                    cpu_util: r.get(4)?,
+                    mem_util: r.get(5)?,
+                    gpu_util: r.get(6)?,
+                    last_sample_at: r.get::<_, Option<i64>>(7)?.map(ms_to_time),
+                    last_seen_at: ms_to_time(r.get(8)?),
+                    registered_at: ms_to_time(r.get(9)?),
+                    forecast: r
+                        .get::<_, Option<String>>(10)?
+                        .and_then(|json| serde_json::from_str::<NodeForecast>(&json).ok())
+                        .as_ref()
+                        .map(ForecastView::from),
+                })
+            })
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
+    /// The node's latest forecast; `Ok(None)` if it has sent none.
+    pub fn forecast(&self, node_id: &str) -> Result<Option<NodeForecast>, StoreError> {
+        let err = self.sql_err();
+        let json: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT forecast FROM forecasts WHERE node_id = ?1",
+                [node_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&err)?;
+        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+    }
+
+    /// The latest measurement of every link, by its two ends.
+    pub fn links(&self) -> Result<Vec<LinkRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss FROM links ORDER BY from_node, to_node")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| {
+                let from: String = r.get(0)?;
+                let to: String = r.get(1)?;
+                Ok(LinkRecord {
+                    class: LinkClass::of_peer(&to),
+                    from,
+                    to,
+                    measured_at: ms_to_time(r.get(2)?),
+                    rtt_ms: r.get(3)?,
+                    bandwidth_bps: r.get(4)?,
+                    loss: r.get(5)?,
+                })
+            })
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
+    /// Whether a node of this id has ever registered.
+    pub fn node_known(&self, node_id: &str) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM nodes WHERE id = ?1)",
+                [node_id],
+                |r| r.get(0),
+            )
+            .map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testkit::hello;
+
+    #[test]
+    fn expire_marks_only_disconnected_stale_nodes_offline() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("a"), 0).unwrap();
+        store.register(&hello("b"), 0).unwrap();
+        store.register(&hello("c"), 100).unwrap();
+        let connected: HashSet<String> = ["b".to_string()].into();
+        assert_eq!(
+            store.expire(&connected, 50, 200).unwrap(),
+            vec!["a".to_string()]
+        );
+        let online: Vec<bool> = store.nodes().unwrap().iter().map(|n| n.online).collect();
+        assert_eq!(online, vec![false, true, true]);
+        let counts = store.counts().unwrap();
+        assert_eq!((counts.nodes_online, counts.nodes_offline), (2, 1));
+        assert!(store.node_known("a").unwrap() && !store.node_known("zz").unwrap());
+        store.register(&hello("a"), 300).unwrap();
+        assert!(
+            store.nodes().unwrap()[0].online,
+            "online again as soon as it reconnects"
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The outbox: the commands each edge is owed (task assignments and cancels),
+//! kept until the edge acknowledges them.
+
+use tidemill_proto::Assignment;
+
+use super::{Store, StoreError};
+use crate::job::JobSpec;
+use crate::rendezvous;
+
+/// A command owed to a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Owed {
+    /// Start this task.
+    Assign(Assignment),
+    /// Stop this task.
+    Cancel(u64),
+}
+
+impl Store {
+    /// Commands that `node_id` has not yet acknowledged: assignments of its
+    /// tasks, and cancels of its running tasks.
+    /// Assignments carry the rendezvous of their job, with rank 0 listening on
+    /// `master_port`.
+    pub fn owed(&self, node_id: &str, master_port: u16) -> Result<Vec<Owed>, StoreError> {
+        let err = self.sql_err();
+        let mut out = Vec::new();
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT t.id, t.job_id, j.spec, t.rank, t.world, t.workers, t.master_addr
+                 FROM tasks t JOIN jobs j ON j.id = t.job_id
+                 WHERE t.node_id = ?1 AND t.state = 'assigned' AND t.dispatched = 0
+                   AND j.cancel_requested = 0 AND t.yield_requested = 0
+                 ORDER BY t.id",
+            )
+            .map_err(&err)?;
+        let assigns = stmt
+            .query_map([node_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    (
+                        r.get::<_, u32>(3)?,
+                        r.get::<_, u32>(4)?,
+                        r.get::<_, u32>(5)?,
+                    ),
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .map_err(&err)?;
+        for row in assigns {
+            let (task_id, job_id, spec, (rank, world, workers), master_addr) = row.map_err(&err)?;
+            let spec: JobSpec =
+                serde_json::from_str(&spec).expect("stored specs were serialised by this build");
+            let mut env = spec.env;
+            rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
+            out.push(Owed::Assign(Assignment {
+                task_id: task_id as u64,
+                job_id: job_id as u64,
+                command: spec.command,
+                env,
+            }));
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
+                 WHERE t.node_id = ?1 AND t.state != 'done' AND t.dispatched = 1
+                   AND (j.cancel_requested = 1 OR t.yield_requested = 1) AND t.cancel_sent = 0",
+            )
+            .map_err(&err)?;
+        let cancels = stmt
+            .query_map([node_id], |r| r.get::<_, i64>(0))
+            .map_err(&err)?;
+        for id in cancels {
+            out.push(Owed::Cancel(id.map_err(&err)? as u64));
+        }
+        Ok(out)
+    }
+
+    /// Records that the node acknowledged a command.
+    pub fn acknowledged(&mut self, owed: &Owed) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        let (sql, id) = match owed {
+            Owed::Assign(a) => ("UPDATE tasks SET dispatched = 1 WHERE id = ?1", a.task_id),
+            Owed::Cancel(id) => ("UPDATE tasks SET cancel_sent = 1 WHERE id = ?1", *id),
+        };
+        self.conn.execute(sql, [id as i64]).map_err(err)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,275 @@
+//! Ingesting edge reports into the ledger: samples, task statuses, forecasts
+//! and link measurements, and pruning the history they leave.
+//!
+//! Each report is applied in one transaction together with the node's new
+//! `last_seq`, and acknowledged only after it commits; a duplicate (seq not above
+//! `last_seq`) is acknowledged without effect. A crash at any point therefore
+//! neither loses an acknowledged report nor applies one twice.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use tidemill_proto::{Report, ReportBody};
+
+use super::jobs::apply_task_status;
+use super::{Store, StoreError, event};
+use crate::job::JobState;
+
+/// What applying reports did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The sequence number to acknowledge: every report up to it is stored.
+    pub ack: u64,
+    /// The reports newly stored, by sequence number and kind.
+    pub stored: Vec<(u64, ReportKind)>,
+    /// How many were duplicates and changed nothing.
+    pub duplicates: usize,
+    /// Jobs whose state the reports changed, with their new states.
+    pub jobs: Vec<(u64, JobState)>,
+}
+
+/// What a report carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportKind {
+    /// Utilisation samples.
+    Samples,
+    /// A task status.
+    Task,
+    /// A forecast.
+    Forecast,
+    /// Link measurements.
+    Links,
+}
+
+impl ReportKind {
+    /// The name stored in the ledger and logged.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::Samples => "samples",
+            ReportKind::Task => "task",
+            ReportKind::Forecast => "forecast",
+            ReportKind::Links => "links",
+        }
+    }
+}
+
+impl Store {
+    /// Applies a batch of reports, in order and idempotently, in one
+    /// transaction; see the module docs.
+    pub fn apply_reports(
+        &mut self,
+        node_id: &str,
+        reports: &[Report],
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let last: Option<i64> = tx
+                .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(&err)?;
+            let mut last = last.ok_or_else(|| StoreError::UnknownNode(node_id.to_string()))? as u64;
+            let mut applied = Applied {
+                ack: last,
+                stored: Vec::new(),
+                duplicates: 0,
+                jobs: Vec::new(),
+            };
+            for report in reports {
+                if report.seq <= last {
+                    applied.duplicates += 1;
+                    continue;
+                }
+                if report.seq != last + 1 {
+                    let detail = format!("sequence jumped from {last} to {}", report.seq);
+                    tracing::warn!(node_id, %detail, "report sequence gap");
+                    event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail)
+                        .map_err(&err)?;
+                }
+                let (kind, job) = apply_body(tx, node_id, report, now_ms).map_err(&err)?;
+                tx.execute(
+                    "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
+                    params![node_id, report.seq as i64, kind.as_str(), now_ms],
+                )
+                .map_err(&err)?;
+                applied.stored.push((report.seq, kind));
+                applied.jobs.extend(job);
+                last = report.seq;
+            }
+            tx.execute(
+                "UPDATE nodes SET last_seq = ?2, last_seen_ms = ?3 WHERE id = ?1",
+                params![node_id, last as i64, now_ms],
+            )
+            .map_err(&err)?;
+            applied.ack = last;
+            Ok(applied)
+        })
+    }
+
+    /// Forgets samples, ledger entries and events older than `before_ms`, so
+    /// the database stays bounded; returns how many rows went.
+    pub fn prune(&mut self, before_ms: i64) -> Result<usize, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let mut gone = tx
+                .execute("DELETE FROM samples WHERE t_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            gone += tx
+                .execute("DELETE FROM reports WHERE received_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            gone += tx
+                .execute("DELETE FROM events WHERE t_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            Ok(gone)
+        })
+    }
+
+    /// The sequence numbers in the report ledger of `node_id`, ascending.
+    pub fn report_seqs(&self, node_id: &str) -> Result<Vec<u64>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq FROM reports WHERE node_id = ?1 ORDER BY seq")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([node_id], |r| r.get::<_, i64>(0))
+            .map_err(&err)?;
+        rows.map(|r| r.map(|s| s as u64).map_err(&err)).collect()
+    }
+}
+
+/// Applies one report's body; returns its kind and any job state change.
+fn apply_body(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    report: &Report,
+    now_ms: i64,
+) -> rusqlite::Result<(ReportKind, Option<(u64, JobState)>)> {
+    match &report.body {
+        ReportBody::Samples(samples) => {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO samples (node_id, seq, idx, t_ms, cpu, mem, gpu, net_rx, net_tx)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for (idx, s) in samples.iter().enumerate() {
+                insert.execute(params![
+                    node_id,
+                    report.seq as i64,
+                    idx as i64,
+                    s.t_ms,
+                    s.cpu_pct,
+                    s.mem_pct,
+                    s.gpu_pct,
+                    s.net_rx_bytes as i64,
+                    s.net_tx_bytes as i64
+                ])?;
+            }
+            if let Some(s) = samples.last() {
+                tx.execute(
+                    "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5 WHERE id = ?1",
+                    params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms],
+                )?;
+            }
+            Ok((ReportKind::Samples, None))
+        }
+        ReportBody::Task(status) => Ok((
+            ReportKind::Task,
+            apply_task_status(tx, node_id, status, now_ms)?,
+        )),
+        ReportBody::Forecast(f) => {
+            let json = serde_json::to_string(f).expect("forecasts serialise");
+            tx.execute(
+                "INSERT INTO forecasts (node_id, issued_ms, forecast) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
+                 WHERE excluded.issued_ms >= forecasts.issued_ms",
+                params![node_id, f.issued_ms, json],
+            )?;
+            Ok((ReportKind::Forecast, None))
+        }
+        ReportBody::Links(links) => {
+            let mut upsert = tx.prepare_cached(
+                "INSERT INTO links (from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (from_node, to_node) DO UPDATE
+                 SET t_ms = ?3, rtt_ms = ?4, bandwidth_bps = ?5, loss = ?6 WHERE excluded.t_ms >= links.t_ms",
+            )?;
+            for l in links {
+                upsert.execute(params![
+                    node_id,
+                    l.peer,
+                    l.t_ms,
+                    l.rtt_ms,
+                    l.bandwidth_bps,
+                    l.loss
+                ])?;
+            }
+            Ok((ReportKind::Links, None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testkit::{hello, samples};
+
+    #[test]
+    fn reports_apply_once_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.register(&hello("n1"), 0).unwrap(), 0);
+        assert_eq!(
+            store.apply_report("n1", &samples(1, 20.0), 1).unwrap().ack,
+            1
+        );
+        let dup = store.apply_report("n1", &samples(1, 99.0), 2).unwrap();
+        assert_eq!(
+            dup,
+            Applied {
+                ack: 1,
+                stored: vec![],
+                duplicates: 1,
+                jobs: vec![]
+            }
+        );
+        // A batch that overlaps what is stored applies only the new reports, in order.
+        let batch = [samples(1, 99.0), samples(2, 30.0), samples(3, 40.0)];
+        let applied = store.apply_reports("n1", &batch[..2], 3).unwrap();
+        assert_eq!((applied.ack, applied.duplicates), (2, 1));
+        assert_eq!(applied.stored, vec![(2, ReportKind::Samples)]);
+        drop(store);
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.register(&hello("n1"), 4).unwrap(), 2);
+        assert_eq!(store.report_seqs("n1").unwrap(), vec![1, 2]);
+        assert_eq!(store.apply_reports("n1", &batch, 5).unwrap().ack, 3);
+        let node = &store.nodes().unwrap()[0];
+        assert_eq!(
+            (node.last_seq, node.cpu_util, node.cpu_cores),
+            (3, Some(40.0), 8)
+        );
+        assert!(matches!(
+            store.apply_report("ghost", &samples(1, 0.0), 5),
+            Err(StoreError::UnknownNode(_))
+        ));
+    }
+
+    #[test]
+    fn prune_keeps_only_recent_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        // samples(seq, _) is taken at seq seconds; reports are received at `now`.
+        store.apply_report("n1", &samples(1, 5.0), 1_000).unwrap();
+        store.apply_report("n1", &samples(2, 6.0), 2_000).unwrap();
+        store.apply_report("n1", &samples(3, 7.0), 3_000).unwrap();
+        // Two samples, two ledger entries and the registration event predate 2.5 s.
+        assert_eq!(store.prune(2_500).unwrap(), 5);
+        assert_eq!(store.report_seqs("n1").unwrap(), vec![3]);
+        let node = &store.nodes().unwrap()[0];
+        assert_eq!(
+            (node.last_seq, node.cpu_util),
+            (3, Some(7.0)),
+            "the node's state is kept"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The database schema: the migrations that create and evolve the
+//! coordinator's tables, applied in order when the store opens.
+
+/// The migrations, oldest first; a database records how many it has applied,
+/// so new ones are only ever appended.
+pub(super) const MIGRATIONS: &[&str] = &[
+    "
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        capabilities TEXT NOT NULL,
+        last_seq INTEGER NOT NULL DEFAULT 0,
+        online INTEGER NOT NULL DEFAULT 0,
+        registered_ms INTEGER NOT NULL,
+        last_seen_ms INTEGER NOT NULL,
+        cpu_util REAL,
+        mem_util REAL,
+        gpu_util REAL,
+        last_sample_ms INTEGER
+    );
+    CREATE TABLE reports (
+        node_id TEXT NOT NULL REFERENCES nodes(id),
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        received_ms INTEGER NOT NULL,
+        PRIMARY KEY (node_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE samples (
+        node_id TEXT NOT NULL REFERENCES nodes(id),
+        seq INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        t_ms INTEGER NOT NULL,
+        cpu REAL NOT NULL,
+        mem REAL NOT NULL,
+        gpu REAL,
+        net_rx INTEGER NOT NULL,
+        net_tx INTEGER NOT NULL,
+        PRIMARY KEY (node_id, seq, idx)
+    ) WITHOUT ROWID;
+    CREATE INDEX samples_by_time ON samples (node_id, t_ms);
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        node TEXT,
+        exit_code INTEGER,
+        output_tail TEXT NOT NULL DEFAULT '[]',
+        reason TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        deadline_ms INTEGER NOT NULL,
+        submitted_ms INTEGER NOT NULL,
+        started_ms INTEGER,
+        finished_ms INTEGER
+    );
+    CREATE INDEX jobs_by_state ON jobs (state);
+    CREATE TABLE tasks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        node_id TEXT NOT NULL REFERENCES nodes(id),
+        state TEXT NOT NULL,
+        dispatched INTEGER NOT NULL DEFAULT 0,
+        cancel_sent INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL
+    );
+    CREATE INDEX open_tasks ON tasks (state) WHERE state != 'done';
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        t_ms INTEGER NOT NULL,
+        node_id TEXT,
+        job_id INTEGER,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+",
+    "
+    CREATE TABLE forecasts (
+        node_id TEXT PRIMARY KEY REFERENCES nodes(id),
+        issued_ms INTEGER NOT NULL,
+        forecast TEXT NOT NULL
+    );
+",
+    "
+    CREATE TABLE links (
+        from_node TEXT NOT NULL REFERENCES nodes(id),
+        to_node TEXT NOT NULL,
+        t_ms INTEGER NOT NULL,
+        rtt_ms REAL NOT NULL,
+        bandwidth_bps REAL NOT NULL,
+        loss REAL NOT NULL,
+        PRIMARY KEY (from_node, to_node)
+    ) WITHOUT ROWID;
+",
+    "
+    ALTER TABLE jobs ADD COLUMN admission TEXT;
+    ALTER TABLE jobs ADD COLUMN reservation TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN plan TEXT;
+    ALTER TABLE jobs ADD COLUMN done_iters REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN attained_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN location TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN rate_ips REAL;
+    ALTER TABLE jobs ADD COLUMN steps_from_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN progress_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN rank INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN world INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE tasks ADD COLUMN workers INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE tasks ADD COLUMN master_addr TEXT NOT NULL DEFAULT '127.0.0.1';
+    ALTER TABLE tasks ADD COLUMN yield_requested INTEGER NOT NULL DEFAULT 0;
+",
+];
