@@ -9,7 +9,9 @@
 
 pub mod cost;
 mod decision;
+mod elasticflow;
 mod first_fit;
+mod provenance;
 mod schedule;
 pub mod sia;
 mod snapshot;
@@ -17,12 +19,13 @@ mod throughput;
 mod world;
 
 pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
+pub use elasticflow::Grid;
 pub use first_fit::{FirstFit, first_fit};
+pub use provenance::{ClassSources, TableSource};
 pub use schedule::{DONE_EPS_ITERS, schedule};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{
-    ClassSources, Grid, Lambda, ModelTable, TableData, TableSource, Throughput, ThroughputError,
-    ThroughputTables,
+    Lambda, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,
 };
 pub use world::{
     Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,

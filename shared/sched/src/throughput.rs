@@ -3,15 +3,17 @@
 //! counts, cells iterations/s) or Sia's per-placement profiles ([`crate::sia`]),
 //! classes defined as a per-model multiple of another, and documented
 //! fallbacks for what was not measured. Every table says where its numbers
-//! came from ([`TableSource`]), so a report can show it.
+//! came from ([`TableSource`]), so a report can show it. The ElasticFlow
+//! format is read in [`crate::elasticflow`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::elasticflow::Grid;
+use crate::provenance::{ClassSources, TableSource};
 use crate::sia::{self, SiaProfile};
 
 /// Why a throughput table could not be read or built.
@@ -83,108 +85,6 @@ pub enum ThroughputError {
     },
 }
 
-/// Where one model's numbers on one class came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum TableSource {
-    /// Measured: an ElasticFlow-format CSV.
-    ElasticFlow {
-        /// The file (or the name given for inline text).
-        file: String,
-    },
-    /// Measured: a Sia placement profile.
-    Sia {
-        /// The profile directory.
-        dir: String,
-        /// The cluster, e.g. `aws` for T4.
-        cluster: String,
-    },
-    /// Estimated: `ratio` × class `from`'s table ([`ThroughputTables::insert_scaled`]).
-    Lambda {
-        /// The class scaled.
-        from: String,
-        /// This class's speed as a share of `from`'s.
-        ratio: f64,
-        /// Where the ratio comes from.
-        source: String,
-    },
-    /// Estimated by [`ThroughputTables::fill_missing`]: `ratio` × class `from`'s table.
-    MedianRatio {
-        /// The class scaled.
-        from: String,
-        /// The median single-device samples/s ratio.
-        ratio: f64,
-        /// Models measured on both classes that the median is over.
-        models: usize,
-    },
-    /// Given directly, e.g. a job's own rate.
-    Given {
-        /// Who gave it.
-        by: String,
-    },
-}
-
-impl TableSource {
-    /// True when the numbers are an estimate rather than a measurement of this class.
-    pub fn is_estimate(&self) -> bool {
-        matches!(
-            self,
-            TableSource::Lambda { .. } | TableSource::MedianRatio { .. }
-        )
-    }
-
-    /// The heading this source is grouped under in a class summary, and this model's entry.
-    fn summary(&self, model: &str) -> (String, String) {
-        match self {
-            TableSource::ElasticFlow { file } => {
-                let dir = Path::new(file)
-                    .parent()
-                    .map_or(String::new(), |d| d.display().to_string());
-                (
-                    format!("measured, ElasticFlow-format dir {dir}"),
-                    model.to_string(),
-                )
-            }
-            TableSource::Sia { dir, cluster } => (
-                format!("measured, Sia profile {dir} cluster {cluster}"),
-                model.to_string(),
-            ),
-            TableSource::Lambda {
-                from,
-                ratio,
-                source,
-            } => (
-                format!("estimated, lambda × {from} per model"),
-                format!("{model} {ratio} ({source})"),
-            ),
-            TableSource::MedianRatio { .. } => (
-                format!("estimated, {}", self.estimate_text().unwrap_or_default()),
-                model.to_string(),
-            ),
-            TableSource::Given { by } => (format!("given by {by}"), model.to_string()),
-        }
-    }
-
-    /// Why the numbers are an estimate, if they are.
-    fn estimate_text(&self) -> Option<String> {
-        match self {
-            TableSource::Lambda {
-                from,
-                ratio,
-                source,
-            } => Some(format!("{from} table × {ratio} (source: {source})")),
-            TableSource::MedianRatio {
-                from,
-                ratio,
-                models,
-            } => Some(format!(
-                "{from} table × {ratio:.4}, the median single-device samples/s ratio to {from} over {models} model(s) measured in both"
-            )),
-            _ => None,
-        }
-    }
-}
-
 /// A per-model speed ratio to another class, with where it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -193,18 +93,6 @@ pub struct Lambda {
     pub ratio: f64,
     /// Where the ratio comes from (paper, benchmark, measurement).
     pub source: String,
-}
-
-/// ElasticFlow's grid: iterations/s per global batch and GPU count. Its cells
-/// already include the gradient sync over the measuring datacentre's fabric.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Grid {
-    /// Global batch sizes of the rows, ascending.
-    pub batches: Vec<u32>,
-    /// GPU counts of the columns, ascending.
-    pub gpus: Vec<u32>,
-    /// Iterations/s per row and column; `None` where not measured (empty, 0 or `nan` in the file).
-    pub iters_per_s: Vec<Vec<Option<f64>>>,
 }
 
 /// The numbers of a [`ModelTable`].
@@ -309,166 +197,6 @@ pub(crate) fn across_workers(
 pub struct ThroughputTables {
     /// Class (e.g. `A100`) → model name → table.
     pub classes: BTreeMap<String, BTreeMap<String, ModelTable>>,
-}
-
-/// Where one class's numbers came from, model by model; displays as one line
-/// that groups models by source.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub struct ClassSources(pub BTreeMap<String, TableSource>);
-
-impl fmt::Display for ClassSources {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for (model, source) in &self.0 {
-            let (heading, entry) = source.summary(model);
-            match groups.iter_mut().find(|g| g.0 == heading) {
-                Some(g) => g.1.push(entry),
-                None => groups.push((heading, vec![entry])),
-            }
-        }
-        let lines: Vec<String> = groups
-            .into_iter()
-            .map(|(h, entries)| format!("{h}: {}", entries.join(", ")))
-            .collect();
-        f.write_str(&lines.join("; "))
-    }
-}
-
-impl Grid {
-    /// Parses one ElasticFlow CSV; `file` names it in errors.
-    pub fn parse(file: &str, text: &str) -> Result<Grid, ThroughputError> {
-        let cell_err = |line, column, value: &str, what| ThroughputError::Cell {
-            file: file.to_string(),
-            line,
-            column,
-            value: value.to_string(),
-            what,
-        };
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty());
-        let (hline, header) = lines.next().ok_or_else(|| ThroughputError::Empty {
-            file: file.to_string(),
-        })?;
-        let mut gpus = Vec::new();
-        for (c, cell) in header.split(',').enumerate().skip(1) {
-            let g: u32 = cell.trim().parse().map_err(|_| {
-                cell_err(
-                    hline + 1,
-                    c + 1,
-                    cell,
-                    "GPU count is not a positive integer",
-                )
-            })?;
-            if g == 0 || gpus.last().is_some_and(|&p| p >= g) {
-                return Err(cell_err(
-                    hline + 1,
-                    c + 1,
-                    cell,
-                    "GPU counts must be positive and ascending",
-                ));
-            }
-            gpus.push(g);
-        }
-        if gpus.is_empty() {
-            return Err(cell_err(
-                hline + 1,
-                1,
-                header,
-                "header has no GPU-count columns",
-            ));
-        }
-        let mut rows: Vec<(u32, Vec<Option<f64>>)> = Vec::new();
-        for (i, line) in lines {
-            let cells: Vec<&str> = line.split(',').collect();
-            if cells.len() != gpus.len() + 1 {
-                return Err(cell_err(
-                    i + 1,
-                    cells.len().min(gpus.len() + 1),
-                    line,
-                    "row length differs from the header",
-                ));
-            }
-            let batch: u32 = cells[0]
-                .trim()
-                .parse()
-                .ok()
-                .filter(|&b| b > 0)
-                .ok_or_else(|| {
-                    cell_err(i + 1, 1, cells[0], "batch size is not a positive integer")
-                })?;
-            let mut vals = Vec::with_capacity(gpus.len());
-            for (c, cell) in cells.iter().enumerate().skip(1) {
-                if cell.trim().is_empty() {
-                    vals.push(None);
-                    continue;
-                }
-                let v: f64 = cell
-                    .trim()
-                    .parse()
-                    .map_err(|_| cell_err(i + 1, c + 1, cell, "throughput is not a number"))?;
-                if v < 0.0 {
-                    return Err(cell_err(i + 1, c + 1, cell, "throughput is negative"));
-                }
-                vals.push((v.is_finite() && v > 0.0).then_some(v));
-            }
-            if vals.iter().any(Option::is_some) {
-                rows.push((batch, vals));
-            }
-        }
-        if rows.is_empty() {
-            return Err(ThroughputError::Empty {
-                file: file.to_string(),
-            });
-        }
-        rows.sort_by_key(|r| r.0);
-        Ok(Grid {
-            batches: rows.iter().map(|r| r.0).collect(),
-            gpus,
-            iters_per_s: rows.into_iter().map(|r| r.1).collect(),
-        })
-    }
-
-    /// Iterations/s at global batch `batch` on `workers` devices.
-    ///
-    /// Fallbacks (each marks the answer estimated): a batch size without a row
-    /// uses the nearest row (by ratio) at constant samples/s,
-    /// `it/s(b) = it/s(b_row) × b_row / b`; worker counts between, above or
-    /// below the measured columns as in [`across_workers`].
-    fn lookup(&self, batch: u32, workers: u32) -> Option<Throughput> {
-        let exact = self.batches.partition_point(|&b| b < batch);
-        let row = if self.batches.get(exact) == Some(&batch) {
-            exact
-        } else {
-            (0..self.batches.len()).min_by(|&a, &b| {
-                let d = |i: usize| (f64::from(self.batches[i]) / f64::from(batch)).ln().abs();
-                d(a).total_cmp(&d(b))
-            })?
-        };
-        let mut below = None;
-        let mut above = None;
-        for (&g, v) in self.gpus.iter().zip(&self.iters_per_s[row]) {
-            let Some(v) = *v else { continue };
-            let rate = Rate {
-                iters_per_s: v,
-                sync_s: None,
-            };
-            if g <= workers {
-                below = Some((g, rate));
-            } else if above.is_none() {
-                above = Some((g, rate));
-            }
-        }
-        let t = across_workers(workers, below, above)?;
-        let row_batch = self.batches[row];
-        Some(Throughput {
-            iters_per_s: t.iters_per_s * f64::from(row_batch) / f64::from(batch),
-            estimated: t.estimated || row_batch != batch,
-            ..t
-        })
-    }
 }
 
 impl TableData {
@@ -934,22 +662,6 @@ mod tests {
         assert_eq!(json["bert"]["kind"], "lambda");
         assert_eq!(json["bert"]["from"], "A100");
         assert_eq!(json["bert"]["ratio"], 0.427);
-    }
-
-    #[test]
-    fn errors_name_file_line_and_column() {
-        let err = ModelTable::parse("x.csv", "global_batch_size,1,2\n64,1.0,fast\n").unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.starts_with("x.csv:2:3:") && msg.contains("not a number"),
-            "{msg}"
-        );
-        let err = ModelTable::parse("y.csv", "global_batch_size,1,1\n").unwrap_err();
-        assert!(err.to_string().starts_with("y.csv:1:3:"), "{err}");
-        let err = ModelTable::parse("z.csv", "global_batch_size,1\n64,0\n").unwrap_err();
-        assert!(matches!(err, ThroughputError::Empty { .. }), "{err}");
-        let err = ModelTable::parse("w.csv", "global_batch_size,1,2\n64,1.0\n").unwrap_err();
-        assert!(err.to_string().contains("row length"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,211 @@
+//! Cloud plans: every (cloud group, worker count) a job could use, a cloud
+//! tail that finishes the work by the deadline from a given slot, and a
+//! best-effort run on cloud capacity free now.
+
+use crate::cost::gpu_cost;
+
+use super::DONE_EPS_ITERS;
+use super::decide::describe;
+use super::grid::{Place, Round};
+use super::job::JobCtx;
+use super::plan::Candidate;
+use super::walk::Seg;
+
+/// One way to run a job on a cloud group.
+pub(super) struct CloudConfig {
+    /// Money, currency units.
+    pub(super) cost: f64,
+    /// Start-up plus work, seconds.
+    pub(super) secs: f64,
+    /// Index into the round's cloud groups.
+    pub(super) group: usize,
+    /// Workers.
+    pub(super) workers: u32,
+}
+
+impl<'a> Round<'a> {
+    /// The cloud tail that does `work` by `deadline_ms` starting soonest at or
+    /// after slot `x`, the cheapest among those starting then. Later starts are
+    /// tried only at slots where a cloud reservation ends, so a job that finds
+    /// the cloud booked now can take capacity that frees before its deadline.
+    pub(super) fn cloud_tail(
+        &self,
+        ctx: &JobCtx,
+        x: usize,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+        deadline_ms: i64,
+    ) -> Option<Vec<Seg>> {
+        let configs = self.cloud_configs(ctx, work, from, owed);
+        for start in x..self.n_slots {
+            let start_ms = self.slot_start(start);
+            if start_ms >= deadline_ms {
+                break;
+            }
+            if start > x && !self.cloud_frees[start] {
+                continue;
+            }
+            let fits = |c: &&CloudConfig| start_ms + (c.secs * 1000.0).ceil() as i64 <= deadline_ms;
+            if !configs.iter().any(|c| fits(&c)) {
+                break;
+            }
+            for c in configs.iter().filter(fits).take(4) {
+                if let Some(segs) = self.cloud_run(ctx, c, start, work, from, owed, deadline_ms) {
+                    return Some(segs);
+                }
+            }
+        }
+        None
+    }
+
+    /// Every (cloud group, worker count) for `work`, with its duration, cheapest first.
+    pub(super) fn cloud_configs(
+        &self,
+        ctx: &JobCtx,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+    ) -> Vec<CloudConfig> {
+        let spec = &ctx.job.spec;
+        let mut configs: Vec<CloudConfig> = Vec::new();
+        for (gi, g) in self.cloud_groups.iter().enumerate() {
+            let node0 = g.nodes[0];
+            if ctx.tables[g.class].is_none()
+                || self.world.nodes[node0].memory_per_device_bytes < spec.memory_per_worker_bytes
+            {
+                continue;
+            }
+            for w in Self::worker_options(spec.min_workers, spec.max_workers, g.devices) {
+                let k = w.div_ceil(g.devices) as usize;
+                if k > g.nodes.len() {
+                    continue;
+                }
+                let place = spread(&g.nodes[..k], w, g.devices);
+                let Some(step) = self.step(ctx, &place) else {
+                    continue;
+                };
+                let su = self.startup(ctx, &place, from, owed, false);
+                let secs = su + work * step.total_s;
+                configs.push(CloudConfig {
+                    cost: gpu_cost(g.price, w, secs),
+                    secs,
+                    group: gi,
+                    workers: w,
+                });
+            }
+        }
+        configs.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        configs
+    }
+
+    /// `c` from slot `x` on free nodes of its group, if it finishes by the deadline.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cloud_run(
+        &self,
+        ctx: &JobCtx,
+        c: &CloudConfig,
+        x: usize,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+        deadline_ms: i64,
+    ) -> Option<Vec<Seg>> {
+        let g = &self.cloud_groups[c.group];
+        let w = c.workers;
+        let k = w.div_ceil(g.devices) as usize;
+        let per = w.div_ceil(k as u32);
+        // Rough span to look for free nodes; checked exactly below.
+        let end_guess = self.slot_start(x) + (c.secs * 1000.0).ceil() as i64;
+        let last = self
+            .slot_of(end_guess - 1)
+            .min(self.n_slots.saturating_sub(1));
+        let mut chosen = Vec::with_capacity(k);
+        let open = g.nodes.iter().filter(|&&q| self.free_slot_count[q] > 0);
+        for &q in open.take(512) {
+            if (x..=last).all(|s| self.free[q * self.n_slots + s] >= per) {
+                chosen.push(q);
+                if chosen.len() == k {
+                    break;
+                }
+            }
+        }
+        if chosen.len() < k {
+            return None;
+        }
+        let place = spread(&chosen, w, g.devices);
+        let run = self.walk(ctx, &place, from, owed, x, last + 1, work, false)?;
+        (run.segs.len() == 1 && run.finished.is_some_and(|f| f <= deadline_ms)).then_some(run.segs)
+    }
+
+    /// A best-effort run on cloud capacity free now: the cheapest configuration
+    /// that would still finish by the job's deadline (any time for a job without
+    /// one), on nodes free in the first slot, for as long as they stay free.
+    pub(super) fn cloud_now(&self, ctx: &JobCtx, owed0: f64) -> Option<Candidate> {
+        let spec = &ctx.job.spec;
+        let configs = self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed0);
+        for c in &configs {
+            if self.now_ms.saturating_add((c.secs * 1000.0).ceil() as i64) > spec.deadline_ms {
+                continue;
+            }
+            let g = &self.cloud_groups[c.group];
+            let k = c.workers.div_ceil(g.devices) as usize;
+            let per = c.workers.div_ceil(k as u32);
+            let chosen: Vec<usize> = g
+                .nodes
+                .iter()
+                .copied()
+                .filter(|&q| self.free[q * self.n_slots] >= per)
+                .take(k)
+                .collect();
+            if chosen.len() < k {
+                continue;
+            }
+            let place = spread(&chosen, c.workers, g.devices);
+            let run = self.walk(
+                ctx,
+                &place,
+                &ctx.location,
+                owed0,
+                0,
+                self.n_slots,
+                ctx.remaining,
+                false,
+            )?;
+            let Some(first) = run.segs.into_iter().next().filter(|s| s.first_slot == 0) else {
+                continue;
+            };
+            let finish_ms = (first.iters >= ctx.remaining - DONE_EPS_ITERS).then_some(first.end_ms);
+            let why = format!(
+                "no free edge capacity now; runs on cloud capacity no reservation holds, {} for {:.2}",
+                describe(self, &place),
+                first.cost
+            );
+            return Some(Candidate {
+                cost: first.cost,
+                finish_ms,
+                segs: vec![first],
+                why,
+            });
+        }
+        None
+    }
+}
+
+/// `w` workers over `nodes`, as evenly as the node size allows.
+pub(super) fn spread(nodes: &[usize], w: u32, devices: u32) -> Place {
+    let k = nodes.len() as u32;
+    let per = w.div_ceil(k).min(devices);
+    let mut left = w;
+    let mut p: Place = nodes
+        .iter()
+        .map(|&q| {
+            let take = per.min(left);
+            left -= take;
+            (q, take)
+        })
+        .filter(|p| p.1 > 0)
+        .collect();
+    p.sort_unstable();
+    p
+}

@@ -1,0 +1,130 @@
+//! Turning a chosen plan into a [`JobDecision`]: it is reserved on the grid,
+//! given an action against where the job runs now, and explained in words
+//! operators read.
+
+use crate::decision::{Action, Explanation, JobDecision, Segment, Shape, Verdict};
+use crate::world::Assignment;
+
+use super::DONE_EPS_ITERS;
+use super::grid::{Place, Round};
+use super::job::JobCtx;
+use super::walk::Seg;
+
+impl<'a> Round<'a> {
+    /// Reserves `segs` and writes the decision with its explanation.
+    pub(super) fn decide(
+        &mut self,
+        ctx: &JobCtx,
+        verdict: Verdict,
+        segs: Vec<Seg>,
+        reason: String,
+    ) -> JobDecision {
+        self.reserve(&segs);
+        let to_assign = |p: &Place| -> Vec<Assignment> {
+            p.iter()
+                .map(|&(q, w)| Assignment {
+                    node_id: self.world.nodes[q].id.clone(),
+                    workers: w,
+                })
+                .collect()
+        };
+        let segments: Vec<Segment> = segs
+            .iter()
+            .map(|s| Segment {
+                start_ms: s.start_ms,
+                end_ms: s.end_ms,
+                on: to_assign(&s.place),
+                startup_s: s.startup_s,
+                step: s.step,
+                iters: s.iters,
+                cloud_cost: s.cost,
+            })
+            .collect();
+        let running = ctx.job.progress.running;
+        let now_seg = segs.first().filter(|s| s.first_slot == 0);
+        let action = match (verdict, now_seg) {
+            (Verdict::Rejected, _) => Action::Reject,
+            (_, Some(s)) if running && s.place == ctx.location => Action::Continue,
+            (_, Some(s)) if running => Action::Migrate {
+                from: to_assign(&ctx.location),
+                to: to_assign(&s.place),
+            },
+            (_, Some(s)) => Action::Start {
+                on: to_assign(&s.place),
+            },
+            (_, None) if running => Action::Pause,
+            (_, None) => Action::Wait,
+        };
+        let mut reason = reason;
+        if let (Some(note), Action::Migrate { .. } | Action::Pause) = (&ctx.tide_note, &action) {
+            reason = format!("{note}: checkpointing and moving before it interferes; {reason}");
+        }
+        let mut nodes: Vec<String> = segments
+            .iter()
+            .flat_map(|s| s.on.iter().map(|a| a.node_id.clone()))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        let done: f64 = segs.iter().map(|s| s.iters).sum();
+        let paid = segs.iter().any(|s| self.price(&s.place) > 0.0);
+        let unpaid = segs.iter().any(|s| self.price(&s.place) == 0.0);
+        let shape = if segs.is_empty() {
+            Shape::None
+        } else if paid && unpaid {
+            Shape::EdgeThenCloud
+        } else if paid {
+            Shape::Cloud
+        } else if segs.iter().any(|s| s.place.len() > 1) {
+            Shape::MultiEdge
+        } else {
+            Shape::Edge
+        };
+        JobDecision {
+            job_id: ctx.job.spec.id,
+            verdict,
+            action,
+            explanation: Explanation {
+                shape,
+                nodes,
+                expected_start_ms: segments.first().map(|s| s.start_ms),
+                expected_finish_ms: (done >= ctx.remaining - DONE_EPS_ITERS && !segs.is_empty())
+                    .then(|| segments.last().map(|s| s.end_ms))
+                    .flatten(),
+                step: segments.first().map(|s| s.step),
+                staging_s: segments.first().map_or(0.0, |s| s.startup_s),
+                cloud_cost: segs.iter().map(|s| s.cost).sum(),
+                reason,
+            },
+            segments,
+        }
+    }
+}
+
+pub(super) fn describe(r: &Round, place: &[(usize, u32)]) -> String {
+    let parts: Vec<String> = place
+        .iter()
+        .map(|&(q, w)| format!("{}×{} {}", r.world.nodes[q].id, w, r.world.nodes[q].class))
+        .collect();
+    parts.join(" + ")
+}
+
+/// A reservation in words: where each stretch runs and when it ends.
+pub(super) fn reserved(r: &Round, segs: &[Seg]) -> String {
+    let parts: Vec<String> = segs
+        .iter()
+        .map(|s| format!("{} until {}", describe(r, &s.place), utc(s.end_ms)))
+        .collect();
+    if parts.is_empty() {
+        "nothing left to run".to_string()
+    } else {
+        parts.join(", then ")
+    }
+}
+
+/// A time for explanations: UTC to the second, as operators read it.
+pub(super) fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || format!("{ms} ms"),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}

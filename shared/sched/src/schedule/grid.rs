@@ -1,0 +1,201 @@
+//! The round's grid of free capacity: policy slots from `now` to the horizon,
+//! free devices per node and slot (edge nodes only inside their idle windows,
+//! less the grace, and not while the tide is in), the index of edge nodes by
+//! first free slot and the cloud nodes grouped by (class, size, price).
+//! Reserving a plan takes its devices off the grid.
+
+use std::collections::HashMap;
+
+use crate::cost::LinkSpec;
+use crate::world::{NodeKind, Policy, WorldSnapshot};
+
+use super::walk::Seg;
+
+/// Node index and workers on it, sorted by node index.
+pub(super) type Place = Vec<(usize, u32)>;
+
+/// Cloud nodes alike in device class, size and price, planned as one.
+pub(super) struct CloudGroup {
+    pub(super) class: usize,
+    pub(super) devices: u32,
+    pub(super) price: f64,
+    pub(super) nodes: Vec<usize>,
+}
+
+/// One round's state: the grid and the indexes over it.
+pub(super) struct Round<'a> {
+    pub(super) world: &'a WorldSnapshot,
+    pub(super) policy: &'a Policy,
+    pub(super) now_ms: i64,
+    pub(super) base_ms: i64,
+    pub(super) n_slots: usize,
+    pub(super) id_of: HashMap<&'a str, usize>,
+    pub(super) class_of: Vec<usize>,
+    pub(super) classes: Vec<&'a str>,
+    pub(super) links: HashMap<(&'a str, &'a str), LinkSpec>,
+    /// `free[node * n_slots + slot]`: devices not yet reserved.
+    pub(super) free: Vec<u32>,
+    /// Edge nodes by first free slot.
+    pub(super) edge_index: Vec<usize>,
+    /// Slots with any free device, per node (skips fully booked nodes).
+    pub(super) free_slot_count: Vec<u32>,
+    /// First slot with free devices at the start of the round, per node.
+    pub(super) first_free: Vec<usize>,
+    pub(super) cloud_groups: Vec<CloudGroup>,
+    /// `cloud_frees[slot]`: a cloud reservation ends at this slot (capacity may free up).
+    pub(super) cloud_frees: Vec<bool>,
+}
+
+impl<'a> Round<'a> {
+    pub(super) fn new(world: &'a WorldSnapshot, now_ms: i64, policy: &'a Policy) -> Round<'a> {
+        let slot = policy.slot_ms.max(1);
+        let base_ms = now_ms.div_euclid(slot) * slot;
+        let n_slots = ((now_ms + policy.horizon_ms.max(slot) - base_ms + slot - 1) / slot) as usize;
+        let mut classes: Vec<&str> = Vec::new();
+        let mut class_of = Vec::with_capacity(world.nodes.len());
+        let mut id_of = HashMap::with_capacity(world.nodes.len());
+        let mut free = vec![0u32; world.nodes.len() * n_slots];
+        let mut free_slot_count = vec![0u32; world.nodes.len()];
+        let mut first_free = vec![usize::MAX; world.nodes.len()];
+        let mut groups: HashMap<(usize, u32, u64), usize> = HashMap::new();
+        let mut cloud_groups: Vec<CloudGroup> = Vec::new();
+        for (i, n) in world.nodes.iter().enumerate() {
+            id_of.insert(n.id.as_str(), i);
+            let c = match classes.iter().position(|c| *c == n.class) {
+                Some(c) => c,
+                None => {
+                    classes.push(n.class.as_str());
+                    classes.len() - 1
+                }
+            };
+            class_of.push(c);
+            if !n.online || n.devices == 0 {
+                continue;
+            }
+            let row = &mut free[i * n_slots..(i + 1) * n_slots];
+            match &n.kind {
+                NodeKind::Cloud { price_per_gpu_hour } => {
+                    row.fill(n.devices);
+                    let key = (c, n.devices, price_per_gpu_hour.to_bits());
+                    let g = *groups.entry(key).or_insert_with(|| {
+                        cloud_groups.push(CloudGroup {
+                            class: c,
+                            devices: n.devices,
+                            price: *price_per_gpu_hour,
+                            nodes: Vec::new(),
+                        });
+                        cloud_groups.len() - 1
+                    });
+                    cloud_groups[g].nodes.push(i);
+                }
+                NodeKind::Edge(av) => {
+                    let mut blocked_until = i64::MIN;
+                    if av.tide_in() {
+                        blocked_until = av
+                            .windows
+                            .iter()
+                            .find(|w| w.start_ms <= now_ms && now_ms < w.end_ms)
+                            .map_or(now_ms, |w| w.end_ms);
+                    }
+                    let mut w = av.windows.iter().peekable();
+                    for (s, cell) in row.iter_mut().enumerate() {
+                        let (start, end) = slot_bounds(now_ms, base_ms, slot, s);
+                        while w.peek().is_some_and(|w| w.end_ms - policy.grace_ms < end) {
+                            w.next();
+                        }
+                        let inside = w.peek().is_some_and(|w| w.start_ms <= start);
+                        if inside && start >= blocked_until {
+                            *cell = n.devices;
+                            first_free[i] = first_free[i].min(s);
+                        }
+                    }
+                }
+            }
+            free_slot_count[i] = row.iter().filter(|&&f| f > 0).count() as u32;
+        }
+        let mut edge_index: Vec<usize> = (0..world.nodes.len())
+            .filter(|&i| first_free[i] != usize::MAX)
+            .collect();
+        edge_index.sort_by_key(|&i| (first_free[i], std::cmp::Reverse(free_slot_count[i]), i));
+        Round {
+            world,
+            policy,
+            now_ms,
+            base_ms,
+            n_slots,
+            id_of,
+            class_of,
+            classes,
+            links: world.links.index(),
+            free,
+            edge_index,
+            free_slot_count,
+            first_free,
+            cloud_groups,
+            cloud_frees: vec![false; n_slots + 1],
+        }
+    }
+
+    pub(super) fn slot_start(&self, s: usize) -> i64 {
+        slot_bounds(self.now_ms, self.base_ms, self.policy.slot_ms.max(1), s).0
+    }
+
+    pub(super) fn slot_end(&self, s: usize) -> i64 {
+        slot_bounds(self.now_ms, self.base_ms, self.policy.slot_ms.max(1), s).1
+    }
+
+    /// The slot containing `t` (t ≥ now), clamped to the grid.
+    pub(super) fn slot_of(&self, t: i64) -> usize {
+        (((t.max(self.now_ms) - self.base_ms) / self.policy.slot_ms.max(1)) as usize)
+            .min(self.n_slots)
+    }
+
+    /// Slots whose start is before `t`.
+    pub(super) fn slots_before(&self, t: i64) -> usize {
+        (0..=self.n_slots)
+            .find(|&s| s == self.n_slots || self.slot_start(s) >= t)
+            .unwrap_or(self.n_slots)
+    }
+
+    pub(super) fn is_cloud(&self, node: usize) -> bool {
+        matches!(self.world.nodes[node].kind, NodeKind::Cloud { .. })
+    }
+
+    pub(super) fn usable(&self, place: &[(usize, u32)], s: usize) -> bool {
+        place
+            .iter()
+            .all(|&(q, w)| self.free[q * self.n_slots + s] >= w)
+    }
+
+    pub(super) fn price(&self, place: &[(usize, u32)]) -> f64 {
+        place
+            .iter()
+            .map(|&(q, w)| match self.world.nodes[q].kind {
+                NodeKind::Cloud { price_per_gpu_hour } => price_per_gpu_hour * f64::from(w),
+                NodeKind::Edge(_) => 0.0,
+            })
+            .sum()
+    }
+
+    pub(super) fn reserve(&mut self, segs: &[Seg]) {
+        for s in segs {
+            if s.place.iter().any(|&(q, _)| self.is_cloud(q)) {
+                self.cloud_frees[s.end_slot.min(self.n_slots)] = true;
+            }
+            for &(q, w) in &s.place {
+                for slot in s.first_slot..s.end_slot.min(self.n_slots) {
+                    let f = &mut self.free[q * self.n_slots + slot];
+                    *f = f.saturating_sub(w);
+                    if *f == 0 {
+                        self.free_slot_count[q] = self.free_slot_count[q].saturating_sub(1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn slot_bounds(now_ms: i64, base_ms: i64, slot: i64, s: usize) -> (i64, i64) {
+    let start = base_ms + s as i64 * slot;
+    (start.max(now_ms), start + slot)
+}

@@ -1,0 +1,206 @@
+//! The deadline-aware scheduler: one pure round from a [`WorldSnapshot`] to a
+//! [`RoundPlan`].
+//!
+//! Time is cut into policy slots from `now` to the horizon; every node has a
+//! free-device count per slot (edge nodes only inside their P90 idle windows,
+//! less the grace, and not while the tide is in). Jobs reserve capacity in this
+//! order, so no later decision can take what an earlier one holds:
+//! 1. guaranteed jobs whose standing reservation is still valid keep it, in admission order;
+//! 2. guaranteed jobs whose reservation broke (tide in, node lost) are re-planned, earliest deadline first;
+//! 3. new SLO jobs are admitted earliest deadline first, only if a plan meets the deadline;
+//! 4. jobs without a reservation take what is left, in least-attained-service
+//!    or shortest-remaining-time order, those with a deadline still ahead
+//!    first: an SLO job (downgraded, or every SLO job under
+//!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
+//!    still meet its deadline, a best-effort job any leftover edge capacity;
+//!    cloud capacity free now only if the policy allows it.
+//!
+//! A plan for one job picks, among an edge placement (none, one node, or the
+//! top-k candidate nodes together) followed, if needed, by a cloud tail that
+//! starts as late as the deadline allows, the one with the least cloud cost,
+//! then the earliest finish. Edge candidates are found through an index sorted
+//! by first free slot, and cloud nodes are grouped by (class, size, price), so a
+//! round costs about jobs × (candidates + groups) × slots, not jobs × nodes.
+//!
+//! The stages live in submodules: [`grid`] (free capacity), [`job`] (per-job
+//! facts and timings), [`walk`] (a placement over the slots), [`options`]
+//! (candidates worth trying), [`cloud`] (cloud plans), [`plan`] (choosing
+//! one), [`keep`] (standing reservations) and [`decide`] (the decision and
+//! its explanation); this module runs the round's phases.
+
+mod cloud;
+mod decide;
+mod grid;
+mod job;
+mod keep;
+mod options;
+mod plan;
+mod walk;
+
+use crate::decision::{RoundPlan, Verdict};
+use crate::world::{
+    Admission, AdmissionMode, BestEffortOrder, JobClass, JobState, OnInfeasible, Policy,
+    WorldSnapshot,
+};
+
+use decide::reserved;
+use grid::Round;
+use plan::Want;
+
+/// Iterations left below this count as done (absorbs floating-point drift).
+pub const DONE_EPS_ITERS: f64 = 1e-6;
+
+/// Runs one scheduling round at `now_ms` (Unix ms); see the module docs.
+pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPlan {
+    let mut round = Round::new(world, now_ms, policy);
+    let mut decisions = Vec::with_capacity(world.jobs.len());
+
+    let mut guaranteed: Vec<&JobState> = Vec::new();
+    let mut pending: Vec<&JobState> = Vec::new();
+    let mut best_effort: Vec<(&JobState, String)> = Vec::new();
+    for j in &world.jobs {
+        match (j.admission, j.spec.class) {
+            (Admission::Guaranteed { .. }, _) => guaranteed.push(j),
+            (Admission::Pending, JobClass::Slo) => match policy.admission {
+                AdmissionMode::Reserve => pending.push(j),
+                AdmissionMode::EachRound => best_effort.push((
+                    j,
+                    "admitted without a reservation (admission = each-round)".to_string(),
+                )),
+            },
+            _ => best_effort.push((j, "best-effort job".to_string())),
+        }
+    }
+    guaranteed.sort_by_key(|j| match j.admission {
+        Admission::Guaranteed { since_ms } => (since_ms, j.spec.id),
+        _ => (i64::MAX, j.spec.id),
+    });
+    let mut broken = Vec::new();
+    for j in guaranteed {
+        let since_ms = match j.admission {
+            Admission::Guaranteed { since_ms } => since_ms,
+            _ => now_ms,
+        };
+        let ctx = round.job_ctx(j);
+        match round.keep(&ctx) {
+            Ok(segs) => {
+                let reason = format!(
+                    "guaranteed; keeps its reservation: {}",
+                    reserved(&round, &segs)
+                );
+                decisions.push(round.decide(&ctx, Verdict::Guaranteed { since_ms }, segs, reason));
+            }
+            Err(why) => broken.push((j, since_ms, why)),
+        }
+    }
+    broken.sort_by_key(|(j, _, _)| (j.spec.deadline_ms, j.spec.id));
+    for (j, since_ms, why) in broken {
+        let ctx = round.job_ctx(j);
+        let verdict = Verdict::Guaranteed { since_ms };
+        match round.plan(&ctx, Want::Guarantee) {
+            Ok(c) => {
+                let reason = format!("guaranteed; re-planned because {why}; {}", c.why);
+                decisions.push(round.decide(&ctx, verdict, c.segs, reason));
+            }
+            Err(fail) => {
+                let c = round
+                    .plan(&ctx, Want::MeetDeadline)
+                    .or_else(|_| round.plan(&ctx, Want::Leftover))
+                    .ok();
+                let reason = format!(
+                    "guaranteed but now AT RISK: {why}, and {fail}; running best-effort until capacity frees"
+                );
+                decisions.push(match c {
+                    Some(c) => round.decide(&ctx, verdict, c.segs, reason),
+                    None => round.decide(&ctx, verdict, Vec::new(), reason),
+                });
+            }
+        }
+    }
+    pending.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
+    for j in pending {
+        let ctx = round.job_ctx(j);
+        match round.plan(&ctx, Want::Guarantee) {
+            Ok(c) => {
+                let reason = format!("admitted as guaranteed: {}", c.why);
+                let verdict = Verdict::Guaranteed { since_ms: now_ms };
+                decisions.push(round.decide(&ctx, verdict, c.segs, reason));
+            }
+            Err(fail) => match j.spec.on_infeasible {
+                OnInfeasible::Reject => {
+                    let reason = format!("rejected at admission: {fail}");
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), reason));
+                }
+                OnInfeasible::BestEffort => best_effort.push((
+                    j,
+                    format!("cannot be guaranteed ({fail}); admitted best-effort as asked"),
+                )),
+            },
+        }
+    }
+    // Jobs with a deadline still ahead go first: capacity now can still save them.
+    let key = |j: &JobState| {
+        let plain = j.spec.class != JobClass::Slo;
+        let measure = match policy.best_effort_order {
+            BestEffortOrder::LeastAttainedService => j.progress.attained_s,
+            BestEffortOrder::ShortestRemainingTime => remaining_work(&round, j),
+        };
+        (plain, measure, j.spec.id)
+    };
+    let mut best_effort: Vec<_> = best_effort
+        .into_iter()
+        .map(|(j, why)| (key(j), j, why))
+        .collect();
+    best_effort.sort_by(|a, b| {
+        (a.0.0.cmp(&b.0.0))
+            .then(a.0.1.total_cmp(&b.0.1))
+            .then(a.0.2.cmp(&b.0.2))
+    });
+    for (_, j, why) in best_effort {
+        let ctx = round.job_ctx(j);
+        let mut want = Want::Leftover;
+        let mut why = why;
+        if j.spec.class == JobClass::Slo {
+            match round.hopeless(&ctx) {
+                None => want = Want::MeetDeadline,
+                Some(h) if j.spec.on_infeasible == OnInfeasible::Reject => {
+                    let reason = format!("{why}; turned away: {h}");
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), reason));
+                    continue;
+                }
+                Some(h) => why = format!("{why}; {h}, so it runs best-effort as asked"),
+            }
+        }
+        match round.plan(&ctx, want) {
+            Ok(c) => {
+                let reason = format!("{why}; {}", c.why);
+                decisions.push(round.decide(&ctx, Verdict::BestEffort, c.segs, reason));
+            }
+            Err(fail) => {
+                let reason = format!("{why}; waits: {fail}");
+                decisions.push(round.decide(&ctx, Verdict::BestEffort, Vec::new(), reason));
+            }
+        }
+    }
+    decisions.sort_by_key(|d| d.job_id);
+    RoundPlan { now_ms, decisions }
+}
+
+/// Single-device seconds of work left on the fastest class: the
+/// shortest-remaining-time key.
+fn remaining_work(round: &Round, j: &JobState) -> f64 {
+    let left = (j.spec.iterations - j.progress.done_iters).max(0.0);
+    let fastest = round
+        .world
+        .throughput
+        .classes
+        .values()
+        .filter_map(|m| m.get(&j.spec.model)?.lookup(j.spec.global_batch, 1))
+        .map(|t| t.iters_per_s)
+        .fold(0.0, f64::max);
+    if fastest > 0.0 {
+        left / fastest
+    } else {
+        f64::MAX
+    }
+}

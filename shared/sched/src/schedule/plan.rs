@@ -1,0 +1,300 @@
+//! Choosing a plan for one job: the candidates over its edge placements,
+//! edge then a cloud tail, or cloud alone, ranked by least cloud cost, then
+//! earliest finish; and the cheap bound that spares hopeless jobs a plan.
+
+use crate::world::AdmissionMode;
+
+use super::DONE_EPS_ITERS;
+use super::decide::{describe, utc};
+use super::grid::Round;
+use super::job::JobCtx;
+use super::walk::{EdgeRun, Seg};
+
+/// What a plan is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Want {
+    /// A reservation that finishes by the deadline; may book cloud capacity ahead.
+    Guarantee,
+    /// No reservation: capacity free now (idle edge; unreserved cloud under
+    /// each-round admission or `best_effort_cloud`) on which the job can
+    /// still meet its deadline.
+    /// Work that finishes late is worth nothing to an SLO job, so it takes
+    /// nothing else.
+    MeetDeadline,
+    /// Whatever is left, deadline or not.
+    Leftover,
+}
+
+/// A candidate plan for one job.
+pub(super) struct Candidate {
+    pub(super) segs: Vec<Seg>,
+    pub(super) cost: f64,
+    pub(super) finish_ms: Option<i64>,
+    pub(super) why: String,
+}
+
+impl<'a> Round<'a> {
+    /// Plans a job for what `want` asks; see [`Want`].
+    pub(super) fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, String> {
+        let spec = &ctx.job.spec;
+        if ctx.remaining <= DONE_EPS_ITERS {
+            return Err("its work is done".to_string());
+        }
+        if spec.min_workers > spec.max_workers || spec.max_workers == 0 {
+            return Err(format!(
+                "min_workers {} / max_workers {} leave no valid worker count; set 1 ≤ min ≤ max",
+                spec.min_workers, spec.max_workers
+            ));
+        }
+        if ctx.tables.iter().all(Option::is_none) {
+            return Err(format!(
+                "no device class has a throughput table for model {:?}; add one to the tables",
+                spec.model
+            ));
+        }
+        let deadline = want == Want::Guarantee;
+        let due = want != Want::Leftover;
+        let deadline_ms = if due { spec.deadline_ms } else { i64::MAX };
+        if due && let Some(h) = self.hopeless(ctx) {
+            return Err(h);
+        }
+        let limit = self.slots_before(deadline_ms);
+        let owed0 = ctx.job.progress.startup_left_s;
+        let mut best: Option<Candidate> = None;
+        let mut edge_best_frac: f64 = 0.0;
+        let consider = |c: Candidate, best: &mut Option<Candidate>| {
+            let better = match best {
+                None => true,
+                Some(b) => {
+                    (c.cost, c.finish_ms.unwrap_or(i64::MAX))
+                        < (b.cost, b.finish_ms.unwrap_or(i64::MAX))
+                }
+            };
+            if better {
+                *best = Some(c);
+            }
+        };
+        let opts = self.edge_options(ctx, limit);
+        let n_opts = opts.len();
+        for place in opts {
+            // Without a reservation only a finish by the deadline counts, and
+            // no walk beats running every step from now on.
+            if due
+                && !deadline
+                && self.compute_s(ctx, &place).is_none_or(|c| {
+                    self.now_ms as f64 + 1000.0 * ctx.remaining * c > deadline_ms as f64
+                })
+            {
+                continue;
+            }
+            let Some(run) = self.walk(
+                ctx,
+                &place,
+                &ctx.location,
+                owed0,
+                0,
+                limit,
+                ctx.remaining,
+                deadline,
+            ) else {
+                continue;
+            };
+            edge_best_frac =
+                edge_best_frac.max(run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining);
+            if let Some(f) = run.finished.filter(|&f| f <= deadline_ms) {
+                let why = format!(
+                    "{} finishes on idle edge capacity at {} with no cloud cost",
+                    describe(self, &place),
+                    utc(f)
+                );
+                consider(
+                    Candidate {
+                        segs: run.segs,
+                        cost: 0.0,
+                        finish_ms: Some(f),
+                        why,
+                    },
+                    &mut best,
+                );
+                continue;
+            }
+            if !deadline {
+                if !due && !run.segs.is_empty() {
+                    let why = format!(
+                        "{} takes leftover edge capacity, {:.0}% of the work within the horizon",
+                        describe(self, &place),
+                        100.0 * run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining
+                    );
+                    consider(
+                        Candidate {
+                            segs: run.segs,
+                            cost: 0.0,
+                            finish_ms: None,
+                            why,
+                        },
+                        &mut best,
+                    );
+                }
+                continue;
+            }
+            if best.as_ref().is_some_and(|b| b.cost == 0.0) {
+                continue;
+            }
+            if let Some(c) = self.edge_then_cloud(ctx, &run, limit, deadline_ms) {
+                consider(c, &mut best);
+            }
+        }
+        if deadline
+            && best.as_ref().is_none_or(|b| b.cost > 0.0)
+            && let Some(segs) =
+                self.cloud_tail(ctx, 0, ctx.remaining, &ctx.location, owed0, deadline_ms)
+        {
+            let cost: f64 = segs.iter().map(|s| s.cost).sum();
+            let why = format!(
+                "no edge plan meets the deadline within {n_opts} edge option(s) (best reaches {:.0}%); cloud {} costs {cost:.2}",
+                edge_best_frac * 100.0,
+                describe(self, &segs[0].place)
+            );
+            let finish_ms = segs.last().map(|s| s.end_ms);
+            consider(
+                Candidate {
+                    segs,
+                    cost,
+                    finish_ms,
+                    why,
+                },
+                &mut best,
+            );
+        }
+        let misses = |b: &Candidate| due && b.finish_ms.is_none_or(|f| f > deadline_ms);
+        // Cloud capacity free now is for best-effort work only if the policy
+        // says so; under each-round admission it is where SLO jobs run.
+        let cloud_now_allowed = self.policy.best_effort_cloud
+            || (due && self.policy.admission == AdmissionMode::EachRound);
+        if !deadline
+            && cloud_now_allowed
+            && best
+                .as_ref()
+                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
+            && let Some(c) = self.cloud_now(ctx, owed0)
+        {
+            best = Some(c);
+        }
+        best.ok_or_else(|| {
+            if deadline {
+                format!(
+                    "no plan finishes by the deadline {}: edge alone reaches {:.0}% of the {:.0} remaining iterations ({n_opts} edge option(s)), and no cloud group with free capacity is fast enough",
+                    utc(spec.deadline_ms),
+                    edge_best_frac * 100.0,
+                    ctx.remaining
+                )
+            } else if due {
+                format!(
+                    "no capacity free now on which it can meet its deadline {}",
+                    utc(spec.deadline_ms)
+                )
+            } else {
+                "no free edge capacity within the horizon".to_string()
+            }
+        })
+    }
+
+    /// Why the job cannot meet its deadline however it runs, if it cannot: its
+    /// deadline has passed, or even [`Round::fastest_iters_per_s`] would finish
+    /// too late. A cheap bound that spares hopeless jobs a full plan.
+    pub(super) fn hopeless(&self, ctx: &JobCtx) -> Option<String> {
+        let spec = &ctx.job.spec;
+        if spec.deadline_ms <= self.now_ms {
+            return Some(format!("its deadline {} has passed", utc(spec.deadline_ms)));
+        }
+        let fastest = self.fastest_iters_per_s(ctx);
+        let need_ms = 1000.0 * ctx.remaining / fastest;
+        (fastest <= 0.0 || self.now_ms as f64 + need_ms > spec.deadline_ms as f64).then(|| {
+            format!(
+                "it cannot finish its {:.0} remaining iterations by its deadline {} even at its fastest ({fastest:.3} iterations/s)",
+                ctx.remaining,
+                utc(spec.deadline_ms)
+            )
+        })
+    }
+
+    /// The most iterations/s any class and worker count allowed to the job
+    /// gives, network aside.
+    pub(super) fn fastest_iters_per_s(&self, ctx: &JobCtx) -> f64 {
+        let spec = &ctx.job.spec;
+        let counts = Self::worker_options(spec.min_workers, spec.max_workers, spec.max_workers);
+        ctx.tables
+            .iter()
+            .flatten()
+            .flat_map(|t| {
+                counts
+                    .iter()
+                    .filter_map(|&n| t.lookup(spec.global_batch, n))
+            })
+            .map(|t| t.iters_per_s)
+            .fold(0.0, f64::max)
+    }
+
+    /// Edge first, then the cloud from the latest switch point that still meets the deadline.
+    pub(super) fn edge_then_cloud(
+        &self,
+        ctx: &JobCtx,
+        run: &EdgeRun,
+        limit: usize,
+        deadline_ms: i64,
+    ) -> Option<Candidate> {
+        let mut x = limit;
+        while x > 0 {
+            let done = run.prog[x];
+            if done <= 0.0 {
+                return None;
+            }
+            // Earliest boundary with the same progress: same cost, earlier finish.
+            let mut x0 = x;
+            while x0 > 0 && run.prog[x0 - 1] >= done {
+                x0 -= 1;
+            }
+            let (from, owed) = if run.ran_before[x0] {
+                (run.place.as_slice(), 0.0)
+            } else {
+                (ctx.location.as_slice(), ctx.job.progress.startup_left_s)
+            };
+            if let Some(tail) =
+                self.cloud_tail(ctx, x0, ctx.remaining - done, from, owed, deadline_ms)
+            {
+                let mut segs: Vec<Seg> = run
+                    .segs
+                    .iter()
+                    .filter(|s| s.first_slot < x0)
+                    .cloned()
+                    .collect();
+                if let Some(last) = segs.last_mut()
+                    && last.end_slot > x0
+                {
+                    let cut_ms = self.slot_start(x0);
+                    let secs = (cut_ms - last.start_ms) as f64 / 1000.0;
+                    last.iters = (secs - last.startup_s).max(0.0) / last.step.total_s;
+                    last.end_ms = cut_ms;
+                    last.end_slot = x0;
+                }
+                let cost: f64 = tail.iter().map(|s| s.cost).sum();
+                let finish_ms = tail.last().map(|s| s.end_ms);
+                let why = format!(
+                    "{} covers {:.0}% on idle edge capacity, then cloud {} finishes the rest by the deadline for {cost:.2}",
+                    describe(self, &run.place),
+                    100.0 * done / ctx.remaining,
+                    describe(self, &tail[0].place)
+                );
+                segs.extend(tail);
+                return Some(Candidate {
+                    segs,
+                    cost,
+                    finish_ms,
+                    why,
+                });
+            }
+            x = x0 - 1;
+        }
+        None
+    }
+}
