@@ -78,15 +78,12 @@ fn node_spec(
     }
 }
 
-/// Idle windows from the forecast: a slot is idle when the P90 of every idle
-/// resource the node reports is below the node's threshold. The primary load
-/// now is the highest of its latest CPU and accelerator utilisation; it also
-/// stands for the slot in progress when the forecast was issued (forecasts
-/// start at the next slot boundary), so a node idle now and forecast idle
-/// next has a window that covers the present. A sample taken before the
-/// forecast slot in progress began says nothing about that slot and is not
-/// used: the tide has not come in just because the last sample predates a
-/// window's start.
+/// Idle windows from the forecast, by the rule both the coordinator and the
+/// simulator use ([`EdgeAvailability::from_p90s`]) over the node's CPU and
+/// accelerator forecasts. The load now is the highest of the node's latest
+/// CPU and accelerator utilisation. A sample taken before the slot in
+/// progress began says nothing about that slot and is not used: the tide has
+/// not come in just because the last sample predates a window's start.
 fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) -> EdgeAvailability {
     let mut util_now = [n.cpu_util, n.gpu_util]
         .into_iter()
@@ -107,28 +104,18 @@ fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) ->
             idle_threshold_pct: 0.0,
         };
     };
-    let resources: Vec<_> = IDLE_RESOURCES
+    let p90: Vec<Vec<Option<f64>>> = IDLE_RESOURCES
         .iter()
         .filter_map(|r| f.resource(*r))
+        .map(|r| r.slots.iter().map(|q| q.map(|q| q.p90)).collect())
         .collect();
-    let slots = resources.iter().map(|r| r.slots.len()).min().unwrap_or(0);
-    let current = util_now.filter(|_| f.issued_ms < f.start_ms);
-    let p90: Vec<Option<f64>> = current
-        .into_iter()
-        .map(Some)
-        .chain((0..slots).map(|i| {
-            resources
-                .iter()
-                .map(|r| r.slots[i].map(|q| q.p90))
-                .try_fold(0.0, |worst: f64, p| p.map(|p| worst.max(p)))
-        }))
-        .collect();
-    let slot_ms = i64::from(f.slot_len_s) * 1000;
-    EdgeAvailability::from_p90(
-        f.start_ms - if current.is_some() { slot_ms } else { 0 },
-        slot_ms,
+    let p90: Vec<&[Option<f64>]> = p90.iter().map(Vec::as_slice).collect();
+    EdgeAvailability::from_p90s(
+        f.start_ms,
+        i64::from(f.slot_len_s) * 1000,
         &p90,
         f.idle_threshold_pct,
+        now_ms,
         util_now,
     )
 }

@@ -74,21 +74,80 @@ pub struct Window {
 }
 
 impl EdgeAvailability {
-    /// Builds windows from per-slot P90 utilisation forecasts: a slot is idle
-    /// when its P90 is known and below `idle_threshold_pct`; adjacent idle slots merge.
+    /// The forecast-to-availability rule, the one the coordinator and the
+    /// simulator both use. On the slot grid `start_ms + k × slot_ms` (Unix ms),
+    /// slot `k` is idle when the P90 utilisation (percent) of every forecast
+    /// resource the node has (CPU and accelerator, one slice each in
+    /// `p90_util_pct`, indexed by slot) is known and below
+    /// `idle_threshold_pct`; the forecast covers as many slots as its shortest
+    /// resource. The slot in progress at `now_ms` is observed, not forecast:
+    /// when `util_now_pct` (the highest utilisation the node reports now) is
+    /// known, it alone judges that slot, the slot just before `start_ms`
+    /// included (a forecast starts at the next slot boundary, so a node idle
+    /// now and forecast idle next has a window that covers the present).
+    /// Adjacent idle slots merge into windows.
     ///
-    /// This is how a `tidemill-forecast` `NodeForecast` maps in: pass its
-    /// `start_ms`, `slot_len_s × 1000`, and the P90s of the idle resource.
-    pub fn from_p90(
+    /// A `tidemill-forecast` `NodeForecast` maps in as its `start_ms`,
+    /// `slot_len_s × 1000` and the per-slot P90s of its CPU and GPU forecasts.
+    pub fn from_p90s(
         start_ms: i64,
         slot_ms: i64,
-        p90_util_pct: &[Option<f64>],
+        p90_util_pct: &[&[Option<f64>]],
+        idle_threshold_pct: f64,
+        now_ms: i64,
+        util_now_pct: Option<f64>,
+    ) -> EdgeAvailability {
+        let below = |p: Option<f64>| p.is_some_and(|p| p < idle_threshold_pct);
+        let slots = p90_util_pct.iter().map(|r| r.len()).min().unwrap_or(0) as i64;
+        let in_progress = (now_ms - start_ms).div_euclid(slot_ms.max(1));
+        let now = util_now_pct.filter(|_| (-1..slots).contains(&in_progress));
+        let first = if now.is_some() { in_progress.min(0) } else { 0 };
+        let idle = (first..slots).map(|k| match now {
+            Some(u) if k == in_progress => below(Some(u)),
+            _ => p90_util_pct.iter().all(|r| below(r[k as usize])),
+        });
+        EdgeAvailability::from_idle_slots(
+            start_ms + first * slot_ms,
+            slot_ms,
+            idle,
+            idle_threshold_pct,
+            util_now_pct,
+        )
+    }
+
+    /// Builds windows from one per-slot utilisation series known for certain
+    /// (the simulator's oracle reads the true load): a slot is idle when its
+    /// value is known and below `idle_threshold_pct`; adjacent idle slots
+    /// merge. Forecasts go through [`EdgeAvailability::from_p90s`].
+    pub fn from_known_load(
+        start_ms: i64,
+        slot_ms: i64,
+        util_pct: &[Option<f64>],
+        idle_threshold_pct: f64,
+        util_now_pct: Option<f64>,
+    ) -> EdgeAvailability {
+        EdgeAvailability::from_idle_slots(
+            start_ms,
+            slot_ms,
+            util_pct
+                .iter()
+                .map(|p| p.is_some_and(|p| p < idle_threshold_pct)),
+            idle_threshold_pct,
+            util_now_pct,
+        )
+    }
+
+    /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into windows.
+    fn from_idle_slots(
+        start_ms: i64,
+        slot_ms: i64,
+        idle: impl IntoIterator<Item = bool>,
         idle_threshold_pct: f64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
         let mut windows: Vec<Window> = Vec::new();
-        for (i, p) in p90_util_pct.iter().enumerate() {
-            if !p.is_some_and(|p| p < idle_threshold_pct) {
+        for (i, idle) in idle.into_iter().enumerate() {
+            if !idle {
                 continue;
             }
             let s = start_ms + i as i64 * slot_ms;
@@ -447,10 +506,46 @@ impl Default for Policy {
 mod tests {
     use super::*;
 
+    /// Hand-worked: threshold 30 %, slots of 100 ms from 1 000. CPU and GPU
+    /// are both under 30 % in slots 0 and 3 only (CPU 50 % in slot 1, GPU
+    /// 40 % in slot 2, CPU unknown in slot 4).
     #[test]
-    fn p90_slots_merge_into_windows() {
+    fn a_slot_is_idle_when_every_resource_is_and_the_load_now_judges_the_present() {
+        let cpu = [Some(10.0), Some(50.0), Some(10.0), Some(10.0), None];
+        let gpu = [Some(10.0), Some(10.0), Some(40.0), Some(20.0), Some(5.0)];
+        let spans = |now_ms: i64, util_now: Option<f64>| -> Vec<(i64, i64)> {
+            EdgeAvailability::from_p90s(1_000, 100, &[&cpu, &gpu], 30.0, now_ms, util_now)
+                .windows
+                .iter()
+                .map(|w| (w.start_ms, w.end_ms))
+                .collect()
+        };
+        // No load reported: the forecast alone.
+        assert_eq!(spans(950, None), vec![(1_000, 1_100), (1_300, 1_400)]);
+        // Idle now (20 %) in the slot before the forecast starts: it joins slot 0.
+        assert_eq!(spans(950, Some(20.0)), vec![(900, 1_100), (1_300, 1_400)]);
+        // Idle now (5 %) in slot 1, where the CPU forecast was busy.
+        assert_eq!(
+            spans(1_120, Some(5.0)),
+            vec![(1_000, 1_200), (1_300, 1_400)]
+        );
+        // Busy now (60 %) in slot 3, forecast idle: only slot 0 is left.
+        assert_eq!(spans(1_320, Some(60.0)), vec![(1_000, 1_100)]);
+        // A forecast covers only as many slots as its shortest resource.
+        let short = EdgeAvailability::from_p90s(1_000, 100, &[&gpu[..3], &gpu], 30.0, 0, None);
+        assert_eq!(
+            short.windows,
+            vec![Window {
+                start_ms: 1_000,
+                end_ms: 1_200
+            }]
+        );
+    }
+
+    #[test]
+    fn known_idle_slots_merge_into_windows() {
         let p90 = [Some(80.0), Some(10.0), Some(20.0), None, Some(5.0)];
-        let a = EdgeAvailability::from_p90(1_000, 100, &p90, 30.0, Some(50.0));
+        let a = EdgeAvailability::from_known_load(1_000, 100, &p90, 30.0, Some(50.0));
         assert_eq!(
             a.windows,
             vec![

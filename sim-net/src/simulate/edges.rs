@@ -398,7 +398,7 @@ impl EdgeWorld {
         let loads: Vec<Option<f64>> = (0..n as i64)
             .map(|k| Some(self.load_at_bin(e, first + k)))
             .collect();
-        EdgeAvailability::from_p90(
+        EdgeAvailability::from_known_load(
             start,
             self.bin_ms,
             &loads,
@@ -541,11 +541,12 @@ impl OnlineForecasts {
         })
     }
 
-    /// Box `e`'s availability at `now_ms`: windows from the P90 forecast issued
-    /// at the last refresh boundary (`refresh_ms` grid), made from every bin
-    /// reported by then. The slot in progress is observed rather than
-    /// forecast: the latest reported load stands for it, as in the live
-    /// coordinator. The first call after a boundary refreshes every box.
+    /// Box `e`'s availability at `now_ms`: the P90 forecast of its one
+    /// resource (CPU) issued at the last refresh boundary (`refresh_ms` grid),
+    /// made from every bin reported by then, and its latest reported load,
+    /// turned into windows by the live coordinator's rule,
+    /// [`EdgeAvailability::from_p90s`]. The first call after a boundary
+    /// refreshes every box.
     pub fn availability(
         &mut self,
         world: &EdgeWorld,
@@ -557,20 +558,13 @@ impl OnlineForecasts {
         if self.issued_ms != Some(issued_ms) {
             self.refresh(world, issued_ms);
         }
-        let slot_ms = self.config.slot_len_ms();
-        let now_pct = world.reported(e, now_ms);
-        let mut p90 = self.latest[e].to_vec();
-        if now_ms >= self.start_ms
-            && let Some(slot) = p90.get_mut(((now_ms - self.start_ms) / slot_ms) as usize)
-        {
-            *slot = Some(now_pct);
-        }
-        EdgeAvailability::from_p90(
+        EdgeAvailability::from_p90s(
             self.start_ms,
-            slot_ms,
-            &p90,
+            self.config.slot_len_ms(),
+            &[&self.latest[e]],
             world.boxes[e].threshold_pct,
-            Some(now_pct),
+            now_ms,
+            Some(world.reported(e, now_ms)),
         )
     }
 

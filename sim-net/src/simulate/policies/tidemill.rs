@@ -5,7 +5,7 @@
 //! admission and standing reservation), calls `schedule`, and carries out the
 //! actions (start, continue, migrate, pause, wait, reject). Edge windows come
 //! from each box's online forecaster (P90 under the threshold, via
-//! [`EdgeAvailability::from_p90`]), or from the truth with `--oracle-forecast`.
+//! [`EdgeAvailability::from_p90s`]), or from the truth with `--oracle-forecast`.
 //! `cloud-only` is the same scheduler with no edge box in its snapshot.
 //!
 //! What the simulator decides, not the scheduler: an SLO job whose deadline
