@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost::StepTime;
+use crate::schedule::Reason;
 use crate::world::{Admission, Assignment};
 
 /// The decisions of one round.
@@ -138,6 +139,11 @@ pub struct Explanation {
     pub cloud_cost: f64,
     /// The reason, in words: verdict, placement choice, tide events.
     pub reason: String,
+    /// The typed reasons `reason` puts into words, in the order it names
+    /// them, for code that acts on why rather than shows it. Not serialised:
+    /// `reason` is the stored and shown form.
+    #[serde(skip)]
+    pub why: Vec<Reason>,
 }
 
 /// Everything decided about one job.

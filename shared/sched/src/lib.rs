@@ -22,7 +22,7 @@ pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, 
 pub use elasticflow::Grid;
 pub use first_fit::{FirstFit, first_fit};
 pub use provenance::{ClassSources, TableSource};
-pub use schedule::{DONE_EPS_ITERS, schedule};
+pub use schedule::{DONE_EPS_ITERS, Reason, Share, Stretch, schedule};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{
     Lambda, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,

@@ -67,11 +67,24 @@ fn job_the_edge_cannot_finish_uses_cloud_and_says_why() {
         d.explanation.reason
     );
     assert!(d.explanation.cloud_cost > 0.0);
-    assert!(
-        d.explanation.reason.contains("cloud") && d.explanation.reason.contains("% on idle edge"),
-        "{}",
-        d.explanation.reason
-    );
+    match d.explanation.why.as_slice() {
+        [
+            Reason::EdgeThenCloud {
+                edge,
+                edge_pct,
+                cloud,
+                cost,
+            },
+        ] => {
+            assert_eq!(
+                (edge[0].node.as_str(), cloud[0].node.as_str()),
+                ("e1", "c1")
+            );
+            assert!(*edge_pct > 0.0 && *edge_pct < 100.0, "{edge_pct}");
+            assert_eq!(*cost, d.explanation.cloud_cost);
+        }
+        other => panic!("expected edge then cloud, got {other:?}"),
+    }
     assert!(d.explanation.expected_finish_ms.unwrap() <= 32 * H);
     // Cheaper than doing it all on the cloud: ~40 000 / 6.8 s at 3 $/GPU-h ≈ 4.9 $.
     assert!(
@@ -97,22 +110,31 @@ fn infeasible_slo_job_is_rejected_or_downgraded_with_the_reason() {
     assert_eq!(d.verdict, Verdict::Rejected);
     assert_eq!(d.action, Action::Reject);
     assert!(d.segments.is_empty());
-    let r = &d.explanation.reason;
-    assert!(
-        r.contains("rejected at admission")
-            && r.contains("by its deadline")
-            && r.contains("21.300"),
-        "{r}"
-    );
+    match d.explanation.why.as_slice() {
+        [
+            Reason::TooSlow {
+                remaining, fastest, ..
+            },
+        ] => assert_eq!((*remaining, *fastest), (100_000.0, 21.3)),
+        other => panic!("expected too slow, got {other:?}"),
+    }
 
     j.spec.on_infeasible = OnInfeasible::BestEffort;
     let w = world(vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)], vec![j]);
     let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
     assert_eq!(d.verdict, Verdict::BestEffort);
+    // Downgraded because it is too slow, still too slow, then on leftover edge capacity.
     assert!(
-        d.explanation.reason.contains("admitted best-effort"),
-        "{}",
-        d.explanation.reason
+        matches!(
+            d.explanation.why.as_slice(),
+            [
+                Reason::TooSlow { .. },
+                Reason::TooSlow { .. },
+                Reason::EdgeLeftover { .. }
+            ]
+        ),
+        "{:?}",
+        d.explanation.why
     );
     assert_eq!(
         d.explanation.cloud_cost, 0.0,
@@ -160,7 +182,10 @@ fn tide_coming_in_moves_a_running_job_before_its_window_ends() {
     let (calm, p) = running_on_e1(now, 10.0);
     let d = schedule(&calm, now, &p).decision(1).unwrap().clone();
     assert_eq!(d.action, Action::Continue, "{}", d.explanation.reason);
-    assert!(d.explanation.reason.contains("keeps its reservation"));
+    match d.explanation.why.as_slice() {
+        [Reason::Reserved { stretches }] => assert_eq!(stretches[0].place[0].node, "e1"),
+        other => panic!("expected the reservation kept, got {other:?}"),
+    }
 
     // The primary load on e1 rises to 85 % at 23:00, hours before the forecast window ends.
     let (tide, p) = running_on_e1(now, 85.0);
@@ -175,11 +200,18 @@ fn tide_coming_in_moves_a_running_job_before_its_window_ends() {
             d.explanation.reason
         ),
     }
-    let r = &d.explanation.reason;
-    assert!(
-        r.contains("tide came in on e1") && r.contains("re-planned"),
-        "{r}"
-    );
+    // Told to move because the tide came in, re-planned because it broke the reservation.
+    match d.explanation.why.as_slice() {
+        [
+            Reason::TideIn { node, load_pct, .. },
+            Reason::TideBrokeReservation { node: broke, .. },
+            _,
+        ] => assert_eq!(
+            (node.as_str(), broke.as_str(), *load_pct),
+            ("e1", "e1", 85.0)
+        ),
+        other => panic!("expected the tide on e1, got {other:?}"),
+    }
     assert!(matches!(d.verdict, Verdict::Guaranteed { .. }));
     assert!(
         d.segments
@@ -230,9 +262,12 @@ fn window_end_stops_edge_work_before_the_grace_period() {
         .clone();
     assert_eq!(d.action, Action::Pause, "{}", d.explanation.reason);
     assert!(
-        d.explanation.reason.contains("idle window on e1 ends"),
-        "{}",
-        d.explanation.reason
+        matches!(
+            d.explanation.why.first(),
+            Some(Reason::WindowEnds { node, grace_ms }) if node == "e1" && *grace_ms == p.grace_ms
+        ),
+        "{:?}",
+        d.explanation.why
     );
 }
 
@@ -314,12 +349,9 @@ fn best_effort_order_is_least_attained_service() {
     let plan = schedule(&world(nodes, vec![a, b]), NOW, &policy());
     assert!(!plan.decision(2).unwrap().segments.is_empty());
     assert!(plan.decision(1).unwrap().segments.is_empty());
-    assert!(
-        plan.decision(1)
-            .unwrap()
-            .explanation
-            .reason
-            .contains("waits")
+    assert_eq!(
+        plan.decision(1).unwrap().explanation.why,
+        [Reason::NoLeftoverEdge]
     );
 }
 
@@ -373,7 +405,11 @@ fn best_effort_takes_free_cloud_capacity_only_when_allowed() {
     let d = schedule(&w, NOW, &allowed).decision(1).unwrap().clone();
     assert!(matches!(d.action, Action::Start { .. }), "{:?}", d.action);
     assert!(d.explanation.cloud_cost > 0.0);
-    assert!(d.explanation.reason.contains("no reservation holds"));
+    assert!(
+        matches!(d.explanation.why.as_slice(), [Reason::CloudNow { cost, .. }] if *cost == d.explanation.cloud_cost),
+        "{:?}",
+        d.explanation.why
+    );
 }
 
 fn each_round() -> Policy {
@@ -412,16 +448,17 @@ fn each_round_runs_the_shortest_job_now_and_turns_the_hopeless_away() {
             .contains("admitted without a reservation")
     );
     assert!(d1.segments.is_empty(), "{:?}", d1.segments);
-    assert!(
-        d1.explanation.reason.contains("waits"),
-        "{}",
-        d1.explanation.reason
+    assert_eq!(
+        d1.explanation.why,
+        [Reason::NoCapacityNow {
+            deadline_ms: NOW + 24 * H
+        }]
     );
     assert_eq!(d3.verdict, Verdict::Rejected);
     assert!(
-        d3.explanation.reason.contains("turned away"),
-        "{}",
-        d3.explanation.reason
+        matches!(d3.explanation.why.as_slice(), [Reason::TooSlow { .. }]),
+        "{:?}",
+        d3.explanation.why
     );
     // Under the default (reserve), job 1 and job 2 both get a reservation.
     let reserved = schedule(&w, NOW, &policy());
@@ -445,12 +482,11 @@ fn each_round_takes_no_capacity_on_which_the_deadline_is_lost() {
         .unwrap()
         .clone();
     assert!(d.segments.is_empty(), "{:?}", d.segments);
-    assert!(
-        d.explanation
-            .reason
-            .contains("no capacity free now on which it can meet its deadline"),
-        "{}",
-        d.explanation.reason
+    assert_eq!(
+        d.explanation.why,
+        [Reason::NoCapacityNow {
+            deadline_ms: now + 40 * H
+        }]
     );
     let plain = job(1, JobClass::BestEffort, now, now + 40 * H, 40_000.0);
     let d = schedule(&world(nodes, vec![plain]), now, &each_round())

@@ -5,10 +5,10 @@
 use crate::cost::gpu_cost;
 
 use super::DONE_EPS_ITERS;
-use super::decide::describe;
 use super::grid::{Place, Round};
 use super::job::JobCtx;
 use super::plan::Candidate;
+use super::reason::Reason;
 use super::walk::Seg;
 
 /// One way to run a job on a cloud group.
@@ -176,11 +176,10 @@ impl<'a> Round<'a> {
                 continue;
             };
             let finish_ms = (first.iters >= ctx.remaining - DONE_EPS_ITERS).then_some(first.end_ms);
-            let why = format!(
-                "no free edge capacity now; runs on cloud capacity no reservation holds, {} for {:.2}",
-                describe(self, &place),
-                first.cost
-            );
+            let why = Reason::CloudNow {
+                place: self.shares(&place),
+                cost: first.cost,
+            };
             return Some(Candidate {
                 cost: first.cost,
                 finish_ms,

@@ -6,18 +6,21 @@ use crate::decision::{Action, Explanation, JobDecision, Segment, Shape, Verdict}
 use crate::world::Assignment;
 
 use super::DONE_EPS_ITERS;
+use super::explain::Story;
 use super::grid::{Place, Round};
 use super::job::JobCtx;
+use super::reason::{Reason, Share, Stretch};
 use super::walk::Seg;
 
 impl<'a> Round<'a> {
-    /// Reserves `segs` and writes the decision with its explanation.
+    /// Reserves `segs` and writes the decision with its explanation: the
+    /// one place a [`Story`] and its [`Reason`]s are put into words.
     pub(super) fn decide(
         &mut self,
         ctx: &JobCtx,
         verdict: Verdict,
         segs: Vec<Seg>,
-        reason: String,
+        story: Story,
     ) -> JobDecision {
         self.reserve(&segs);
         let to_assign = |p: &Place| -> Vec<Assignment> {
@@ -55,10 +58,13 @@ impl<'a> Round<'a> {
             (_, None) if running => Action::Pause,
             (_, None) => Action::Wait,
         };
-        let mut reason = reason;
+        let mut reason = story.to_string();
+        let mut why = Vec::new();
         if let (Some(note), Action::Migrate { .. } | Action::Pause) = (&ctx.tide_note, &action) {
             reason = format!("{note}: checkpointing and moving before it interferes; {reason}");
+            why.push(note.clone());
         }
+        why.extend(story.into_reasons());
         let mut nodes: Vec<String> = segments
             .iter()
             .flat_map(|s| s.on.iter().map(|a| a.node_id.clone()))
@@ -94,37 +100,35 @@ impl<'a> Round<'a> {
                 staging_s: segments.first().map_or(0.0, |s| s.startup_s),
                 cloud_cost: segs.iter().map(|s| s.cost).sum(),
                 reason,
+                why,
             },
             segments,
         }
     }
-}
 
-pub(super) fn describe(r: &Round, place: &[(usize, u32)]) -> String {
-    let parts: Vec<String> = place
-        .iter()
-        .map(|&(q, w)| format!("{}×{} {}", r.world.nodes[q].id, w, r.world.nodes[q].class))
-        .collect();
-    parts.join(" + ")
-}
-
-/// A reservation in words: where each stretch runs and when it ends.
-pub(super) fn reserved(r: &Round, segs: &[Seg]) -> String {
-    let parts: Vec<String> = segs
-        .iter()
-        .map(|s| format!("{} until {}", describe(r, &s.place), utc(s.end_ms)))
-        .collect();
-    if parts.is_empty() {
-        "nothing left to run".to_string()
-    } else {
-        parts.join(", then ")
+    /// A placement as explanations name it.
+    pub(super) fn shares(&self, place: &[(usize, u32)]) -> Vec<Share> {
+        place
+            .iter()
+            .map(|&(q, w)| Share {
+                node: self.world.nodes[q].id.clone(),
+                workers: w,
+                class: self.world.nodes[q].class.clone(),
+            })
+            .collect()
     }
-}
 
-/// A time for explanations: UTC to the second, as operators read it.
-pub(super) fn utc(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
-        || format!("{ms} ms"),
-        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-    )
+    /// A reservation as explanations name it: where each stretch runs and
+    /// when it ends.
+    pub(super) fn reserved(&self, segs: &[Seg]) -> Reason {
+        Reason::Reserved {
+            stretches: segs
+                .iter()
+                .map(|s| Stretch {
+                    place: self.shares(&s.place),
+                    until_ms: s.end_ms,
+                })
+                .collect(),
+        }
+    }
 }

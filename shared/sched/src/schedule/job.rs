@@ -7,6 +7,7 @@ use crate::throughput::ModelTable;
 use crate::world::{DataSite, JobState, LinkClass, NodeKind};
 
 use super::grid::{Place, Round};
+use super::reason::Reason;
 
 /// Per-job facts computed once per round.
 pub(super) struct JobCtx<'a> {
@@ -15,7 +16,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) location: Place,
     /// The model's table per device class index (`None`: the class cannot run it).
     pub(super) tables: Vec<Option<&'a ModelTable>>,
-    pub(super) tide_note: Option<String>,
+    /// Why a running job must leave its nodes now, if it must.
+    pub(super) tide_note: Option<Reason>,
 }
 
 impl<'a> Round<'a> {
@@ -39,17 +41,17 @@ impl<'a> Round<'a> {
             location
                 .iter()
                 .find_map(|&(q, _)| match &self.world.nodes[q].kind {
-                    NodeKind::Edge(av) if av.tide_in() => Some(format!(
-                        "the tide came in on {} (primary load {:.0}% > {:.0}% threshold)",
-                        self.world.nodes[q].id,
-                        av.util_now_pct.unwrap_or(0.0),
-                        av.idle_threshold_pct
-                    )),
-                    NodeKind::Edge(_) if self.free[q * self.n_slots] == 0 => Some(format!(
-                        "the idle window on {} ends (grace {} s)",
-                        self.world.nodes[q].id,
-                        self.policy.grace_ms / 1000
-                    )),
+                    NodeKind::Edge(av) if av.tide_in() => Some(Reason::TideIn {
+                        node: self.world.nodes[q].id.clone(),
+                        load_pct: av.util_now_pct.unwrap_or(0.0),
+                        threshold_pct: av.idle_threshold_pct,
+                    }),
+                    NodeKind::Edge(_) if self.free[q * self.n_slots] == 0 => {
+                        Some(Reason::WindowEnds {
+                            node: self.world.nodes[q].id.clone(),
+                            grace_ms: self.policy.grace_ms,
+                        })
+                    }
                     _ => None,
                 })
         });

@@ -6,14 +6,15 @@ use crate::world::NodeKind;
 use super::DONE_EPS_ITERS;
 use super::grid::{Place, Round};
 use super::job::JobCtx;
+use super::reason::Reason;
 use super::walk::Seg;
 
 impl<'a> Round<'a> {
     /// Re-validates a guaranteed job's standing reservation against today's capacity.
-    pub(super) fn keep(&self, ctx: &JobCtx) -> Result<Vec<Seg>, String> {
+    pub(super) fn keep(&self, ctx: &JobCtx) -> Result<Vec<Seg>, Reason> {
         let res = &ctx.job.reservation;
         if res.is_empty() {
-            return Err("it had no reservation".to_string());
+            return Err(Reason::NoReservation);
         }
         let mut segs = Vec::new();
         let mut done = 0.0;
@@ -25,7 +26,9 @@ impl<'a> Round<'a> {
                 let q = *self
                     .id_of
                     .get(a.node_id.as_str())
-                    .ok_or_else(|| format!("node {} is gone", a.node_id))?;
+                    .ok_or_else(|| Reason::NodeGone {
+                        node: a.node_id.clone(),
+                    })?;
                 place.push((q, a.workers));
             }
             place.sort_unstable();
@@ -33,7 +36,7 @@ impl<'a> Round<'a> {
             let first = self.slot_of(start);
             let last = self.slot_of(r.end_ms - 1);
             if last >= self.n_slots {
-                return Err("its reservation reaches past the horizon".to_string());
+                return Err(Reason::PastHorizon);
             }
             if let Some(&(q, _)) = place
                 .iter()
@@ -41,13 +44,12 @@ impl<'a> Round<'a> {
             {
                 let n = &self.world.nodes[q];
                 return Err(match &n.kind {
-                    NodeKind::Edge(av) if av.tide_in() => format!(
-                        "the tide came in on {} (primary load {:.0}% > {:.0}%)",
-                        n.id,
-                        av.util_now_pct.unwrap_or(0.0),
-                        av.idle_threshold_pct
-                    ),
-                    _ => format!("{} no longer has the reserved capacity", n.id),
+                    NodeKind::Edge(av) if av.tide_in() => Reason::TideBrokeReservation {
+                        node: n.id.clone(),
+                        load_pct: av.util_now_pct.unwrap_or(0.0),
+                        threshold_pct: av.idle_threshold_pct,
+                    },
+                    _ => Reason::LostCapacity { node: n.id.clone() },
                 });
             }
             let run = self
@@ -61,7 +63,7 @@ impl<'a> Round<'a> {
                     ctx.remaining - done,
                     false,
                 )
-                .ok_or("a throughput table it relied on is gone")?;
+                .ok_or(Reason::TableGone)?;
             for s in run.segs {
                 done += s.iters;
                 owed = (s.startup_s - (s.end_ms - s.start_ms) as f64 / 1000.0).max(0.0);
@@ -76,7 +78,7 @@ impl<'a> Round<'a> {
         if done < ctx.remaining - DONE_EPS_ITERS
             || finish.is_none_or(|f| f > ctx.job.spec.deadline_ms)
         {
-            return Err("its reservation no longer finishes by the deadline".to_string());
+            return Err(Reason::ReservationLate);
         }
         Ok(segs)
     }

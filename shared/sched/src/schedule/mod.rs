@@ -25,17 +25,22 @@
 //! The stages live in submodules: [`grid`] (free capacity), [`job`] (per-job
 //! facts and timings), [`walk`] (a placement over the slots), [`options`]
 //! (candidates worth trying), [`cloud`] (cloud plans), [`plan`] (choosing
-//! one), [`keep`] (standing reservations) and [`decide`] (the decision and
-//! its explanation); this module runs the round's phases.
+//! one), [`keep`] (standing reservations), [`reason`] (why, typed),
+//! [`explain`] (the path a job took) and [`decide`] (the decision and its
+//! explanation); this module runs the round's phases.
 
 mod cloud;
 mod decide;
+mod explain;
 mod grid;
 mod job;
 mod keep;
 mod options;
 mod plan;
+mod reason;
 mod walk;
+
+pub use reason::{Reason, Share, Stretch};
 
 use crate::decision::{RoundPlan, Verdict};
 use crate::world::{
@@ -43,7 +48,7 @@ use crate::world::{
     WorldSnapshot,
 };
 
-use decide::reserved;
+use explain::{Entry, Outcome, Story};
 use grid::Round;
 use plan::Want;
 
@@ -57,18 +62,15 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
 
     let mut guaranteed: Vec<&JobState> = Vec::new();
     let mut pending: Vec<&JobState> = Vec::new();
-    let mut best_effort: Vec<(&JobState, String)> = Vec::new();
+    let mut best_effort: Vec<(&JobState, Entry)> = Vec::new();
     for j in &world.jobs {
         match (j.admission, j.spec.class) {
             (Admission::Guaranteed { .. }, _) => guaranteed.push(j),
             (Admission::Pending, JobClass::Slo) => match policy.admission {
                 AdmissionMode::Reserve => pending.push(j),
-                AdmissionMode::EachRound => best_effort.push((
-                    j,
-                    "admitted without a reservation (admission = each-round)".to_string(),
-                )),
+                AdmissionMode::EachRound => best_effort.push((j, Entry::EachRound)),
             },
-            _ => best_effort.push((j, "best-effort job".to_string())),
+            _ => best_effort.push((j, Entry::BestEffortJob)),
         }
     }
     guaranteed.sort_by_key(|j| match j.admission {
@@ -84,11 +86,8 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         let ctx = round.job_ctx(j);
         match round.keep(&ctx) {
             Ok(segs) => {
-                let reason = format!(
-                    "guaranteed; keeps its reservation: {}",
-                    reserved(&round, &segs)
-                );
-                decisions.push(round.decide(&ctx, Verdict::Guaranteed { since_ms }, segs, reason));
+                let story = Story::Kept(round.reserved(&segs));
+                decisions.push(round.decide(&ctx, Verdict::Guaranteed { since_ms }, segs, story));
             }
             Err(why) => broken.push((j, since_ms, why)),
         }
@@ -99,21 +98,20 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         let verdict = Verdict::Guaranteed { since_ms };
         match round.plan(&ctx, Want::Guarantee) {
             Ok(c) => {
-                let reason = format!("guaranteed; re-planned because {why}; {}", c.why);
-                decisions.push(round.decide(&ctx, verdict, c.segs, reason));
+                let story = Story::Replanned {
+                    broke: why,
+                    plan: c.why,
+                };
+                decisions.push(round.decide(&ctx, verdict, c.segs, story));
             }
             Err(fail) => {
                 let c = round
                     .plan(&ctx, Want::MeetDeadline)
                     .or_else(|_| round.plan(&ctx, Want::Leftover))
                     .ok();
-                let reason = format!(
-                    "guaranteed but now AT RISK: {why}, and {fail}; running best-effort until capacity frees"
-                );
-                decisions.push(match c {
-                    Some(c) => round.decide(&ctx, verdict, c.segs, reason),
-                    None => round.decide(&ctx, verdict, Vec::new(), reason),
-                });
+                let story = Story::AtRisk { broke: why, fail };
+                let segs = c.map_or_else(Vec::new, |c| c.segs);
+                decisions.push(round.decide(&ctx, verdict, segs, story));
             }
         }
     }
@@ -122,19 +120,15 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         let ctx = round.job_ctx(j);
         match round.plan(&ctx, Want::Guarantee) {
             Ok(c) => {
-                let reason = format!("admitted as guaranteed: {}", c.why);
                 let verdict = Verdict::Guaranteed { since_ms: now_ms };
-                decisions.push(round.decide(&ctx, verdict, c.segs, reason));
+                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
             }
             Err(fail) => match j.spec.on_infeasible {
                 OnInfeasible::Reject => {
-                    let reason = format!("rejected at admission: {fail}");
-                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), reason));
+                    let story = Story::Rejected(fail);
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
                 }
-                OnInfeasible::BestEffort => best_effort.push((
-                    j,
-                    format!("cannot be guaranteed ({fail}); admitted best-effort as asked"),
-                )),
+                OnInfeasible::BestEffort => best_effort.push((j, Entry::Downgraded(fail))),
             },
         }
     }
@@ -149,38 +143,42 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     };
     let mut best_effort: Vec<_> = best_effort
         .into_iter()
-        .map(|(j, why)| (key(j), j, why))
+        .map(|(j, entry)| (key(j), j, entry))
         .collect();
     best_effort.sort_by(|a, b| {
         (a.0.0.cmp(&b.0.0))
             .then(a.0.1.total_cmp(&b.0.1))
             .then(a.0.2.cmp(&b.0.2))
     });
-    for (_, j, why) in best_effort {
+    for (_, j, entry) in best_effort {
         let ctx = round.job_ctx(j);
         let mut want = Want::Leftover;
-        let mut why = why;
+        let mut late = None;
         if j.spec.class == JobClass::Slo {
             match round.hopeless(&ctx) {
                 None => want = Want::MeetDeadline,
                 Some(h) if j.spec.on_infeasible == OnInfeasible::Reject => {
-                    let reason = format!("{why}; turned away: {h}");
-                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), reason));
+                    let story = Story::Leftover {
+                        entry,
+                        late,
+                        outcome: Outcome::TurnedAway(h),
+                    };
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
                     continue;
                 }
-                Some(h) => why = format!("{why}; {h}, so it runs best-effort as asked"),
+                Some(h) => late = Some(h),
             }
         }
-        match round.plan(&ctx, want) {
-            Ok(c) => {
-                let reason = format!("{why}; {}", c.why);
-                decisions.push(round.decide(&ctx, Verdict::BestEffort, c.segs, reason));
-            }
-            Err(fail) => {
-                let reason = format!("{why}; waits: {fail}");
-                decisions.push(round.decide(&ctx, Verdict::BestEffort, Vec::new(), reason));
-            }
-        }
+        let (segs, outcome) = match round.plan(&ctx, want) {
+            Ok(c) => (c.segs, Outcome::Runs(c.why)),
+            Err(fail) => (Vec::new(), Outcome::Waits(fail)),
+        };
+        let story = Story::Leftover {
+            entry,
+            late,
+            outcome,
+        };
+        decisions.push(round.decide(&ctx, Verdict::BestEffort, segs, story));
     }
     decisions.sort_by_key(|d| d.job_id);
     RoundPlan { now_ms, decisions }

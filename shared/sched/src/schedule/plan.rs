@@ -5,9 +5,9 @@
 use crate::world::AdmissionMode;
 
 use super::DONE_EPS_ITERS;
-use super::decide::{describe, utc};
 use super::grid::Round;
 use super::job::JobCtx;
+use super::reason::Reason;
 use super::walk::{EdgeRun, Seg};
 
 /// What a plan is for.
@@ -30,27 +30,26 @@ pub(super) struct Candidate {
     pub(super) segs: Vec<Seg>,
     pub(super) cost: f64,
     pub(super) finish_ms: Option<i64>,
-    pub(super) why: String,
+    pub(super) why: Reason,
 }
 
 impl<'a> Round<'a> {
     /// Plans a job for what `want` asks; see [`Want`].
-    pub(super) fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, String> {
+    pub(super) fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, Reason> {
         let spec = &ctx.job.spec;
         if ctx.remaining <= DONE_EPS_ITERS {
-            return Err("its work is done".to_string());
+            return Err(Reason::WorkDone);
         }
         if spec.min_workers > spec.max_workers || spec.max_workers == 0 {
-            return Err(format!(
-                "min_workers {} / max_workers {} leave no valid worker count; set 1 ≤ min ≤ max",
-                spec.min_workers, spec.max_workers
-            ));
+            return Err(Reason::BadWorkers {
+                min: spec.min_workers,
+                max: spec.max_workers,
+            });
         }
         if ctx.tables.iter().all(Option::is_none) {
-            return Err(format!(
-                "no device class has a throughput table for model {:?}; add one to the tables",
-                spec.model
-            ));
+            return Err(Reason::NoTable {
+                model: spec.model.clone(),
+            });
         }
         let deadline = want == Want::Guarantee;
         let due = want != Want::Leftover;
@@ -102,11 +101,10 @@ impl<'a> Round<'a> {
             edge_best_frac =
                 edge_best_frac.max(run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining);
             if let Some(f) = run.finished.filter(|&f| f <= deadline_ms) {
-                let why = format!(
-                    "{} finishes on idle edge capacity at {} with no cloud cost",
-                    describe(self, &place),
-                    utc(f)
-                );
+                let why = Reason::EdgeFinishes {
+                    place: self.shares(&place),
+                    finish_ms: f,
+                };
                 consider(
                     Candidate {
                         segs: run.segs,
@@ -120,11 +118,11 @@ impl<'a> Round<'a> {
             }
             if !deadline {
                 if !due && !run.segs.is_empty() {
-                    let why = format!(
-                        "{} takes leftover edge capacity, {:.0}% of the work within the horizon",
-                        describe(self, &place),
-                        100.0 * run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining
-                    );
+                    let why = Reason::EdgeLeftover {
+                        place: self.shares(&place),
+                        done_pct: 100.0 * run.segs.iter().map(|s| s.iters).sum::<f64>()
+                            / ctx.remaining,
+                    };
                     consider(
                         Candidate {
                             segs: run.segs,
@@ -150,11 +148,12 @@ impl<'a> Round<'a> {
                 self.cloud_tail(ctx, 0, ctx.remaining, &ctx.location, owed0, deadline_ms)
         {
             let cost: f64 = segs.iter().map(|s| s.cost).sum();
-            let why = format!(
-                "no edge plan meets the deadline within {n_opts} edge option(s) (best reaches {:.0}%); cloud {} costs {cost:.2}",
-                edge_best_frac * 100.0,
-                describe(self, &segs[0].place)
-            );
+            let why = Reason::CloudOnly {
+                options: n_opts,
+                edge_pct: edge_best_frac * 100.0,
+                place: self.shares(&segs[0].place),
+                cost,
+            };
             let finish_ms = segs.last().map(|s| s.end_ms);
             consider(
                 Candidate {
@@ -180,42 +179,41 @@ impl<'a> Round<'a> {
         {
             best = Some(c);
         }
-        best.ok_or_else(|| {
-            if deadline {
-                format!(
-                    "no plan finishes by the deadline {}: edge alone reaches {:.0}% of the {:.0} remaining iterations ({n_opts} edge option(s)), and no cloud group with free capacity is fast enough",
-                    utc(spec.deadline_ms),
-                    edge_best_frac * 100.0,
-                    ctx.remaining
-                )
-            } else if due {
-                format!(
-                    "no capacity free now on which it can meet its deadline {}",
-                    utc(spec.deadline_ms)
-                )
-            } else {
-                "no free edge capacity within the horizon".to_string()
+        best.ok_or(if deadline {
+            Reason::NoPlanByDeadline {
+                deadline_ms: spec.deadline_ms,
+                edge_pct: edge_best_frac * 100.0,
+                remaining: ctx.remaining,
+                options: n_opts,
             }
+        } else if due {
+            Reason::NoCapacityNow {
+                deadline_ms: spec.deadline_ms,
+            }
+        } else {
+            Reason::NoLeftoverEdge
         })
     }
 
     /// Why the job cannot meet its deadline however it runs, if it cannot: its
     /// deadline has passed, or even [`Round::fastest_iters_per_s`] would finish
     /// too late. A cheap bound that spares hopeless jobs a full plan.
-    pub(super) fn hopeless(&self, ctx: &JobCtx) -> Option<String> {
+    pub(super) fn hopeless(&self, ctx: &JobCtx) -> Option<Reason> {
         let spec = &ctx.job.spec;
         if spec.deadline_ms <= self.now_ms {
-            return Some(format!("its deadline {} has passed", utc(spec.deadline_ms)));
+            return Some(Reason::DeadlinePassed {
+                deadline_ms: spec.deadline_ms,
+            });
         }
         let fastest = self.fastest_iters_per_s(ctx);
         let need_ms = 1000.0 * ctx.remaining / fastest;
-        (fastest <= 0.0 || self.now_ms as f64 + need_ms > spec.deadline_ms as f64).then(|| {
-            format!(
-                "it cannot finish its {:.0} remaining iterations by its deadline {} even at its fastest ({fastest:.3} iterations/s)",
-                ctx.remaining,
-                utc(spec.deadline_ms)
-            )
-        })
+        (fastest <= 0.0 || self.now_ms as f64 + need_ms > spec.deadline_ms as f64).then_some(
+            Reason::TooSlow {
+                remaining: ctx.remaining,
+                deadline_ms: spec.deadline_ms,
+                fastest,
+            },
+        )
     }
 
     /// The most iterations/s any class and worker count allowed to the job
@@ -279,12 +277,12 @@ impl<'a> Round<'a> {
                 }
                 let cost: f64 = tail.iter().map(|s| s.cost).sum();
                 let finish_ms = tail.last().map(|s| s.end_ms);
-                let why = format!(
-                    "{} covers {:.0}% on idle edge capacity, then cloud {} finishes the rest by the deadline for {cost:.2}",
-                    describe(self, &run.place),
-                    100.0 * done / ctx.remaining,
-                    describe(self, &tail[0].place)
-                );
+                let why = Reason::EdgeThenCloud {
+                    edge: self.shares(&run.place),
+                    edge_pct: 100.0 * done / ctx.remaining,
+                    cloud: self.shares(&tail[0].place),
+                    cost,
+                };
                 segs.extend(tail);
                 return Some(Candidate {
                     segs,
