@@ -31,7 +31,7 @@ pub async fn run(coord: Arc<Coordinator>) {
 pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
     let now = coord.clock.now_ms();
     let cutoff = now - coord.cfg.offline_after().as_millis() as i64;
-    let plan = {
+    {
         let mut store = coord.store.lock().unwrap();
         for node_id in store.expire(&coord.connected(), cutoff, now)? {
             tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
@@ -46,18 +46,12 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             tidal_round(coord, &mut store, now)?;
         }
         let snapshot = store.snapshot(now, tidal)?;
-        let plan = first_fit(
-            &snapshot,
-            &FirstFit {
-                idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
-                max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
-            },
-        );
-        store.apply_plan(&plan, now)?;
-        plan
-    };
-    for p in &plan.placements {
-        tracing::info!(job_id = p.job_id, node_id = %p.node_id, "job placed first-fit");
+        let policy = FirstFit {
+            idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
+            max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
+        };
+        let plan = first_fit(&snapshot, &policy);
+        store.apply_plan(&plan, &policy, now)?;
     }
     for (node_id, conn) in coord.connections() {
         deliver(coord, &node_id, &conn).await?;

@@ -13,7 +13,7 @@ use tidemill_sched::{
 };
 
 use crate::config::SchedulerConfig;
-use crate::store::{LinkRecord, NodeRecord, PlannedJob};
+use crate::store::{LinkRecord, NodeRecord, PlannedJob, devices};
 
 /// A running job is never credited more than this share of its iterations
 /// from estimates alone: it keeps its reservation until its process exits.
@@ -57,10 +57,10 @@ fn node_spec(
     let (class, devices, memory) = match n.accelerators.first() {
         Some(a) => (
             cfg.class_of(&a.model),
-            n.accelerators.len() as u32,
+            devices(&n.accelerators),
             a.mem_bytes.unwrap_or(0),
         ),
-        None => (cfg.cpu_class.clone(), 1, n.mem_bytes),
+        None => (cfg.cpu_class.clone(), devices(&n.accelerators), n.mem_bytes),
     };
     let kind = match cfg.cloud_nodes.get(&n.id) {
         Some(c) => NodeKind::Cloud {

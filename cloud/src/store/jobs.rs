@@ -4,8 +4,9 @@
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use tidemill_proto::{TaskEvent, TaskStatus};
-use tidemill_sched::{JobView, NodeView, Plan, Snapshot};
+use tidemill_sched::{FirstFit, JobView, NodeView, Plan, Snapshot};
 
+use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column, ms_to_time, tidal};
 use crate::job::{JobRecord, JobSpec, JobState, PlanView};
 
@@ -148,24 +149,37 @@ impl Store {
         })
     }
 
-    /// Commits a plan, re-checking each placement against the current state: the
-    /// job must still be queued without a task and the node still online.
-    /// Returns how many placements were committed.
-    pub fn apply_plan(&mut self, plan: &Plan, now_ms: i64) -> Result<usize, StoreError> {
+    /// Commits a first-fit plan made under `policy`, re-checking each
+    /// placement against the current state: the job must still be queued
+    /// without a task, and the node known, online and with a free task slot
+    /// (counting the tasks this plan placed before it). A placement that no
+    /// longer fits is refused: the job stays queued with a reason naming the
+    /// node. Returns how many placements were committed.
+    pub fn apply_plan(
+        &mut self,
+        plan: &Plan,
+        policy: &FirstFit,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
             let mut committed = 0;
             for p in &plan.placements {
-                let ok: bool = tx
+                let job = p.job_id as i64;
+                let queued: bool = tx
                     .query_row(
                         "SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = ?1 AND j.state = 'queued' AND j.cancel_requested = 0
-                             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'))
-                           AND EXISTS (SELECT 1 FROM nodes WHERE id = ?2 AND online = 1)",
-                        params![p.job_id as i64, p.node_id],
+                             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'))",
+                        [job],
                         |r| r.get(0),
                     )
                     .map_err(&err)?;
-                if !ok {
+                if !queued {
+                    continue;
+                }
+                let slots = Capacity::Slots(policy.max_tasks_per_node);
+                if let Err(m) = capacity::check(tx, job, &[(&p.node_id, 1)], slots).map_err(&err)? {
+                    capacity::refuse(tx, job, now_ms, &m, &format!("not started: {m}")).map_err(&err)?;
                     continue;
                 }
                 tx.execute(
@@ -180,6 +194,7 @@ impl Store {
                 )
                 .map_err(&err)?;
                 event(tx, now_ms, Some(&p.node_id), Some(p.job_id as i64), "job-placed", &reason).map_err(&err)?;
+                tracing::info!(job_id = p.job_id, node_id = %p.node_id, "job placed first-fit");
                 committed += 1;
             }
             for w in &plan.waiting {
@@ -365,7 +380,7 @@ mod tests {
     use super::*;
     use crate::store::Owed;
     use crate::store::testkit::{hello, samples, spec, task};
-    use tidemill_sched::{FirstFit, first_fit};
+    use tidemill_sched::{Placement, first_fit};
 
     #[test]
     fn a_job_runs_through_its_life() {
@@ -379,9 +394,9 @@ mod tests {
             max_tasks_per_node: 1,
         };
         let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
-        assert_eq!(store.apply_plan(&plan, 3).unwrap(), 1);
+        assert_eq!(store.apply_plan(&plan, &policy, 3).unwrap(), 1);
         assert_eq!(
-            store.apply_plan(&plan, 3).unwrap(),
+            store.apply_plan(&plan, &policy, 3).unwrap(),
             0,
             "re-check refuses a second placement"
         );
@@ -418,6 +433,67 @@ mod tests {
     }
 
     #[test]
+    fn a_placement_on_a_node_that_went_offline_since_the_snapshot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e3"), 0).unwrap();
+        store.apply_report("e3", &samples(1, 5.0), 1).unwrap();
+        let id = store.submit(&spec(), 2).unwrap();
+        let policy = FirstFit {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 1,
+        };
+        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+        assert_eq!(plan.placements.len(), 1);
+        store
+            .expire(&std::collections::HashSet::new(), 10, 10)
+            .unwrap();
+
+        assert_eq!(store.apply_plan(&plan, &policy, 10).unwrap(), 0);
+        assert!(store.open_tasks(id).is_empty());
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(
+            job.reason.as_deref(),
+            Some("not started: node e3 went offline before the plan was applied")
+        );
+    }
+
+    #[test]
+    fn placements_past_a_nodes_free_slots_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        let ids = [
+            store.submit(&spec(), 1).unwrap(),
+            store.submit(&spec(), 1).unwrap(),
+        ];
+        let policy = FirstFit {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 1,
+        };
+        // A plan that puts both jobs in e1's one slot.
+        let plan = Plan {
+            placements: ids
+                .iter()
+                .map(|&job_id| Placement {
+                    job_id,
+                    node_id: "e1".into(),
+                })
+                .collect(),
+            waiting: Vec::new(),
+        };
+
+        assert_eq!(store.apply_plan(&plan, &policy, 2).unwrap(), 1);
+        assert_eq!(store.open_tasks(ids[0]), vec![("e1".to_string(), 1)]);
+        assert!(store.open_tasks(ids[1]).is_empty());
+        assert_eq!(
+            store.job(ids[1]).unwrap().unwrap().reason.as_deref(),
+            Some("not started: node e1 has 0 free task slots, the plan wanted 1")
+        );
+    }
+
+    #[test]
     fn cancel_withdraws_undelivered_work_and_stops_delivered_work() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
@@ -436,7 +512,11 @@ mod tests {
             max_tasks_per_node: 1,
         };
         store
-            .apply_plan(&first_fit(&store.snapshot(5, false).unwrap(), &policy), 5)
+            .apply_plan(
+                &first_fit(&store.snapshot(5, false).unwrap(), &policy),
+                &policy,
+                5,
+            )
             .unwrap();
         let assign = store.owed("n1", 29500).unwrap().remove(0);
         store.acknowledged(&assign).unwrap();

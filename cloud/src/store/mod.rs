@@ -1,7 +1,8 @@
 //! The coordinator's durable state in SQLite: the store handle, its errors,
 //! and the helpers its parts share. Each concern lives in its own submodule:
 //! the schema, nodes, ingesting reports, jobs and tasks, the outbox of commands
-//! owed to edges, and what the tidal scheduler reads and writes.
+//! owed to edges, what the tidal scheduler reads and writes, and the re-check
+//! that each node a plan names can still take its share when it is applied.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Row, Transaction, params};
 use tidemill_runtime::sqlite::{self, DbError};
 
+mod capacity;
 mod jobs;
 mod nodes;
 mod outbox;
@@ -19,7 +21,7 @@ mod schema;
 mod testkit;
 mod tidal;
 
-pub use nodes::{ForecastView, IdleWindowView, LinkClass, LinkRecord, NodeRecord};
+pub use nodes::{ForecastView, IdleWindowView, LinkClass, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
 pub use reports::{Applied, ReportKind};
 pub use tidal::{Addresses, PlannedJob};

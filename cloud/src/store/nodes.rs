@@ -47,6 +47,14 @@ pub struct NodeRecord {
     pub forecast: Option<ForecastView>,
 }
 
+/// The devices a node offers the tidal scheduler, each running one worker:
+/// one per accelerator, or the whole node as one device when it has none
+/// (CPU training). The scheduler's view and the re-check when a plan is
+/// applied both count capacity this way, so they agree.
+pub fn devices(accelerators: &[Accelerator]) -> u32 {
+    (accelerators.len() as u32).max(1)
+}
+
 /// A measured link, as `links` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkRecord {

@@ -1,6 +1,11 @@
-//! Fixtures the store's unit tests share: a node's hello, reports, a job spec.
+//! Fixtures the store's unit tests share: a node's hello, reports, a job
+//! spec, a tidal start decision.
 
-use tidemill_proto::{Capabilities, Hello, Report, ReportBody, Sample, TaskEvent, TaskStatus};
+use tidemill_proto::{
+    Accelerator, AcceleratorKind, Capabilities, Hello, Report, ReportBody, Sample, TaskEvent,
+    TaskStatus,
+};
+use tidemill_sched::{Action, Assignment, Explanation, JobDecision, Shape, Verdict};
 
 use super::{Applied, Store, StoreError};
 use crate::job::JobSpec;
@@ -14,6 +19,19 @@ impl Store {
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         self.apply_reports(node_id, std::slice::from_ref(report), now_ms)
+    }
+
+    /// The open tasks of a job as (node id, workers), by rank.
+    pub(super) fn open_tasks(&self, job_id: u64) -> Vec<(String, u32)> {
+        self.conn
+            .prepare(
+                "SELECT node_id, workers FROM tasks WHERE job_id = ?1 AND state != 'done' ORDER BY rank",
+            )
+            .and_then(|mut s| {
+                s.query_map([job_id as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .unwrap()
     }
 }
 
@@ -30,6 +48,49 @@ pub(super) fn hello(id: &str) -> Hello {
         },
         token: None,
         probe_port: None,
+    }
+}
+
+/// A node's hello announcing `gpus` accelerators.
+pub(super) fn hello_with_gpus(id: &str, gpus: usize) -> Hello {
+    let mut h = hello(id);
+    h.capabilities.accelerators = vec![
+        Accelerator {
+            kind: AcceleratorKind::NvidiaGpu,
+            model: "Tesla T4".into(),
+            mem_bytes: Some(16 << 30),
+        };
+        gpus
+    ];
+    h
+}
+
+/// A tidal decision to start `job_id` now with `on` (node id, workers),
+/// rank 0 first.
+pub(super) fn start_on(job_id: u64, on: &[(&str, u32)]) -> JobDecision {
+    let on: Vec<Assignment> = on
+        .iter()
+        .map(|&(node_id, workers)| Assignment {
+            node_id: node_id.into(),
+            workers,
+        })
+        .collect();
+    JobDecision {
+        job_id,
+        verdict: Verdict::BestEffort,
+        explanation: Explanation {
+            shape: Shape::Edge,
+            nodes: on.iter().map(|a| a.node_id.clone()).collect(),
+            expected_start_ms: None,
+            expected_finish_ms: None,
+            step: None,
+            staging_s: 0.0,
+            cloud_cost: 0.0,
+            reason: "the plan".into(),
+            why: Vec::new(),
+        },
+        action: Action::Start { on },
+        segments: Vec::new(),
     }
 }
 

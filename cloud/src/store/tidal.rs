@@ -12,6 +12,7 @@ use rusqlite::{Transaction, params};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 
+use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column};
 use crate::job::{JobSpec, PlanView};
 
@@ -123,9 +124,16 @@ impl Store {
 
     /// Commits a tidal round: stores each job's verdict, reservation and plan,
     /// and carries out its action now. A start needs the job to have no open
-    /// task and rank 0's node to be reachable (`addrs`); a move or pause asks
-    /// the job's tasks to checkpoint and stop, after which the job is queued
-    /// for the plan to resume it. Returns what was done, per job, for the log.
+    /// task, every node it names known, online and with the devices it wants
+    /// free (counting tasks this round started before it), and rank 0's node
+    /// reachable (`addrs`); a move or pause asks the job's tasks to checkpoint
+    /// and stop, after which the job is queued for the plan to resume it. A
+    /// move needs every node it goes to known and online; their devices are
+    /// checked when it restarts there, because the tasks it would replace
+    /// (its own, or a job's it swaps places with) free them only once they
+    /// stop. A start or move that no
+    /// longer fits is not carried out, and the job's reason names the node.
+    /// Returns what was done, per job, for the log.
     pub fn apply_round(
         &mut self,
         plan: &RoundPlan,
@@ -172,17 +180,27 @@ impl Store {
                         Some("rejected".to_string())
                     }
                     Action::Start { on } if open == 0 => {
-                        start(tx, d.job_id, on, d.segments.first(), addrs, now, reason).map_err(&err)?
+                        let wants: Vec<(&str, u32)> = on.iter().map(|a| (a.node_id.as_str(), a.workers)).collect();
+                        match capacity::check(tx, job, &wants, Capacity::Devices).map_err(&err)? {
+                            Ok(()) => start(tx, d.job_id, on, d.segments.first(), addrs, now, reason).map_err(&err)?,
+                            Err(m) => {
+                                capacity::refuse(tx, job, now, &m, &format!("not started: {m}")).map_err(&err)?;
+                                None
+                            }
+                        }
                     }
-                    Action::Migrate { .. } | Action::Pause if open > 0 => {
-                        let n = stop_tasks(tx, job).map_err(&err)?;
-                        tx.execute(
-                            "UPDATE jobs SET reason = ?2 WHERE id = ?1",
-                            params![job, format!("checkpointing to follow the plan: {reason}")],
-                        )
-                        .map_err(&err)?;
-                        (n > 0).then(|| "asked to checkpoint and stop".to_string())
+                    Action::Migrate { to, .. } if open > 0 => {
+                        let wants: Vec<(&str, u32)> = to.iter().map(|a| (a.node_id.as_str(), a.workers)).collect();
+                        match capacity::check(tx, job, &wants, Capacity::Online).map_err(&err)? {
+                            Ok(()) => checkpoint(tx, job, reason).map_err(&err)?,
+                            Err(m) => {
+                                let why = format!("not moved: {m}; it keeps running where it is");
+                                capacity::refuse(tx, job, now, &m, &why).map_err(&err)?;
+                                None
+                            }
+                        }
                     }
+                    Action::Pause if open > 0 => checkpoint(tx, job, reason).map_err(&err)?,
                     _ => {
                         tx.execute(
                             "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS NOT ?2",
@@ -240,6 +258,18 @@ pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<usi
         "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
         [job],
     )
+}
+
+/// Asks `job`'s tasks to checkpoint and stop so that it can follow the plan
+/// (`reason`) elsewhere or later; returns what was done, or `None` when every
+/// task was already asked.
+fn checkpoint(tx: &Transaction<'_>, job: i64, reason: &str) -> rusqlite::Result<Option<String>> {
+    let n = stop_tasks(tx, job)?;
+    tx.execute(
+        "UPDATE jobs SET reason = ?2 WHERE id = ?1",
+        params![job, format!("checkpointing to follow the plan: {reason}")],
+    )?;
+    Ok((n > 0).then(|| "asked to checkpoint and stop".to_string()))
 }
 
 /// Creates one task per node of `on`, ranked in order, with rank 0's address as
@@ -302,4 +332,145 @@ pub(super) fn settle_progress(tx: &Transaction<'_>, job: i64, now_ms: i64) -> ru
         params![job, now_ms],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::store::testkit::{hello, hello_with_gpus, spec, start_on};
+
+    fn addrs(nodes: &[&str]) -> Addresses {
+        nodes
+            .iter()
+            .map(|n| (n.to_string(), format!("{n}.lan")))
+            .collect()
+    }
+
+    fn reason(store: &Store, job: u64) -> String {
+        store.job(job).unwrap().unwrap().reason.unwrap()
+    }
+
+    #[test]
+    fn a_start_on_a_node_that_went_offline_since_the_snapshot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        store.register(&hello("e3"), 0).unwrap();
+        let job = store.submit(&spec(), 1).unwrap();
+        let plan = RoundPlan {
+            now_ms: 20,
+            decisions: vec![start_on(job, &[("e1", 1), ("e3", 1)])],
+        };
+        // e3 falls silent after the plan was made, before it is applied.
+        let gone = store
+            .expire(&HashSet::from(["e1".to_string()]), 10, 20)
+            .unwrap();
+        assert_eq!(gone, vec!["e3".to_string()]);
+
+        let done = store.apply_round(&plan, &addrs(&["e1", "e3"])).unwrap();
+        assert!(done.is_empty(), "{done:?}");
+        assert!(
+            store.open_tasks(job).is_empty(),
+            "no rank starts, not even on e1"
+        );
+        assert_eq!(
+            reason(&store, job),
+            "not started: node e3 went offline before the plan was applied"
+        );
+        assert_eq!(
+            store.job(job).unwrap().unwrap().state,
+            crate::job::JobState::Queued
+        );
+    }
+
+    #[test]
+    fn two_starts_wanting_the_last_device_start_only_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello_with_gpus("e1", 2), 0).unwrap();
+        let first = store.submit(&spec(), 1).unwrap();
+        let second = store.submit(&spec(), 1).unwrap();
+        let third = store.submit(&spec(), 1).unwrap();
+        let a = addrs(&["e1"]);
+        let earlier = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(first, &[("e1", 1)])],
+        };
+        store.apply_round(&earlier, &a).unwrap();
+        // Planned on a snapshot from before `first` took one of e1's two devices.
+        let plan = RoundPlan {
+            now_ms: 3,
+            decisions: vec![
+                start_on(second, &[("e1", 1)]),
+                start_on(third, &[("e1", 1)]),
+            ],
+        };
+
+        let done = store.apply_round(&plan, &a).unwrap();
+        assert_eq!(done, vec![(second, "started on e1".to_string())]);
+        assert_eq!(store.open_tasks(second), vec![("e1".to_string(), 1)]);
+        assert!(store.open_tasks(third).is_empty());
+        assert_eq!(
+            reason(&store, third),
+            "not started: node e1 has 0 free devices, the plan wanted 1"
+        );
+    }
+
+    #[test]
+    fn a_multi_node_start_that_fits_creates_one_task_per_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello_with_gpus("e1", 2), 0).unwrap();
+        store.register(&hello("e2"), 0).unwrap();
+        let job = store.submit(&spec(), 1).unwrap();
+        let plan = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(job, &[("e1", 2), ("e2", 1)])],
+        };
+
+        let done = store.apply_round(&plan, &addrs(&["e1", "e2"])).unwrap();
+        assert_eq!(done, vec![(job, "started on e1, e2".to_string())]);
+        assert_eq!(
+            store.open_tasks(job),
+            vec![("e1".to_string(), 2), ("e2".to_string(), 1)]
+        );
+    }
+
+    #[test]
+    fn a_move_to_an_unknown_node_leaves_the_job_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        let job = store.submit(&spec(), 1).unwrap();
+        let a = addrs(&["e1"]);
+        let started = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(job, &[("e1", 1)])],
+        };
+        store.apply_round(&started, &a).unwrap();
+        let mut moved = start_on(job, &[]);
+        moved.action = Action::Migrate {
+            from: vec![Assignment {
+                node_id: "e1".into(),
+                workers: 1,
+            }],
+            to: vec![Assignment {
+                node_id: "e9".into(),
+                workers: 1,
+            }],
+        };
+        let plan = RoundPlan {
+            now_ms: 3,
+            decisions: vec![moved],
+        };
+
+        assert!(store.apply_round(&plan, &a).unwrap().is_empty());
+        assert_eq!(store.open_tasks(job), vec![("e1".to_string(), 1)]);
+        assert_eq!(
+            reason(&store, job),
+            "not moved: node e9 is not known to the coordinator; it keeps running where it is"
+        );
+    }
 }
