@@ -10,7 +10,7 @@ use std::fmt;
 use rusqlite::{OptionalExtension, Transaction, params};
 use tidemill_proto::Capabilities;
 
-use super::{event, nodes};
+use super::{event, json_column, nodes};
 
 /// What a node's capacity is counted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub(super) fn check(
         *by_node.entry(node).or_default() += n;
     }
     for (node, wanted) in by_node {
-        let row: Option<(bool, String, i64, i64)> = tx
+        let row: Option<(bool, Capabilities, i64, i64)> = tx
             .query_row(
                 "SELECT n.online, n.capabilities, COUNT(t.id), COALESCE(SUM(t.workers), 0)
                  FROM nodes n
@@ -96,7 +96,7 @@ pub(super) fn check(
                  WHERE n.id = ?1
                  GROUP BY n.id",
                 params![node, job],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, json_column(r, 1)?, r.get(2)?, r.get(3)?)),
             )
             .optional()?;
         let Some((online, caps, tasks, workers)) = row else {
@@ -108,16 +108,7 @@ pub(super) fn check(
         let (total, used, unit) = match capacity {
             Capacity::Online => continue,
             Capacity::Slots(max) => (max, tasks, "task slots"),
-            Capacity::Devices => {
-                let caps: Capabilities = serde_json::from_str(&caps).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        1,
-                        rusqlite::types::Type::Text,
-                        e.into(),
-                    )
-                })?;
-                (nodes::devices(&caps.accelerators), workers, "devices")
-            }
+            Capacity::Devices => (nodes::devices(&caps.accelerators), workers, "devices"),
         };
         let free = u32::try_from(i64::from(total) - used).unwrap_or(0);
         if wanted > free {

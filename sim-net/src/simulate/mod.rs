@@ -448,13 +448,14 @@ pub fn setup_with(
             reuse_offset_ms as i64,
         ),
     };
-    let model = CostModel {
-        links: topology.links.table(&nodes),
+    let links = topology.links.table(&nodes);
+    let model = CostModel::new(
         nodes,
         tables,
-        gamma: tidemill_sched::cost::DEFAULT_GAMMA,
-        restart_s: e.restart_s,
-    };
+        links,
+        tidemill_sched::cost::DEFAULT_GAMMA,
+        e.restart_s,
+    );
     let world = World {
         jobs: trace,
         model,
@@ -473,7 +474,7 @@ pub fn setup_with(
     let no_edge = variants::without_edge(&world);
     let (edge_equivalent, edge_as_cloud) = if args.upper_bound {
         let eq = variants::edge_equivalent(&world);
-        let grown = variants::edge_as_cloud(&world, eq.map_or(0, |e| e.gpus));
+        let grown = variants::edge_as_cloud(&no_edge, eq.map_or(0, |e| e.gpus));
         (eq, Some(grown))
     } else {
         (None, None)

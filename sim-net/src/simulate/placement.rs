@@ -15,6 +15,8 @@
 //! `topology::LinkTiers::table`, which puts the same-site tier there). WAN
 //! bytes keep the three classes: traffic inside a site counts as edge-edge.
 
+use std::collections::HashMap;
+
 use tidemill_sched::cost::{self, LinkSpec};
 use tidemill_sched::{DataSite, JobSpec, LinkClass, LinkTable, ThroughputTables};
 
@@ -96,9 +98,38 @@ pub struct CostModel {
     pub gamma: f64,
     /// Restart from a checkpoint, seconds.
     pub restart_s: f64,
+    /// `links.measured` by node id, both ways round.
+    measured: HashMap<String, HashMap<String, LinkSpec>>,
 }
 
 impl CostModel {
+    /// The cost model over `nodes`, with `links` indexed for pair lookups.
+    pub fn new(
+        nodes: Vec<SimNode>,
+        tables: ThroughputTables,
+        links: LinkTable,
+        gamma: f64,
+        restart_s: f64,
+    ) -> CostModel {
+        let mut measured: HashMap<String, HashMap<String, LinkSpec>> = HashMap::new();
+        for l in &links.measured {
+            for (x, y) in [(&l.a, &l.b), (&l.b, &l.a)] {
+                measured
+                    .entry(x.clone())
+                    .or_default()
+                    .insert(y.clone(), l.link);
+            }
+        }
+        CostModel {
+            nodes,
+            tables,
+            links,
+            gamma,
+            restart_s,
+            measured,
+        }
+    }
+
     /// The class of the path between two nodes.
     pub fn link_class(&self, a: u32, b: u32) -> LinkClass {
         match (
@@ -113,20 +144,14 @@ impl CostModel {
 
     /// The link between nodes `a` and `b`, and its class: the pair's entry
     /// in `links.measured`, else the class default, as the scheduler reads
-    /// the same table. Only boxes of one site have entries there, so only
-    /// their pairs are looked up.
+    /// the same table.
     fn link(&self, a: u32, b: u32) -> (LinkClass, LinkSpec) {
         let c = self.link_class(a, b);
-        let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
-        let measured = if na.site.is_some() && na.site == nb.site {
-            self.links
-                .measured
-                .iter()
-                .find(|l| (l.a == na.id && l.b == nb.id) || (l.a == nb.id && l.b == na.id))
-        } else {
-            None
-        };
-        (c, measured.map_or(*self.links.default_for(c), |l| l.link))
+        let measured = self
+            .measured
+            .get(&self.nodes[a as usize].id)
+            .and_then(|m| m.get(&self.nodes[b as usize].id));
+        (c, *measured.unwrap_or(self.links.default_for(c)))
     }
 
     /// Iterations/s of `model` at batch `batch` on `workers` devices of `class`.
@@ -288,13 +313,8 @@ mod tests {
         tables
             .insert_csv("E", "m", "e", "global_batch_size,1,2\n64,2.0,3.0\n")
             .unwrap();
-        CostModel {
-            links: tiers.table(&nodes),
-            nodes,
-            tables,
-            gamma: 2.0,
-            restart_s: 30.0,
-        }
+        let links = tiers.table(&nodes);
+        CostModel::new(nodes, tables, links, 2.0, 30.0)
     }
 
     fn job() -> JobSpec {

@@ -69,13 +69,7 @@ pub(crate) fn world(
 ) -> World {
     World {
         jobs,
-        model: CostModel {
-            nodes,
-            tables,
-            links: LinkTable::default(),
-            gamma: 2.0,
-            restart_s: 30.0,
-        },
+        model: CostModel::new(nodes, tables, LinkTable::default(), 2.0, 30.0),
         edges,
         slot_ms: 60_000,
         window: (0, end_ms),

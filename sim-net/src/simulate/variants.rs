@@ -52,7 +52,7 @@ pub struct EdgeEquivalent {
 /// the constant number of cloud GPUs that does the work the edge's idle
 /// device-hours could do if they were always there, unfragmented, which is why
 /// it bounds the edge's contribution from above. `None` when the world has no
-/// edge box or no cloud class.
+/// edge box or no cloud class, or an edge class shares no model with the cloud.
 pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
     let model = &world.model;
     let cloud = model.nodes.iter().find(|n| n.is_cloud())?;
@@ -73,25 +73,21 @@ pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
             .collect();
         (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
     };
-    let mut lambdas: Vec<(String, f64)> = Vec::new();
+    let lambdas = edge_classes(world)
+        .into_iter()
+        .map(|c| Some((c, lambda_of(c)?)))
+        .collect::<Option<Vec<_>>>()?;
+    if lambdas.is_empty() {
+        return None;
+    }
     let (mut idle_s, mut work_s) = (0.0, 0.0);
     for n in &model.nodes {
         let Some(e) = n.edge else { continue };
-        let lambda = match lambdas.iter().find(|l| l.0 == n.class) {
-            Some(l) => l.1,
-            None => {
-                let l = lambda_of(&n.class)?;
-                lambdas.push((n.class.clone(), l));
-                l
-            }
-        };
+        let lambda = lambdas.iter().find(|l| l.0 == n.class).map_or(0.0, |l| l.1);
         let (idle_ms, _) = world.edges.split_idle(e, t0, t1);
         let idle = f64::from(n.devices) * idle_ms as f64 / 1000.0;
         idle_s += idle;
         work_s += idle * lambda;
-    }
-    if idle_s <= 0.0 && lambdas.is_empty() {
-        return None;
     }
     let exact = work_s / window_s;
     Some(EdgeEquivalent {
@@ -108,12 +104,7 @@ pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
 /// (seconds). A job that fails it cannot meet its deadline on one edge
 /// device whatever a policy does; `None` when the world has no edge box.
 pub fn edge_feasible_jobs(world: &World) -> Option<usize> {
-    let mut classes: Vec<&str> = Vec::new();
-    for n in world.model.nodes.iter().filter(|n| n.edge.is_some()) {
-        if !classes.contains(&n.class.as_str()) {
-            classes.push(&n.class);
-        }
-    }
+    let classes = edge_classes(world);
     if classes.is_empty() {
         return None;
     }
@@ -135,11 +126,22 @@ pub fn edge_feasible_jobs(world: &World) -> Option<usize> {
     Some(feasible)
 }
 
-/// The world without its edge, with one more cloud node of `gpus` GPUs of the
-/// first cloud node's class and price (one node: the bound assumes no network
-/// cost for the added capacity).
-pub fn edge_as_cloud(world: &World, gpus: u32) -> World {
-    let mut w = without_edge(world);
+/// The edge boxes' device classes, each once, in node order.
+fn edge_classes(world: &World) -> Vec<&str> {
+    let mut classes: Vec<&str> = Vec::new();
+    for n in world.model.nodes.iter().filter(|n| n.edge.is_some()) {
+        if !classes.contains(&n.class.as_str()) {
+            classes.push(&n.class);
+        }
+    }
+    classes
+}
+
+/// The world without its edge (`no_edge`, from [`without_edge`]), with one
+/// more cloud node of `gpus` GPUs of the first cloud node's class and price
+/// (one node: the bound assumes no network cost for the added capacity).
+pub fn edge_as_cloud(no_edge: &World, gpus: u32) -> World {
+    let mut w = no_edge.clone();
     if gpus == 0 {
         return w;
     }
@@ -237,7 +239,7 @@ mod tests {
         let bare = without_edge(&w);
         assert_eq!(bare.model.nodes.len(), 1);
         assert_eq!(bare.model.cloud_gpus(), 8);
-        let grown = edge_as_cloud(&w, 5);
+        let grown = edge_as_cloud(&bare, 5);
         assert_eq!(grown.model.cloud_gpus(), 13);
         assert!(grown.model.nodes.iter().all(SimNode::is_cloud));
         assert!(edge_equivalent(&bare).is_none());
