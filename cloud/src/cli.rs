@@ -11,6 +11,7 @@ use tidemill_runtime::lifecycle;
 use crate::client::Client;
 use crate::config::{CloudConfig, DEFAULT_CONFIG};
 use crate::job::{JobRecord, JobSpec};
+use tidemill_sched::policies::PolicyName;
 
 /// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
 #[derive(Debug, Parser)]
@@ -26,6 +27,8 @@ enum Cmd {
     Serve(ServeArgs),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
+    /// List the scheduling policies `serve --policy` accepts, one line each.
+    Policies,
     /// List nodes.
     Nodes(ApiArgs),
     /// Show the measured link matrix.
@@ -62,6 +65,10 @@ struct ServeArgs {
     /// Wall time (Unix ms) at which accelerated time starts; give edges the same.
     #[arg(long)]
     clock_anchor: Option<i64>,
+    /// The policy that plans jobs with `[work]` (overrides `[scheduler] policy`;
+    /// `tidemill-cloud policies` lists them).
+    #[arg(long)]
+    policy: Option<PolicyName>,
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +129,12 @@ fn run(cli: Cli) -> Outcome {
     match cli.command {
         Cmd::PrintDefaultConfig => {
             print!("{DEFAULT_CONFIG}");
+            Ok(())
+        }
+        Cmd::Policies => {
+            for p in PolicyName::ALL {
+                println!("{:<16} {}", p.as_str(), p.summary());
+            }
             Ok(())
         }
         Cmd::Serve(args) => serve(args),
@@ -332,6 +345,9 @@ fn serve(args: ServeArgs) -> Outcome {
     }
     if let Some(v) = args.clock_anchor {
         cfg.clock.anchor_ms = Some(v);
+    }
+    if let Some(v) = args.policy {
+        cfg.scheduler.policy = v;
     }
     cfg.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

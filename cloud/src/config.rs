@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemill_runtime::config_file::{self, ConfigError};
-use tidemill_sched::{BestEffortOrder, LinkDefaults, ThroughputError, ThroughputTables};
+use tidemill_sched::policies::{PolicyName, SnapshotDriver, TidemillConfig};
+use tidemill_sched::{
+    BestEffortOrder, LinkDefaults, OnInfeasible, ThroughputError, ThroughputTables,
+};
 
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/cloud.toml");
@@ -68,8 +71,8 @@ pub struct LinkConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
-    /// The policy.
-    pub policy: Policy,
+    /// The policy that plans jobs with a `[work]` section, by its registered name.
+    pub policy: PolicyName,
     /// CPU percent below which a node is idle.
     pub idle_cpu_threshold_pct: f32,
     /// Tasks per node at once.
@@ -107,16 +110,6 @@ pub struct CloudNode {
     pub price_per_gpu_hour: f64,
 }
 
-/// The placement policies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// The deadline-aware tidal scheduler of `tidemill-sched`.
-    Tidal,
-    /// First fit on idle nodes.
-    FirstFit,
-}
-
 impl SchedulerConfig {
     /// The scheduler library's settings.
     pub fn sched_policy(&self) -> tidemill_sched::Policy {
@@ -127,6 +120,18 @@ impl SchedulerConfig {
             best_effort_order: self.best_effort_order,
             ..tidemill_sched::Policy::default()
         }
+    }
+
+    /// The chosen policy, ready to plan rounds.
+    pub fn driver(&self) -> SnapshotDriver {
+        SnapshotDriver::new(
+            self.policy,
+            TidemillConfig {
+                policy: self.sched_policy(),
+                on_infeasible: OnInfeasible::Reject,
+                use_edge: true,
+            },
+        )
     }
 
     /// The device class of an accelerator model: the class of the first
@@ -274,7 +279,7 @@ mod tests {
         let cfg = CloudConfig::default();
         cfg.validate().unwrap();
         assert_eq!(cfg.quic_listen, "127.0.0.1:7400".parse().unwrap());
-        assert_eq!(cfg.scheduler.policy, Policy::Tidal);
+        assert_eq!(cfg.scheduler.policy, PolicyName::Tidemill);
         assert_eq!(cfg.scheduler.class_of("Tesla T4"), "T4");
         assert_eq!(cfg.scheduler.class_of("NVIDIA A100-SXM4-80GB"), "A100");
         assert_eq!(cfg.scheduler.class_of("Mali-G78"), "Mali-G78");
@@ -294,5 +299,12 @@ mod tests {
         );
         let err = config_file::parse::<CloudConfig>("policy = 3", Path::new("c.toml")).unwrap_err();
         assert!(err.to_string().contains("c.toml"), "{err}");
+        let unknown = DEFAULT_CONFIG.replace("policy = \"tidemill\"", "policy = \"tidal\"");
+        let err = config_file::parse::<CloudConfig>(&unknown, Path::new("c.toml")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown policy \"tidal\": expected one of tidemill, edgeflow"),
+            "{err}"
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
 use tidemill_sched::ThroughputTables;
+use tidemill_sched::policies::SnapshotDriver;
 use tokio::sync::Notify;
 
 use crate::config::CloudConfig;
@@ -50,8 +51,10 @@ pub struct Coordinator {
     pub clock: SharedClock,
     /// Operational counters.
     pub counters: Counters,
-    /// The throughput tables the tidal scheduler plans with.
+    /// The throughput tables the policies plan with.
     pub throughput: ThroughputTables,
+    /// The policy that plans jobs with `[work]`, and what it remembers between rounds.
+    pub scheduler: Mutex<SnapshotDriver>,
     /// When history was last pruned, Unix ms (0: never).
     last_prune_ms: AtomicI64,
 }
@@ -66,6 +69,7 @@ impl Coordinator {
     ) -> Self {
         Coordinator {
             throughput,
+            scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
             wake: Notify::new(),

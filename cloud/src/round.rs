@@ -5,9 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_sched::{FirstFit, first_fit, schedule};
+use tidemill_sched::{FirstFit, first_fit};
 
-use crate::config::Policy;
 use crate::coordinator::Coordinator;
 use crate::dispatch::deliver;
 use crate::store::{Store, StoreError};
@@ -41,11 +40,8 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             let gone = store.prune(before)?;
             tracing::info!(rows = gone, "pruned history past the retention period");
         }
-        let tidal = coord.cfg.scheduler.policy == Policy::Tidal;
-        if tidal {
-            tidal_round(coord, &mut store, now)?;
-        }
-        let snapshot = store.snapshot(now, tidal)?;
+        planned_round(coord, &mut store, now)?;
+        let snapshot = store.snapshot(now, true)?;
         let policy = FirstFit {
             idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
             max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
@@ -59,9 +55,9 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Plans every job with a `[work]` section with the tidal scheduler and
-/// commits the round's decisions.
-fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
+/// Plans every job with a `[work]` section with the chosen policy, on one
+/// snapshot, and commits the round's decisions.
+fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
     store.advance_progress(now)?;
     let jobs = store.planned_jobs(now)?;
     if jobs.is_empty() {
@@ -76,12 +72,13 @@ fn tidal_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), S
         &store.links()?,
         &jobs,
     );
-    let plan = schedule(&world, now, &coord.cfg.scheduler.sched_policy());
+    let plan = coord.scheduler.lock().unwrap().plan(&world, now);
+    let policy = coord.cfg.scheduler.policy.as_str();
     for (job_id, what) in store.apply_round(&plan, &coord.addresses())? {
         let reason = plan
             .decision(job_id)
             .map_or("", |d| d.explanation.reason.as_str());
-        tracing::info!(job_id, action = %what, %reason, "plan");
+        tracing::info!(job_id, policy, action = %what, %reason, "plan");
     }
     Ok(())
 }

@@ -100,8 +100,8 @@ fn a_step_across_nodes_swaps_the_measured_sync_for_the_link_model() {
     let s = sia_world(dir.path());
     let m = &s.world.model;
     let job = &s.world.jobs[0].spec;
-    let edge: Vec<u32> = (0..m.nodes.len() as u32)
-        .filter(|&q| !m.nodes[q as usize].is_cloud())
+    let edge: Vec<u32> = (0..m.nodes().len() as u32)
+        .filter(|&q| !m.nodes()[q as usize].is_cloud())
         .take(2)
         .collect();
     // Two single-device V100 boxes: the V100 table at 2 workers gives
@@ -122,8 +122,8 @@ fn a_step_across_nodes_swaps_the_measured_sync_for_the_link_model() {
         "{step} vs compute {compute} s, ring {ring} s"
     );
     // Two workers on one cloud node: the measured step, sync included.
-    let cloud = (0..m.nodes.len() as u32)
-        .find(|&q| m.nodes[q as usize].is_cloud() && m.nodes[q as usize].devices >= 2)
+    let cloud = (0..m.nodes().len() as u32)
+        .find(|&q| m.nodes()[q as usize].is_cloud() && m.nodes()[q as usize].devices >= 2)
         .unwrap();
     let a100 = m
         .tables

@@ -36,7 +36,7 @@ fn sites_and_link_tiers_reach_the_world() {
     let boxes: Vec<_> = s
         .world
         .model
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| !n.is_cloud())
         .collect();

@@ -60,7 +60,7 @@ fn every_policy_keeps_the_invariants() {
         for (&(q, t), &d) in &edges {
             let u = used.entry(q).or_default();
             *u += d;
-            let cap = i64::from(s.world.model.nodes[q as usize].devices);
+            let cap = i64::from(s.world.model.nodes()[q as usize].devices);
             assert!(*u <= cap, "{p:?}: node {q} at {t} ms holds {u} > {cap}");
         }
         let mut per_job = vec![0.0; o.jobs.len()];

@@ -5,12 +5,17 @@
 //! - [`first_fit`]: the baseline over a [`Snapshot`].
 //! - [`schedule`]: the deadline-aware scheduler over a [`WorldSnapshot`], built
 //!   on the [`cost`] model and [`ThroughputTables`].
+//! - [`policies`]: every policy, the tidal scheduler and the baselines, behind
+//!   one [`policies::Scheduler`] trait, by name.
+//! - [`placement`]: what a placement costs, written once for all of them.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cost;
 mod decision;
 mod elasticflow;
 mod first_fit;
+pub mod placement;
+pub mod policies;
 mod provenance;
 mod schedule;
 pub mod sia;

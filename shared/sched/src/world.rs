@@ -2,8 +2,6 @@
 //! windows, links, jobs with their progress and standing reservations, and the
 //! policy knobs. The caller (coordinator or simulator) builds it each round.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{DEFAULT_GAMMA, LinkSpec};
@@ -291,20 +289,6 @@ impl LinkTable {
             LinkClass::CloudCloud => &self.cloud_cloud,
         }
     }
-
-    /// Measurements indexed by unordered node-id pair, for fast lookups.
-    pub(crate) fn index(&self) -> HashMap<(&str, &str), LinkSpec> {
-        let mut m = HashMap::with_capacity(self.measured.len());
-        for l in &self.measured {
-            let key = if l.a <= l.b {
-                (l.a.as_str(), l.b.as_str())
-            } else {
-                (l.b.as_str(), l.a.as_str())
-            };
-            m.insert(key, l.link);
-        }
-        m
-    }
 }
 
 /// SLO jobs get deadline guarantees; best-effort jobs take what is left.
@@ -575,6 +559,8 @@ mod tests {
             b: "a".into(),
             link: l,
         });
-        assert_eq!(t.index().get(&("a", "z")), Some(&l));
+        let cost = crate::placement::PlacementCost::new([("a", false), ("z", false)], &t);
+        assert_eq!(cost.link(0, 1), (LinkClass::EdgeEdge, l));
+        assert_eq!(cost.link(1, 0), (LinkClass::EdgeEdge, l));
     }
 }

@@ -125,7 +125,7 @@ fn usage_panel(
 ) -> DrawResult {
     let model = &setup.world.model;
     let edge_total: u32 = model
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| !n.is_cloud())
         .map(|n| n.devices)
@@ -150,7 +150,7 @@ fn usage_panel(
         .map(|k| {
             let t = t0 + k * step;
             let n: u32 = model
-                .nodes
+                .nodes()
                 .iter()
                 .filter_map(|n| Some((n.edge?, n.devices)))
                 .filter(|&(e, _)| setup.world.edges.idle(e, t))
@@ -230,7 +230,10 @@ fn schedule_panel(
         .draw()?;
     let model = &setup.world.model;
     chart.draw_series(o.stints.iter().filter(|s| s.job < n).map(|s| {
-        let on_cloud = s.place.iter().any(|p| model.nodes[p.0 as usize].is_cloud());
+        let on_cloud = s
+            .place
+            .iter()
+            .any(|p| model.nodes()[p.0 as usize].is_cloud());
         let color = if on_cloud { BLUE } else { RGBColor(0, 130, 0) };
         let y = s.job as f64;
         Rectangle::new(

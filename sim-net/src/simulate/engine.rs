@@ -21,7 +21,7 @@ use super::edges::EdgeWorld;
 use super::jobs::TraceJob;
 use super::metrics::{Accumulators, EdgeTotals};
 use super::placement::{CostModel, Place};
-use super::policies::{Decision, EdgeInterest, JobRun, JobStatus, Policy, View};
+use super::policies::{Decision, EdgeInterest, EdgeSignals, JobRun, JobStatus, Scheduler, View};
 
 /// Everything a run needs, shared by all policies.
 #[derive(Clone)]
@@ -134,7 +134,8 @@ struct Run<'w> {
 /// `record` keeps stints and usage samples for tests and plots.
 pub fn run(
     world: &World,
-    policy: &mut dyn Policy,
+    policy: &mut dyn Scheduler,
+    signals: &dyn EdgeSignals,
     record: bool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Outcome, EngineError> {
@@ -143,23 +144,7 @@ pub fn run(
         jobs: world
             .jobs
             .iter()
-            .map(|t| JobRun {
-                spec: t.spec.clone(),
-                requested_gpus: t.requested_gpus,
-                done_iters: 0.0,
-                attained_s: 0.0,
-                attained_gpu_s: 0.0,
-                place: Place::new(),
-                location: Place::new(),
-                startup_left_s: 0.0,
-                step_s: 0.0,
-                sync_class: None,
-                status: JobStatus::Active,
-                finish_ms: None,
-                migrations: 0,
-                preemptions: 0,
-                guaranteed: false,
-            })
+            .map(|t| JobRun::new(t.spec.clone(), t.requested_gpus))
             .collect(),
         active: Vec::new(),
         acc: Accumulators::default(),
@@ -194,13 +179,13 @@ pub fn run(
             now = ceil(r.jobs[next].spec.submitted_ms);
             continue;
         }
-        let decision = policy.plan(&View {
+        let decision = policy.schedule(&View {
             now_ms: now,
             jobs: &r.jobs,
             active: &r.active,
             arrived: &arrived,
             model: &world.model,
-            edges: &world.edges,
+            edges: signals,
         });
         r.acc.rounds += 1;
         r.apply(now, &decision)?;
@@ -217,7 +202,7 @@ pub fn run(
         }
         let edges = &world.edges;
         let flip = |q: u32| {
-            world.model.nodes[q as usize]
+            world.model.nodes()[q as usize]
                 .edge
                 .and_then(|e| edges.next_reported_flip(e, now))
         };
@@ -233,7 +218,7 @@ pub fn run(
                 }
             }
             EdgeInterest::All => {
-                for q in 0..world.model.nodes.len() as u32 {
+                for q in 0..world.model.nodes().len() as u32 {
                     if let Some(f) = flip(q) {
                         t = t.min(f);
                     }
@@ -286,7 +271,7 @@ impl Run<'_> {
 
     fn apply(&mut self, now: i64, d: &Decision) -> Result<(), EngineError> {
         let model = &self.world.model;
-        let mut used = vec![0u32; model.nodes.len()];
+        let mut used = vec![0u32; model.nodes().len()];
         let mut wanted: Vec<Option<&Place>> = vec![None; self.jobs.len()];
         for (j, p) in &d.run {
             let bad = |what: &str| EngineError::BadDecision {
@@ -305,7 +290,7 @@ impl Run<'_> {
                 return Err(bad("placed twice in one round"));
             }
             if p.iter()
-                .any(|&(q, w)| w == 0 || q as usize >= model.nodes.len())
+                .any(|&(q, w)| w == 0 || q as usize >= model.nodes().len())
             {
                 return Err(bad("placement names an unknown node or zero workers"));
             }
@@ -318,12 +303,12 @@ impl Run<'_> {
             wanted[*j] = (!p.is_empty()).then_some(p);
         }
         for (q, &u) in used.iter().enumerate() {
-            if u > model.nodes[q].devices {
+            if u > model.nodes()[q].devices {
                 return Err(EngineError::OverCapacity {
-                    node: model.nodes[q].id.clone(),
+                    node: model.nodes()[q].id.clone(),
                     t_ms: now,
                     used: u,
-                    devices: model.nodes[q].devices,
+                    devices: model.nodes()[q].devices,
                 });
             }
         }
@@ -389,7 +374,7 @@ impl Run<'_> {
         if self.record {
             let (mut cloud, mut edge) = (0, 0);
             for (q, &u) in used.iter().enumerate() {
-                if model.nodes[q].is_cloud() {
+                if model.nodes()[q].is_cloud() {
                     cloud += u;
                 } else {
                     edge += u;
@@ -409,7 +394,7 @@ impl Run<'_> {
         let edges = &self.world.edges;
         let (_, window_end) = self.world.window;
         let dt_s = (t1 - now) as f64 / 1000.0;
-        let mut busy_ms = vec![0i64; model.nodes.len()];
+        let mut busy_ms = vec![0i64; model.nodes().len()];
         let mut done = Vec::new();
         for &j in &self.active {
             let job = &mut self.jobs[j];
@@ -436,7 +421,7 @@ impl Run<'_> {
                     .add(class, iters * model.allreduce_bytes(&job.spec, &job.place));
             }
             for &(q, w) in &job.place {
-                let node = &model.nodes[q as usize];
+                let node = &model.nodes()[q as usize];
                 let w = f64::from(w);
                 match (node.price_per_gpu_hour, node.edge) {
                     (Some(price), _) => {
@@ -476,7 +461,7 @@ impl Run<'_> {
 pub fn edge_totals(world: &World) -> EdgeTotals {
     let (t0, t1) = world.window;
     let mut totals = EdgeTotals::default();
-    for n in &world.model.nodes {
+    for n in world.model.nodes() {
         if let Some(e) = n.edge {
             let (idle, busy) = world.edges.split_idle(e, t0, t1);
             totals.idle_device_s += f64::from(n.devices) * idle as f64 / 1000.0;

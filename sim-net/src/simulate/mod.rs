@@ -5,23 +5,27 @@
 //! - [`topology`]: the TOML world description;
 //! - [`jobs`]: ElasticFlow-format job traces;
 //! - [`edges`]: edge boxes' primary load, reports and forecasts;
-//! - [`placement`]: nodes and the cost of a placement;
+//! - [`placement`] and [`policies`]: the scheduler library's cost model and
+//!   policies, used unchanged (re-exported);
+//! - [`signals`]: what a policy may know of the edge boxes in a run;
 //! - [`engine`]: the event loop;
-//! - [`policies`]: one module per policy;
 //! - [`variants`]: the same world without its edge, or with the edge's idle
 //!   time as cloud GPUs;
 //! - [`batch`]: many runs spread over the cores;
 //! - [`metrics`], [`report`], [`charts`]: the figures, the table and JSON, the SVGs.
 
+pub use tidemill_sched::{placement, policies};
+
 pub mod batch;
+#[cfg(test)]
+mod charges;
 pub mod charts;
 pub mod edges;
 pub mod engine;
 pub mod jobs;
 pub mod metrics;
-pub mod placement;
-pub mod policies;
 pub mod report;
+pub mod signals;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod topology;
@@ -41,13 +45,20 @@ use edges::{EdgeWorld, SiteBox, SiteTide};
 use engine::{EngineError, Outcome, World};
 use jobs::{JobsError, JobsFormat, generate_deadlines, pow2_floor, read_jobs, scale_arrivals};
 use metrics::PolicyMetrics;
-use placement::{CostModel, SimNode};
-use policies::{
-    Chronus, Edf, EdfElasticFlow, EdgeFlow, EdgeInterest, ElasticFlow, FirstFit, Policy,
-    PolicyName, Tidemill, TidemillConfig, Tiresias,
-};
+use placement::{CostModel, CostNode};
+use policies::{EdgeInterest, PolicyName, Scheduler, TidemillConfig};
+use signals::RunSignals;
 use topology::{ClassSpec, SiteTideSpec, Topology, TopologyError, parse_format};
 use variants::{EdgeEquivalent, Variant};
+
+/// Parses a policy name from the registry; `--help` lists every name with its summary.
+pub fn policy_parser() -> impl clap::builder::TypedValueParser<Value = PolicyName> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        PolicyName::ALL.map(|p| PossibleValue::new(p.as_str()).help(p.summary())),
+    )
+    .try_map(|s| s.parse::<PolicyName>())
+}
 
 /// Options of `simulate`.
 #[derive(Debug, Clone, ClapArgs)]
@@ -71,7 +82,7 @@ pub struct Args {
     #[command(flatten)]
     pub mapping: MappingFlags,
     /// Policies to run, comma-separated (default: all).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = policy_parser())]
     pub policies: Vec<PolicyName>,
     /// Give tidemill the true future edge load instead of its online forecasts.
     #[arg(long)]
@@ -294,7 +305,7 @@ pub fn setup_with(
             });
         }
         for i in 0..c.nodes {
-            nodes.push(SimNode {
+            nodes.push(CostNode {
                 id: format!("{}-{i:03}", c.name),
                 class: c.class.clone(),
                 devices: c.gpus_per_node,
@@ -313,7 +324,7 @@ pub fn setup_with(
             });
         }
         for i in 0..e.boxes() {
-            nodes.push(SimNode {
+            nodes.push(CostNode {
                 id: format!("{}-{i:04}", e.name),
                 class: e.class.clone(),
                 devices: e.devices,
@@ -520,7 +531,7 @@ fn site_series(
 
 /// The edge boxes (`boxes`: threshold and devices, in node order) with the
 /// index of their site among [`Topology::edge_sites`].
-fn site_boxes(topology: &Topology, nodes: &[SimNode], boxes: &[(f64, u32)]) -> Vec<SiteBox> {
+fn site_boxes(topology: &Topology, nodes: &[CostNode], boxes: &[(f64, u32)]) -> Vec<SiteBox> {
     let sites = topology.edge_sites();
     nodes
         .iter()
@@ -539,51 +550,48 @@ fn site_boxes(topology: &Topology, nodes: &[SimNode], boxes: &[(f64, u32)]) -> V
 
 impl Setup {
     /// A fresh instance of `name` for `world` (one of this setup's variants).
-    pub fn policy(&self, name: PolicyName, world: &World) -> Result<Box<dyn Policy>, SimError> {
-        Ok(match name {
-            PolicyName::Tidemill | PolicyName::CloudOnly => {
-                let t = &self.topology.tidemill;
-                let f = &self.topology.forecast;
-                let forecast = ForecastConfig {
-                    slot_len_s: f.slot_s,
-                    horizon_s: f.horizon_h * 3600,
-                    idle_threshold_pct: self
-                        .topology
-                        .edge
-                        .first()
-                        .map_or(30.0, |e| e.idle_threshold_pct),
-                    ..ForecastConfig::default()
-                };
-                forecast.validate()?;
-                let config = TidemillConfig {
-                    policy: SchedPolicy {
-                        slot_ms: i64::from(t.slot_s) * 1000,
-                        horizon_ms: i64::from(t.horizon_h) * 3_600_000,
-                        restart_s: self.topology.engine.restart_s,
-                        grace_ms: i64::from(t.grace_s) * 1000,
-                        edge_candidates: t.edge_candidates,
-                        max_edge_nodes: t.max_edge_nodes,
-                        best_effort_cloud: t.best_effort_cloud,
-                        best_effort_order: t.best_effort_order,
-                        admission: t.admission,
-                        ..SchedPolicy::default()
-                    },
-                    on_infeasible: t.on_infeasible,
-                    use_edge: name == PolicyName::Tidemill,
-                    oracle: self.oracle,
-                    forecast,
-                    refresh_ms: i64::from(f.refresh_s.max(1)) * 1000,
-                };
-                Box::new(Tidemill::new(config, &world.model)?)
-            }
-            PolicyName::Edgeflow => Box::new(EdgeFlow::default()),
-            PolicyName::Elasticflow => Box::new(ElasticFlow::default()),
-            PolicyName::Edf => Box::new(Edf),
-            PolicyName::EdfElasticflow => Box::new(EdfElasticFlow),
-            PolicyName::Chronus => Box::new(Chronus::default()),
-            PolicyName::Tiresias => Box::new(Tiresias),
-            PolicyName::FirstFit => Box::new(FirstFit),
-        })
+    pub fn policy(&self, name: PolicyName, world: &World) -> Box<dyn Scheduler> {
+        let t = &self.topology.tidemill;
+        let settings = TidemillConfig {
+            policy: SchedPolicy {
+                slot_ms: i64::from(t.slot_s) * 1000,
+                horizon_ms: i64::from(t.horizon_h) * 3_600_000,
+                restart_s: self.topology.engine.restart_s,
+                grace_ms: i64::from(t.grace_s) * 1000,
+                edge_candidates: t.edge_candidates,
+                max_edge_nodes: t.max_edge_nodes,
+                best_effort_cloud: t.best_effort_cloud,
+                best_effort_order: t.best_effort_order,
+                admission: t.admission,
+                ..SchedPolicy::default()
+            },
+            on_infeasible: t.on_infeasible,
+            use_edge: true,
+        };
+        name.build(&settings, &world.model)
+    }
+
+    /// What `name` may know of `world`'s edge boxes in one run: each box's
+    /// online forecaster for the tidal scheduler (the truth with
+    /// `--oracle-forecast`), reported load for every policy.
+    fn signals<'w>(&self, name: PolicyName, world: &'w World) -> Result<RunSignals<'w>, SimError> {
+        if name != PolicyName::Tidemill || self.oracle {
+            return Ok(RunSignals::oracle(&world.edges));
+        }
+        let f = &self.topology.forecast;
+        let forecast = ForecastConfig {
+            slot_len_s: f.slot_s,
+            horizon_s: f.horizon_h * 3600,
+            idle_threshold_pct: self
+                .topology
+                .edge
+                .first()
+                .map_or(30.0, |e| e.idle_threshold_pct),
+            ..ForecastConfig::default()
+        };
+        forecast.validate()?;
+        let refresh_ms = i64::from(f.refresh_s.max(1)) * 1000;
+        Ok(RunSignals::forecast(&world.edges, forecast, refresh_ms)?)
     }
 
     /// The world of `variant`.
@@ -603,7 +611,7 @@ impl Setup {
             self.policies.iter().map(|&p| (p, Variant::Full)).collect();
         if !self.world.edges.boxes.is_empty() {
             for &p in &self.policies {
-                if self.policy(p, &self.world)?.edge_interest() != EdgeInterest::None {
+                if self.policy(p, &self.world).edge_interest() != EdgeInterest::None {
                     runs.push((p, Variant::NoEdge));
                 }
             }
@@ -624,13 +632,15 @@ impl Setup {
     ) -> Result<(PolicyMetrics, Outcome), SimError> {
         let started = Instant::now();
         let world = self.world(variant);
-        let mut policy = self.policy(name, world)?;
-        let outcome = engine::run(world, policy.as_mut(), record, progress).map_err(|source| {
-            SimError::Engine {
-                policy: name.as_str(),
-                source,
-            }
-        })?;
+        let mut policy = self.policy(name, world);
+        let signals = self.signals(name, world)?;
+        let outcome =
+            engine::run(world, policy.as_mut(), &signals, record, progress).map_err(|source| {
+                SimError::Engine {
+                    policy: name.as_str(),
+                    source,
+                }
+            })?;
         let label = match variant {
             Variant::EdgeAsCloud => EDGE_AS_CLOUD,
             _ => name.as_str(),
@@ -640,7 +650,7 @@ impl Setup {
             &outcome.jobs,
             &outcome.acc,
             engine::edge_totals(world),
-            policy.forecast_counts(),
+            signals.forecast_counts(),
             started.elapsed().as_secs_f64(),
         );
         Ok((metrics, outcome))

@@ -6,7 +6,7 @@ use tidemill_sched::{DataSite, JobClass, JobSpec, LinkTable, OnInfeasible, Throu
 use super::edges::EdgeWorld;
 use super::engine::World;
 use super::jobs::TraceJob;
-use super::placement::{CostModel, SimNode};
+use super::placement::{CostModel, CostNode};
 
 /// A one-GPU SLO job of `model` (id 0): one iteration at batch 64, due at
 /// 1 ms, with a 1-byte model, checkpoint and dataset in the cloud.
@@ -35,8 +35,8 @@ pub(crate) fn job(model: &str) -> TraceJob {
 }
 
 /// A cloud node of `devices` GPUs of `class` at 3 per GPU-hour.
-pub(crate) fn cloud_node(id: &str, class: &str, devices: u32) -> SimNode {
-    SimNode {
+pub(crate) fn cloud_node(id: &str, class: &str, devices: u32) -> CostNode {
+    CostNode {
         id: id.into(),
         class: class.into(),
         devices,
@@ -47,8 +47,8 @@ pub(crate) fn cloud_node(id: &str, class: &str, devices: u32) -> SimNode {
 }
 
 /// An edge box of one `class` device, box `edge` of the edge world.
-pub(crate) fn edge_node(id: &str, class: &str, edge: usize) -> SimNode {
-    SimNode {
+pub(crate) fn edge_node(id: &str, class: &str, edge: usize) -> CostNode {
+    CostNode {
         id: id.into(),
         class: class.into(),
         devices: 1,
@@ -62,7 +62,7 @@ pub(crate) fn edge_node(id: &str, class: &str, edge: usize) -> SimNode {
 /// run from 0 to `end_ms` in 60-s slots; default links, γ = 2, 30-s restarts.
 pub(crate) fn world(
     jobs: Vec<TraceJob>,
-    nodes: Vec<SimNode>,
+    nodes: Vec<CostNode>,
     tables: ThroughputTables,
     edges: EdgeWorld,
     end_ms: i64,

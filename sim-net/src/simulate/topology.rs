@@ -13,7 +13,7 @@ use tidemill_sched::{
     OnInfeasible,
 };
 
-use super::placement::SimNode;
+use super::placement::CostNode;
 use crate::trace::Format;
 
 /// Why the topology file cannot be used.
@@ -304,7 +304,7 @@ impl LinkTiers {
     /// in `measured` per pair of edge boxes of the same site, with the
     /// `same_site` spec (none without it). The scheduler looks node pairs up
     /// in `measured` before the class default, and so does the cost model.
-    pub fn table(&self, nodes: &[SimNode]) -> LinkTable {
+    pub fn table(&self, nodes: &[CostNode]) -> LinkTable {
         let defaults = LinkDefaults {
             edge_edge: self.edge_edge,
             cloud_edge: self.cloud_edge,

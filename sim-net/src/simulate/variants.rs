@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::engine::World;
-use super::placement::SimNode;
+use super::placement::CostNode;
 
 /// Which world a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -24,7 +24,7 @@ pub enum Variant {
 /// they come first).
 pub fn without_edge(world: &World) -> World {
     let mut w = world.clone();
-    w.model.nodes.retain(SimNode::is_cloud);
+    w.model = w.model.with_nodes(|n| n.retain(CostNode::is_cloud));
     w
 }
 
@@ -55,7 +55,7 @@ pub struct EdgeEquivalent {
 /// edge box or no cloud class, or an edge class shares no model with the cloud.
 pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
     let model = &world.model;
-    let cloud = model.nodes.iter().find(|n| n.is_cloud())?;
+    let cloud = model.nodes().iter().find(|n| n.is_cloud())?;
     let (t0, t1) = world.window;
     let window_s = (t1 - t0) as f64 / 1000.0;
     if window_s <= 0.0 {
@@ -81,7 +81,7 @@ pub fn edge_equivalent(world: &World) -> Option<EdgeEquivalent> {
         return None;
     }
     let (mut idle_s, mut work_s) = (0.0, 0.0);
-    for n in &model.nodes {
+    for n in model.nodes() {
         let Some(e) = n.edge else { continue };
         let lambda = lambdas.iter().find(|l| l.0 == n.class).map_or(0.0, |l| l.1);
         let (idle_ms, _) = world.edges.split_idle(e, t0, t1);
@@ -129,7 +129,7 @@ pub fn edge_feasible_jobs(world: &World) -> Option<usize> {
 /// The edge boxes' device classes, each once, in node order.
 fn edge_classes(world: &World) -> Vec<&str> {
     let mut classes: Vec<&str> = Vec::new();
-    for n in world.model.nodes.iter().filter(|n| n.edge.is_some()) {
+    for n in world.model.nodes().iter().filter(|n| n.edge.is_some()) {
         if !classes.contains(&n.class.as_str()) {
             classes.push(&n.class);
         }
@@ -145,12 +145,14 @@ pub fn edge_as_cloud(no_edge: &World, gpus: u32) -> World {
     if gpus == 0 {
         return w;
     }
-    if let Some(first) = w.model.nodes.iter().find(|n| n.is_cloud()).cloned() {
-        w.model.nodes.push(SimNode {
-            id: "edge-equivalent-000".into(),
-            devices: gpus,
-            edge: None,
-            ..first
+    if let Some(first) = w.model.nodes().iter().find(|n| n.is_cloud()).cloned() {
+        w.model = w.model.with_nodes(|n| {
+            n.push(CostNode {
+                id: "edge-equivalent-000".into(),
+                devices: gpus,
+                edge: None,
+                ..first
+            })
         });
     }
     w
@@ -237,11 +239,11 @@ mod tests {
     fn variant_worlds_drop_the_edge_and_grow_the_cloud() {
         let w = world();
         let bare = without_edge(&w);
-        assert_eq!(bare.model.nodes.len(), 1);
+        assert_eq!(bare.model.nodes().len(), 1);
         assert_eq!(bare.model.cloud_gpus(), 8);
         let grown = edge_as_cloud(&bare, 5);
         assert_eq!(grown.model.cloud_gpus(), 13);
-        assert!(grown.model.nodes.iter().all(SimNode::is_cloud));
+        assert!(grown.model.nodes().iter().all(CostNode::is_cloud));
         assert!(edge_equivalent(&bare).is_none());
     }
 }

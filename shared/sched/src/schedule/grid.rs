@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::cost::LinkSpec;
+use crate::placement::PlacementCost;
 use crate::world::{NodeKind, Policy, WorldSnapshot};
 
 use super::walk::Seg;
@@ -32,7 +32,8 @@ pub(super) struct Round<'a> {
     pub(super) id_of: HashMap<&'a str, usize>,
     pub(super) class_of: Vec<usize>,
     pub(super) classes: Vec<&'a str>,
-    pub(super) links: HashMap<(&'a str, &'a str), LinkSpec>,
+    /// What a placement's links and staging cost.
+    pub(super) links: PlacementCost,
     /// `free[node * n_slots + slot]`: devices not yet reserved.
     pub(super) free: Vec<u32>,
     /// Edge nodes by first free slot.
@@ -126,7 +127,13 @@ impl<'a> Round<'a> {
             id_of,
             class_of,
             classes,
-            links: world.links.index(),
+            links: PlacementCost::new(
+                world
+                    .nodes
+                    .iter()
+                    .map(|n| (n.id.as_str(), matches!(n.kind, NodeKind::Cloud { .. }))),
+                &world.links,
+            ),
             free,
             edge_index,
             free_slot_count,
@@ -158,7 +165,7 @@ impl<'a> Round<'a> {
     }
 
     pub(super) fn is_cloud(&self, node: usize) -> bool {
-        matches!(self.world.nodes[node].kind, NodeKind::Cloud { .. })
+        self.links.is_cloud(node)
     }
 
     pub(super) fn usable(&self, place: &[(usize, u32)], s: usize) -> bool {

@@ -1,10 +1,10 @@
 //! What one job brings to a round ([`JobCtx`]) and what running it on a
-//! placement costs in time: the link between two nodes, the step time and
-//! the start-up (staging data and checkpoint) per the [`crate::cost`] model.
+//! placement costs in time: the step time and the start-up (staging data and
+//! checkpoint), priced by [`crate::placement::PlacementCost`].
 
-use crate::cost::{LinkSpec, StepTime, class_compute_s, staging_s, step_time};
+use crate::cost::{StepTime, class_compute_s};
 use crate::throughput::ModelTable;
-use crate::world::{DataSite, JobState, LinkClass, NodeKind};
+use crate::world::{JobState, NodeKind};
 
 use super::grid::{Place, Round};
 use super::reason::Reason;
@@ -64,23 +64,6 @@ impl<'a> Round<'a> {
         }
     }
 
-    pub(super) fn link(&self, a: usize, b: usize) -> LinkSpec {
-        let (ia, ib) = (
-            self.world.nodes[a].id.as_str(),
-            self.world.nodes[b].id.as_str(),
-        );
-        let key = if ia <= ib { (ia, ib) } else { (ib, ia) };
-        if let Some(l) = self.links.get(&key) {
-            return *l;
-        }
-        let class = match (self.is_cloud(a), self.is_cloud(b)) {
-            (true, true) => LinkClass::CloudCloud,
-            (false, false) => LinkClass::EdgeEdge,
-            _ => LinkClass::CloudEdge,
-        };
-        *self.world.links.default_for(class)
-    }
-
     /// Compute seconds of one step on `place`, its slowest class's
     /// [`class_compute_s`]; a lower bound on the step time. `None` if a class
     /// lacks a throughput table.
@@ -101,25 +84,9 @@ impl<'a> Round<'a> {
 
     /// Step time of `place` per the cost model; `None` if a class lacks a throughput table.
     pub(super) fn step(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<StepTime> {
-        let spec = &ctx.job.spec;
         let compute = [self.compute_s(ctx, place)?];
-        let bytes = spec.model_bytes as f64;
-        let mut slowest: Option<LinkSpec> = None;
-        for (i, &(a, _)) in place.iter().enumerate() {
-            for &(b, _) in &place[i + 1..] {
-                let l = self.link(a, b);
-                if slowest.is_none_or(|s| l.slower_than(&s, bytes)) {
-                    slowest = Some(l);
-                }
-            }
-        }
-        Some(step_time(
-            compute,
-            place.len() as u32,
-            bytes,
-            slowest.as_ref(),
-            self.policy.gamma,
-        ))
+        let bytes = ctx.job.spec.model_bytes as f64;
+        Some(self.links.step(compute, place, bytes, self.policy.gamma).0)
     }
 
     /// Startup before the first step on `place`, coming from `from` (where data
@@ -139,37 +106,6 @@ impl<'a> Round<'a> {
                 owed_s + self.policy.restart_s
             };
         }
-        let spec = &ctx.job.spec;
-        let n: u32 = place.iter().map(|p| p.1).sum();
-        let shard = spec.dataset_bytes as f64 / f64::from(n.max(1));
-        let site = match &spec.dataset_site {
-            DataSite::Node(id) => self.id_of.get(id.as_str()).copied(),
-            DataSite::Cloud => None,
-        };
-        let has_ckpt = !from.is_empty();
-        let mut worst: f64 = 0.0;
-        for &(q, w) in place {
-            let held = from.iter().any(|f| f.0 == q);
-            let data_link = if held || site == Some(q) {
-                None
-            } else {
-                Some(match site {
-                    Some(s) => self.link(s, q),
-                    None if self.is_cloud(q) => {
-                        *self.world.links.default_for(LinkClass::CloudCloud)
-                    }
-                    None => *self.world.links.default_for(LinkClass::CloudEdge),
-                })
-            };
-            let ckpt_link = (has_ckpt && !held).then(|| self.link(from[0].0, q));
-            let s = staging_s(
-                shard * f64::from(w),
-                data_link.as_ref(),
-                spec.checkpoint_bytes as f64,
-                ckpt_link.as_ref(),
-            );
-            worst = worst.max(s);
-        }
-        worst + self.policy.restart_s
+        self.links.staging(&ctx.job.spec, from, place).secs + self.policy.restart_s
     }
 }

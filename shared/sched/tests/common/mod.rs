@@ -1,7 +1,7 @@
 //! Builders for small worlds and a tiny deterministic executor that runs plans
 //! forward with the cost model as the world's physics.
 
-use tidemill_sched::cost::{LinkSpec, staging_s, step_time};
+use tidemill_sched::placement::PlacementCost;
 use tidemill_sched::*;
 
 pub const H: i64 = 3_600_000;
@@ -100,44 +100,49 @@ fn node<'a>(w: &'a WorldSnapshot, id: &str) -> &'a NodeSpec {
         .expect("plan names a known node")
 }
 
-fn link(w: &WorldSnapshot, a: &NodeSpec, b: &NodeSpec) -> LinkSpec {
-    let cloud = |n: &NodeSpec| matches!(n.kind, NodeKind::Cloud { .. });
-    *w.links.default_for(match (cloud(a), cloud(b)) {
-        (true, true) => LinkClass::CloudCloud,
-        (false, false) => LinkClass::EdgeEdge,
-        _ => LinkClass::CloudEdge,
-    })
+/// The shared placement cost over the world's nodes, and `on` as its indices.
+fn priced(w: &WorldSnapshot, on: &[Assignment]) -> (PlacementCost, Vec<(usize, u32)>) {
+    let cost = PlacementCost::new(
+        w.nodes
+            .iter()
+            .map(|n| (n.id.as_str(), matches!(n.kind, NodeKind::Cloud { .. }))),
+        &w.links,
+    );
+    let place = on
+        .iter()
+        .map(|a| {
+            (
+                cost.index_of(&a.node_id).expect("plan names a known node"),
+                a.workers,
+            )
+        })
+        .collect();
+    (cost, place)
 }
 
-/// The world's physics for one placement: seconds per step.
+/// The world's physics for one placement: seconds per step, each node's
+/// compute from its class's measured rate, through the shared placement cost.
 pub fn true_step_s(w: &WorldSnapshot, spec: &JobSpec, on: &[Assignment], gamma: f64) -> f64 {
     let n: u32 = on.iter().map(|a| a.workers).sum();
-    let nodes: Vec<&NodeSpec> = on.iter().map(|a| node(w, &a.node_id)).collect();
-    let compute = nodes.iter().map(|nd| {
-        1.0 / w
-            .throughput
-            .lookup(&nd.class, &spec.model, spec.global_batch, n)
-            .unwrap()
-            .iters_per_s
-    });
-    let mut slowest: Option<LinkSpec> = None;
-    for (i, a) in nodes.iter().enumerate() {
-        for b in &nodes[i + 1..] {
-            let l = link(w, a, b);
-            if slowest.is_none_or(|s| l.slower_than(&s, spec.model_bytes as f64)) {
-                slowest = Some(l);
-            }
-        }
-    }
-    let compute: Vec<f64> = compute.collect();
-    step_time(
-        compute,
-        on.len() as u32,
-        spec.model_bytes as f64,
-        slowest.as_ref(),
-        gamma,
-    )
-    .total_s
+    let compute: Vec<f64> = on
+        .iter()
+        .map(|a| {
+            1.0 / w
+                .throughput
+                .lookup(
+                    &node(w, &a.node_id).class,
+                    &spec.model,
+                    spec.global_batch,
+                    n,
+                )
+                .unwrap()
+                .iters_per_s
+        })
+        .collect();
+    let (cost, place) = priced(w, on);
+    cost.step(compute, &place, spec.model_bytes as f64, gamma)
+        .0
+        .total_s
 }
 
 /// The world's physics for moving to `to` from `from`: staging or migration seconds.
@@ -148,33 +153,9 @@ pub fn true_move_s(
     to: &[Assignment],
     restart_s: f64,
 ) -> f64 {
-    let n: u32 = to.iter().map(|a| a.workers).sum();
-    let mut worst: f64 = 0.0;
-    for a in to {
-        let q = node(w, &a.node_id);
-        let held = from.iter().any(|f| f.node_id == a.node_id);
-        let data = match (&spec.dataset_site, held) {
-            (_, true) => None,
-            (DataSite::Node(s), _) if *s == a.node_id => None,
-            (DataSite::Node(s), _) => Some(link(w, node(w, s), q)),
-            (DataSite::Cloud, _) => Some(*w.links.default_for(
-                if matches!(q.kind, NodeKind::Cloud { .. }) {
-                    LinkClass::CloudCloud
-                } else {
-                    LinkClass::CloudEdge
-                },
-            )),
-        };
-        let ckpt = (!from.is_empty() && !held).then(|| link(w, node(w, &from[0].node_id), q));
-        let shard = spec.dataset_bytes as f64 / f64::from(n) * f64::from(a.workers);
-        worst = worst.max(staging_s(
-            shard,
-            data.as_ref(),
-            spec.checkpoint_bytes as f64,
-            ckpt.as_ref(),
-        ));
-    }
-    worst + restart_s
+    let (cost, to) = priced(w, to);
+    let (_, from) = priced(w, from);
+    cost.staging(spec, &from, &to).secs + restart_s
 }
 
 /// True when the edge node is idle through `[t0, t1)` per its (perfect) forecast.

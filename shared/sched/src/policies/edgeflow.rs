@@ -30,9 +30,9 @@ use std::collections::BTreeSet;
 use super::cloud_pool::{cloud_class, cloud_rate};
 use super::elasticflow::{allocate, next_change};
 use super::{
-    Decision, EdgeInterest, JobRun, Policy, View, by_deadline, forget_ended_and_abandon_late,
+    Decision, EdgeInterest, JobRun, Scheduler, View, by_deadline, forget_ended_and_abandon_late,
 };
-use crate::simulate::placement::Place;
+use crate::placement::Place;
 
 /// The EdgeFlow policy.
 #[derive(Debug, Default)]
@@ -43,7 +43,7 @@ pub struct EdgeFlow {
 /// Free, reported-idle edge boxes: (node index, devices).
 fn idle_boxes(v: &View, taken: &BTreeSet<u32>) -> Vec<(u32, u32)> {
     v.model
-        .nodes
+        .nodes()
         .iter()
         .enumerate()
         .filter_map(|(q, n)| {
@@ -75,7 +75,7 @@ fn edge_rate(v: &View, job: &JobRun, class: &str, devices: u32) -> f64 {
 
 /// Seconds `job` needs on the box `q`, start-up included.
 fn edge_secs(v: &View, job: &JobRun, q: u32) -> f64 {
-    let n = &v.model.nodes[q as usize];
+    let n = &v.model.nodes()[q as usize];
     let r = edge_rate(v, job, &n.class, n.devices);
     if r <= 0.0 {
         return f64::INFINITY;
@@ -106,12 +106,12 @@ fn slack(v: &View, job: &JobRun) -> f64 {
     (job.spec.deadline_ms - v.now_ms) as f64 / 1000.0 - need
 }
 
-impl Policy for EdgeFlow {
+impl Scheduler for EdgeFlow {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::All
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         let mut d = Decision::default();
         forget_ended_and_abandon_late(&mut self.admitted, v, &mut d);
@@ -121,7 +121,7 @@ impl Policy for EdgeFlow {
         for &j in v.active.iter().filter(|&&j| ours(&self.admitted, v, j)) {
             let job = &v.jobs[j];
             if let [(q, w)] = job.place[..]
-                && let Some(e) = v.model.nodes[q as usize].edge
+                && let Some(e) = v.model.nodes()[q as usize].edge
                 && v.edges.reported_idle(e, v.now_ms)
             {
                 on_edge.push((j, vec![(q, w)]));

@@ -1,14 +1,14 @@
 //! `tidemill` and `cloud-only`: this project's scheduler,
-//! [`tidemill_sched::schedule`], driven unchanged, exactly as the live
-//! coordinator drives it: each round the simulator builds a [`WorldSnapshot`]
+//! [`crate::schedule`], behind the [`Scheduler`] trait: each round it builds a [`WorldSnapshot`]
 //! (nodes with their idle windows and reported load, jobs with their progress,
 //! admission and standing reservation), calls `schedule`, and carries out the
 //! actions (start, continue, migrate, pause, wait, reject). Edge windows come
-//! from each box's online forecaster (P90 under the threshold, via
-//! [`EdgeAvailability::from_p90s`]), or from the truth with `--oracle-forecast`.
+//! from the view's [`super::EdgeSignals::availability`]: in the simulator each
+//! box's online forecaster (P90 under the threshold, via
+//! [`crate::EdgeAvailability::from_p90s`]), or the truth with `--oracle-forecast`.
 //! `cloud-only` is the same scheduler with no edge box in its snapshot.
 //!
-//! What the simulator decides, not the scheduler: an SLO job whose deadline
+//! What this adapter decides, not the scheduler: an SLO job whose deadline
 //! has passed is given up on (as its owner would), and so is one the
 //! scheduler turns away after it was first seen (under `admission =
 //! "each-round"`, when it can no longer finish in time); only a job turned
@@ -18,15 +18,13 @@
 
 use std::collections::HashMap;
 
-use tidemill_forecast::ForecastConfig;
-use tidemill_sched::{
-    Action, Admission, Assignment, EdgeAvailability, JobSpec, JobState, NodeKind, NodeSpec,
-    OnInfeasible, Policy as SchedPolicy, Progress, Segment, WorldSnapshot, schedule,
+use crate::placement::{CostModel, Place};
+use crate::{
+    Action, Admission, Assignment, JobSpec, JobState, NodeKind, NodeSpec, OnInfeasible,
+    Policy as SchedPolicy, Progress, Segment, WorldSnapshot, schedule,
 };
 
-use super::{Decision, EdgeInterest, JobStatus, Policy, View};
-use crate::simulate::edges::{ForecastCounts, OnlineForecasts};
-use crate::simulate::placement::{CostModel, Place};
+use super::{Decision, EdgeInterest, JobStatus, Scheduler, View};
 
 /// How the tidemill policy runs.
 #[derive(Debug, Clone)]
@@ -37,12 +35,6 @@ pub struct TidemillConfig {
     pub on_infeasible: OnInfeasible,
     /// Offer the edge boxes (false: `cloud-only`).
     pub use_edge: bool,
-    /// Give the scheduler the true future instead of forecasts.
-    pub oracle: bool,
-    /// Forecaster settings.
-    pub forecast: ForecastConfig,
-    /// Seconds between forecast refreshes.
-    pub refresh_ms: i64,
 }
 
 /// The tidemill policy's memory between rounds: what the coordinator stores.
@@ -52,28 +44,20 @@ pub struct Tidemill {
     /// Snapshot node index → simulator node index.
     node_of: Vec<u32>,
     index_of: HashMap<String, u32>,
-    forecasts: OnlineForecasts,
     kept: HashMap<usize, (Admission, Vec<Segment>)>,
 }
 
 impl Tidemill {
     /// A tidemill policy over `model`'s nodes.
-    pub fn new(
-        config: TidemillConfig,
-        model: &CostModel,
-    ) -> Result<Tidemill, tidemill_forecast::ConfigError> {
+    pub fn new(config: TidemillConfig, model: &CostModel) -> Tidemill {
         let mut nodes = Vec::new();
         let mut node_of = Vec::new();
-        let mut edge_boxes = 0;
-        for (q, n) in model.nodes.iter().enumerate() {
+        for (q, n) in model.nodes().iter().enumerate() {
             let kind = match (n.price_per_gpu_hour, n.edge) {
                 (Some(price), _) => NodeKind::Cloud {
                     price_per_gpu_hour: price,
                 },
-                (None, Some(e)) if config.use_edge => {
-                    edge_boxes = edge_boxes.max(e + 1);
-                    NodeKind::Edge(Default::default())
-                }
+                (None, Some(_)) if config.use_edge => NodeKind::Edge(Default::default()),
                 _ => continue,
             };
             nodes.push(NodeSpec {
@@ -87,7 +71,7 @@ impl Tidemill {
             node_of.push(q as u32);
         }
         let index_of = model
-            .nodes
+            .nodes()
             .iter()
             .enumerate()
             .map(|(q, n)| (n.id.clone(), q as u32))
@@ -100,17 +84,13 @@ impl Tidemill {
             jobs: Vec::new(),
             throughput: model.tables.clone(),
         };
-        // Refreshes run on the machine's cores, read once.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let forecasts = OnlineForecasts::new(config.forecast.clone(), edge_boxes, threads)?;
-        Ok(Tidemill {
+        Tidemill {
             config,
             world,
             node_of,
             index_of,
-            forecasts,
             kept: HashMap::new(),
-        })
+        }
     }
 
     fn to_place(&self, on: &[Assignment]) -> Place {
@@ -126,39 +106,14 @@ impl Tidemill {
         place
             .iter()
             .map(|&(q, w)| Assignment {
-                node_id: v.model.nodes[q as usize].id.clone(),
+                node_id: v.model.nodes()[q as usize].id.clone(),
                 workers: w,
             })
             .collect()
     }
 }
 
-impl Tidemill {
-    /// Every edge box's availability now, by snapshot node index: the
-    /// oracle's, or its forecaster's (refreshed at each refresh boundary).
-    fn edge_availability(&mut self, v: &View) -> Vec<(usize, EdgeAvailability)> {
-        let edges = self
-            .node_of
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &q)| Some((i, v.model.nodes[q as usize].edge?)));
-        if self.config.oracle {
-            let h = self.config.policy.horizon_ms;
-            return edges
-                .map(|(i, e)| (i, v.edges.oracle(e, v.now_ms, h)))
-                .collect();
-        }
-        let refresh = self.config.refresh_ms;
-        edges
-            .map(|(i, e)| {
-                let a = self.forecasts.availability(v.edges, e, v.now_ms, refresh);
-                (i, a)
-            })
-            .collect()
-    }
-}
-
-impl Policy for Tidemill {
+impl Scheduler for Tidemill {
     fn edge_interest(&self) -> EdgeInterest {
         if self.config.use_edge {
             EdgeInterest::InUse
@@ -167,13 +122,14 @@ impl Policy for Tidemill {
         }
     }
 
-    fn forecast_counts(&self) -> Option<ForecastCounts> {
-        (self.config.use_edge && !self.config.oracle).then_some(self.forecasts.counts)
-    }
-
-    fn plan(&mut self, v: &View) -> Decision {
-        for (i, av) in self.edge_availability(v) {
-            self.world.nodes[i].kind = NodeKind::Edge(av);
+    fn schedule(&mut self, v: &View) -> Decision {
+        let h = self.config.policy.horizon_ms;
+        for (i, &q) in self.node_of.iter().enumerate() {
+            if let Some(e) = v.model.nodes()[q as usize].edge
+                && self.config.use_edge
+            {
+                self.world.nodes[i].kind = NodeKind::Edge(v.edges.availability(e, v.now_ms, h));
+            }
         }
         self.kept
             .retain(|&j, _| v.jobs[j].status == JobStatus::Active);

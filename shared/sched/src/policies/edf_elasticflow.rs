@@ -40,10 +40,10 @@
 //! - rounds fall on the engine's 60-s slot boundaries rather than on the
 //!   reference's event times (at least one slot apart there too).
 
-use tidemill_sched::TableData;
+use crate::TableData;
 
 use super::cloud_pool::{CloudPool, cloud_class, pow2_upto};
-use super::{Decision, EdgeInterest, JobRun, Policy, View, by_deadline};
+use super::{Decision, EdgeInterest, JobRun, Scheduler, View, by_deadline};
 
 /// The EDF policy of ElasticFlow's simulator.
 #[derive(Debug, Default)]
@@ -74,12 +74,12 @@ fn gpu_counts(v: &View, job: &JobRun) -> Vec<u32> {
         .collect()
 }
 
-impl Policy for EdfElasticFlow {
+impl Scheduler for EdfElasticFlow {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let mut free = v.model.cloud_gpus();
         let mut alloc: Vec<(usize, u32)> = Vec::new();
         for j in by_deadline(v, v.active.iter().copied()) {
@@ -101,83 +101,5 @@ impl Policy for EdfElasticFlow {
             }
         }
         d
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::simulate::edges::EdgeWorld;
-    use crate::simulate::engine::{self, World};
-    use crate::simulate::jobs::TraceJob;
-    use crate::simulate::policies::JobStatus;
-    use crate::simulate::testkit::{self, cloud_node};
-    use tidemill_sched::{JobSpec, ThroughputTables};
-
-    fn job(id: u64, deadline_s: i64, batch: u32, max_workers: u32, iterations: f64) -> TraceJob {
-        let base = testkit::job("m");
-        TraceJob {
-            name: id.to_string(),
-            spec: JobSpec {
-                id,
-                deadline_ms: deadline_s * 1000,
-                iterations,
-                global_batch: batch,
-                max_workers,
-                ..base.spec
-            },
-            ..base
-        }
-    }
-
-    /// Two 4-GPU nodes; model `m` measured on 1, 2 and 8 GPUs at batch 64
-    /// (4 is missing) and on 1 to 8 at batch 128 (1 it/s per GPU).
-    /// Job 0 (2 GPUs at most) is late after 30 s; jobs 1 and 2 are long.
-    fn world() -> World {
-        let mut tables = ThroughputTables::default();
-        tables
-            .insert_csv(
-                "A",
-                "m",
-                "m.csv",
-                "global_batch_size,1,2,4,8\n64,1.0,1.9,nan,3.0\n128,1.0,2.0,4.0,8.0\n",
-            )
-            .unwrap();
-        testkit::world(
-            vec![
-                job(0, 30, 128, 2, 600.0),
-                job(1, 10_000, 64, 8, 100_000.0),
-                job(2, 20_000, 128, 8, 100_000.0),
-            ],
-            vec![cloud_node("c0", "A", 4), cloud_node("c1", "A", 4)],
-            tables,
-            EdgeWorld::new(&[], &[], 0, 3_600_000, 0, 0),
-            20_000_000,
-        )
-    }
-
-    #[test]
-    fn widest_measured_count_in_deadline_order_and_late_jobs_run_on() {
-        let w = world();
-        let o = engine::run(&w, &mut EdfElasticFlow, true, &mut |_| {}).unwrap();
-        let held = |j: usize, t: i64| -> u32 {
-            o.stints
-                .iter()
-                .filter(|s| s.job == j && s.start_ms <= t && t < s.end_ms)
-                .flat_map(|s| s.place.iter().map(|p| p.1))
-                .sum()
-        };
-        // At 0: job 0 (earliest deadline) takes its cap of 2; job 1 cannot
-        // have 4 (not measured at batch 64) and takes 2; job 2 takes the 4 left.
-        assert_eq!((held(0, 0), held(1, 0), held(2, 0)), (2, 2, 4));
-        // Job 0 runs past its deadline to the end: 30 s restart + 600 it at
-        // 2 it/s = 330 s (plus staging its 1-byte dataset); it is neither
-        // rejected nor abandoned.
-        assert_eq!(o.jobs[0].status, JobStatus::Done);
-        let finish = o.jobs[0].finish_ms.unwrap();
-        assert!((330_000..331_000).contains(&finish), "{finish}");
-        // At the next round (360 s) job 1 takes all 8 GPUs and job 2 waits.
-        assert_eq!((held(1, 360_000), held(2, 360_000)), (8, 0));
     }
 }

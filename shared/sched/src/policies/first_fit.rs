@@ -4,24 +4,24 @@
 //! waits and later jobs may pass it (no reservation).
 //!
 //! Source: the classic bin-packing heuristic; the live coordinator's
-//! `tidemill_sched::first_fit` applies the same rule to whole nodes and task
+//! `crate::first_fit` applies the same rule to whole nodes and task
 //! slots, which cannot express GPU counts, so the simulator applies it per GPU.
 //! Simplifications: cloud only (the live version also takes an edge box whose
 //! CPU is under its threshold; here the edge is left to the edge-aware policies).
 
 use super::cloud_pool::CloudPool;
-use super::{Decision, EdgeInterest, Policy, View};
+use super::{Decision, EdgeInterest, Scheduler, View};
 
 /// The first-fit policy.
 #[derive(Debug, Default)]
 pub struct FirstFit;
 
-impl Policy for FirstFit {
+impl Scheduler for FirstFit {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let mut pool = CloudPool::new(v.model);
         let mut d = Decision::default();
         for &j in v.active.iter().filter(|&&j| v.jobs[j].running()) {

@@ -9,18 +9,18 @@
 //! a flat pool, and the engine's restart cost replaces ElasticFlow's overhead model.
 
 use super::cloud_pool::{CloudPool, requested_in_order};
-use super::{Decision, EdgeInterest, Policy, View, by_deadline};
+use super::{Decision, EdgeInterest, Scheduler, View, by_deadline};
 
 /// The EDF policy.
 #[derive(Debug, Default)]
 pub struct Edf;
 
-impl Policy for Edf {
+impl Scheduler for Edf {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let order = by_deadline(v, v.active.iter().copied());
         let mut d = Decision::default();
         requested_in_order(v, &order, &mut CloudPool::new(v.model), &mut d);

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use super::cloud_pool::{CloudPool, cloud_rate};
 use super::profile::{Fill, Profile};
 use super::{
-    Decision, EdgeInterest, JobRun, Policy, View, by_deadline, forget_ended_and_abandon_late,
+    Decision, EdgeInterest, JobRun, Scheduler, View, by_deadline, forget_ended_and_abandon_late,
 };
 
 /// The ElasticFlow policy.
@@ -162,12 +162,12 @@ pub(super) fn next_change(v: &View, fills: &[Option<(u32, Fill)>]) -> Option<i64
         .min()
 }
 
-impl Policy for ElasticFlow {
+impl Scheduler for ElasticFlow {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         let mut d = Decision::default();
         forget_ended_and_abandon_late(&mut self.admitted, v, &mut d);

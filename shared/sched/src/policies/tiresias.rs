@@ -11,7 +11,7 @@
 //! promotion after long waits) and no placement-consolidation profiling.
 
 use super::cloud_pool::{CloudPool, requested_in_order};
-use super::{Decision, EdgeInterest, Policy, View};
+use super::{Decision, EdgeInterest, Scheduler, View};
 
 /// Queue thresholds, GPU-seconds.
 const THRESHOLDS_GPU_S: [f64; 2] = [3_600.0, 36_000.0];
@@ -20,12 +20,12 @@ const THRESHOLDS_GPU_S: [f64; 2] = [3_600.0, 36_000.0];
 #[derive(Debug, Default)]
 pub struct Tiresias;
 
-impl Policy for Tiresias {
+impl Scheduler for Tiresias {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let queue = |s: f64| THRESHOLDS_GPU_S.iter().filter(|&&t| s >= t).count();
         let mut order: Vec<usize> = v.active.to_vec();
         order.sort_by_key(|&j| {

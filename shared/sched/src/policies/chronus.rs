@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use super::cloud_pool::{CloudPool, cloud_rate, requested_in_order};
 use super::elasticflow::startup_guess;
 use super::profile::{Profile, Share};
-use super::{Decision, EdgeInterest, Policy, View, by_deadline};
+use super::{Decision, EdgeInterest, Scheduler, View, by_deadline};
 
 /// The Chronus policy.
 #[derive(Debug, Default)]
@@ -50,12 +50,12 @@ impl Chronus {
     }
 }
 
-impl Policy for Chronus {
+impl Scheduler for Chronus {
     fn edge_interest(&self) -> EdgeInterest {
         EdgeInterest::None
     }
 
-    fn plan(&mut self, v: &View) -> Decision {
+    fn schedule(&mut self, v: &View) -> Decision {
         let capacity = v.model.cloud_gpus();
         // A lease ends with its job, or at its deadline (the job then runs best-effort).
         let mut live = vec![false; v.jobs.len()];

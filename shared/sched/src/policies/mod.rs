@@ -1,7 +1,9 @@
-//! The policies the simulator compares, behind one trait: each round the
-//! engine shows a policy the jobs and the nodes, and the policy says which
-//! jobs run where, which it turns away, and when it wants to be asked again.
-//! One file per policy; each file's docs name its source and every simplification.
+//! Every scheduling policy behind one trait, [`Scheduler`], and a registry
+//! of them by name, [`PolicyName`]: the simulator's engine and the live
+//! coordinator both show a policy the jobs and the nodes each round, and the
+//! policy says which jobs run where, which it turns away, and when it wants
+//! to be asked again. One file per policy; each file's docs name its source
+//! and every simplification.
 
 mod chronus;
 mod cloud_pool;
@@ -11,10 +13,13 @@ mod edgeflow;
 mod elasticflow;
 mod first_fit;
 mod profile;
+mod snapshot_driver;
 mod tidemill;
 mod tiresias;
 
-use clap::ValueEnum;
+use std::fmt;
+use std::str::FromStr;
+
 use serde::Serialize;
 
 pub use chronus::Chronus;
@@ -23,17 +28,18 @@ pub use edf_elasticflow::EdfElasticFlow;
 pub use edgeflow::EdgeFlow;
 pub use elasticflow::ElasticFlow;
 pub use first_fit::FirstFit;
+pub use snapshot_driver::SnapshotDriver;
 pub use tidemill::{Tidemill, TidemillConfig};
 pub use tiresias::Tiresias;
 
-use super::edges::{EdgeWorld, ForecastCounts};
-use super::placement::{CostModel, Place};
+use crate::placement::{CostModel, Place};
+use crate::world::{EdgeAvailability, JobClass, JobSpec, LinkClass};
 
 /// The policies, by their command-line names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyName {
-    /// This project's scheduler (`tidemill_sched::schedule`), cloud and edge.
+    /// This project's scheduler (`crate::schedule`), cloud and edge.
     Tidemill,
     /// EdgeFlow (Journal of Software, 2025), as described in the module docs.
     Edgeflow,
@@ -82,6 +88,92 @@ impl PolicyName {
             PolicyName::CloudOnly => "cloud-only",
         }
     }
+
+    /// What the policy does, in one line, for `tidemill-cloud policies`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            PolicyName::Tidemill => {
+                "tidemill's deadline-aware scheduler: cloud GPUs and the edges' forecast idle windows"
+            }
+            PolicyName::Edgeflow => {
+                "EdgeFlow (J. Software 2025): deadline-ordered, one idle edge box or cloud GPUs per job"
+            }
+            PolicyName::Elasticflow => {
+                "ElasticFlow (ASPLOS '23): minimum satisfactory shares with admission control, cloud only"
+            }
+            PolicyName::Edf => {
+                "earliest deadline first on the requested GPUs, preemptive, cloud only"
+            }
+            PolicyName::EdfElasticflow => {
+                "earliest deadline first as ElasticFlow's simulator runs it, cloud only"
+            }
+            PolicyName::Chronus => {
+                "Chronus (SoCC '21): leases for SLO jobs, SRTF for the rest, cloud only"
+            }
+            PolicyName::Tiresias => {
+                "Tiresias (NSDI '19): 2D-LAS with discretised queues, cloud only"
+            }
+            PolicyName::FirstFit => {
+                "first fit in submission order on the requested GPUs, cloud only"
+            }
+            PolicyName::CloudOnly => "tidemill's scheduler without the edge boxes",
+        }
+    }
+
+    /// A fresh instance of the policy over `model`'s nodes, with the
+    /// tidal scheduler's knobs from `settings`.
+    pub fn build(self, settings: &TidemillConfig, model: &CostModel) -> Box<dyn Scheduler> {
+        match self {
+            PolicyName::Tidemill | PolicyName::CloudOnly => {
+                let config = TidemillConfig {
+                    use_edge: self == PolicyName::Tidemill,
+                    ..settings.clone()
+                };
+                Box::new(Tidemill::new(config, model))
+            }
+            PolicyName::Edgeflow => Box::new(EdgeFlow::default()),
+            PolicyName::Elasticflow => Box::new(ElasticFlow::default()),
+            PolicyName::Edf => Box::new(Edf),
+            PolicyName::EdfElasticflow => Box::new(EdfElasticFlow),
+            PolicyName::Chronus => Box::new(Chronus::default()),
+            PolicyName::Tiresias => Box::new(Tiresias),
+            PolicyName::FirstFit => Box::new(FirstFit),
+        }
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy name that no policy has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {given:?}: expected one of {}", PolicyName::ALL.map(PolicyName::as_str).join(", "))]
+pub struct UnknownPolicy {
+    /// The name given.
+    pub given: String,
+}
+
+impl FromStr for PolicyName {
+    type Err = UnknownPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownPolicy {
+                given: s.to_string(),
+            })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PolicyName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Where a job stands in the engine.
@@ -102,7 +194,7 @@ pub enum JobStatus {
 #[derive(Debug, Clone)]
 pub struct JobRun {
     /// The submitted job.
-    pub spec: tidemill_sched::JobSpec,
+    pub spec: JobSpec,
     /// GPUs it asked for (non-elastic baselines run it on exactly this many).
     pub requested_gpus: u32,
     /// Iterations done.
@@ -120,7 +212,7 @@ pub struct JobRun {
     /// Step time on `place`, seconds.
     pub step_s: f64,
     /// Class of the slowest link its gradients cross on `place` (`None` on one node).
-    pub sync_class: Option<tidemill_sched::LinkClass>,
+    pub sync_class: Option<LinkClass>,
     /// Status.
     pub status: JobStatus,
     /// When it finished, ms.
@@ -134,6 +226,27 @@ pub struct JobRun {
 }
 
 impl JobRun {
+    /// `spec` before its first round, asking for `requested_gpus`.
+    pub fn new(spec: JobSpec, requested_gpus: u32) -> JobRun {
+        JobRun {
+            spec,
+            requested_gpus,
+            done_iters: 0.0,
+            attained_s: 0.0,
+            attained_gpu_s: 0.0,
+            place: Place::new(),
+            location: Place::new(),
+            startup_left_s: 0.0,
+            step_s: 0.0,
+            sync_class: None,
+            status: JobStatus::Active,
+            finish_ms: None,
+            migrations: 0,
+            preemptions: 0,
+            guaranteed: false,
+        }
+    }
+
     /// Iterations still to do.
     pub fn remaining(&self) -> f64 {
         (self.spec.iterations - self.done_iters).max(0.0)
@@ -146,7 +259,7 @@ impl JobRun {
 
     /// True when it has a deadline.
     pub fn slo(&self) -> bool {
-        self.spec.class == tidemill_sched::JobClass::Slo
+        self.spec.class == JobClass::Slo
     }
 }
 
@@ -163,7 +276,18 @@ pub struct View<'a> {
     /// Nodes and the cost model.
     pub model: &'a CostModel,
     /// The edge boxes' load (policies read only what is reported, or forecasts).
-    pub edges: &'a EdgeWorld,
+    pub edges: &'a dyn EdgeSignals,
+}
+
+/// What a policy may know of the edge boxes, by edge index
+/// ([`crate::placement::CostNode::edge`]): the load they report, and the
+/// idle windows forecast from it. The simulator answers from its traces and
+/// forecasters, the coordinator from the store.
+pub trait EdgeSignals {
+    /// True when box `e`'s load, as reported at `t_ms`, is under its idle threshold.
+    fn reported_idle(&self, e: usize, t_ms: i64) -> bool;
+    /// Box `e`'s idle windows from `now_ms` over `horizon_ms`, as the tidal scheduler plans on them.
+    fn availability(&self, e: usize, now_ms: i64, horizon_ms: i64) -> EdgeAvailability;
 }
 
 /// A policy's answer for one round.
@@ -193,22 +317,18 @@ pub enum EdgeInterest {
     All,
 }
 
-/// A scheduling policy under simulation.
-pub trait Policy: Send {
+/// A scheduling policy: a view of the round in, a decision out, no I/O.
+pub trait Scheduler: Send {
     /// Which edge changes trigger a round.
     fn edge_interest(&self) -> EdgeInterest;
     /// One round.
-    fn plan(&mut self, view: &View) -> Decision;
-    /// How many edge forecasts it made and reused, for a policy that forecasts.
-    fn forecast_counts(&self) -> Option<ForecastCounts> {
-        None
-    }
+    fn schedule(&mut self, view: &View) -> Decision;
 }
 
 /// Jobs in deadline order (ties by submission, then id). A best-effort job's
 /// deadline lies beyond every trace (the job readers give it `i64::MAX / 4`),
 /// so best-effort jobs come last, by submission.
-pub(super) fn by_deadline(v: &View, jobs: impl IntoIterator<Item = usize>) -> Vec<usize> {
+pub(crate) fn by_deadline(v: &View, jobs: impl IntoIterator<Item = usize>) -> Vec<usize> {
     let mut order: Vec<usize> = jobs.into_iter().collect();
     order.sort_by_key(|&j| {
         let s = &v.jobs[j].spec;
@@ -219,7 +339,7 @@ pub(super) fn by_deadline(v: &View, jobs: impl IntoIterator<Item = usize>) -> Ve
 
 /// For policies that track admitted jobs: forgets the ones no longer active,
 /// and abandons (gives up on) the active ones whose deadline has passed.
-pub(super) fn forget_ended_and_abandon_late(
+pub(crate) fn forget_ended_and_abandon_late(
     admitted: &mut std::collections::BTreeSet<usize>,
     v: &View,
     d: &mut Decision,

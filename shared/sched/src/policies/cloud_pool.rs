@@ -3,7 +3,7 @@
 //! flat-pool throughput their planners assume (the class tables, no network;
 //! the engine still charges the real placement).
 
-use crate::simulate::placement::{CostModel, Place};
+use crate::placement::{CostModel, Place};
 
 use super::{Decision, JobRun, View};
 
@@ -19,7 +19,7 @@ impl CloudPool {
         CloudPool {
             free: model
                 .cloud_nodes()
-                .map(|q| (q, model.nodes[q as usize].devices))
+                .map(|q| (q, model.nodes()[q as usize].devices))
                 .collect(),
         }
     }
@@ -140,7 +140,7 @@ pub(super) fn cloud_class(model: &CostModel) -> Option<&str> {
     model
         .cloud_nodes()
         .next()
-        .map(|q| model.nodes[q as usize].class.as_str())
+        .map(|q| model.nodes()[q as usize].class.as_str())
 }
 
 /// Flat-pool iterations/s of `job` on `g` cloud GPUs (0 when none or unknown).

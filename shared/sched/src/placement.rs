@@ -1,0 +1,393 @@
+//! What a placement costs in time and bytes, written once: the scheduler's
+//! planner (`schedule`), every baseline policy and the simulator's engine
+//! price placements through [`PlacementCost`], over the formulas of
+//! [`crate::cost`]:
+//!
+//! - the link between two nodes: the pair's entry in the link table's
+//!   `measured` list, else its class default (edge-edge, cloud-edge or
+//!   cloud-cloud, by which ends are cloud nodes);
+//! - step time: [`cost::step_time`] over each node's compute seconds and the
+//!   slowest inter-node link of the placement;
+//! - start-up: [`cost::staging_s`] per node (the data shard from where the
+//!   data is, the checkpoint from where the job last ran), the slowest node;
+//!   callers add the restart. WAN bytes keep the three classes.
+//!
+//! [`CostModel`] is the same over a pool of nodes with their throughput
+//! tables, as the baselines and the simulator's engine see them.
+
+use std::collections::HashMap;
+
+use crate::cost::{self, LinkSpec, StepTime};
+use crate::throughput::ThroughputTables;
+use crate::world::{DataSite, JobSpec, LinkClass, LinkTable};
+
+/// A placement: (node index, workers), sorted by node index; empty = not running.
+pub type Place = Vec<(u32, u32)>;
+
+/// A node index, as a placement stores it.
+pub trait NodeIx: Copy + PartialEq {
+    /// The index as `usize`.
+    fn ix(self) -> usize;
+}
+
+impl NodeIx for usize {
+    fn ix(self) -> usize {
+        self
+    }
+}
+
+impl NodeIx for u32 {
+    fn ix(self) -> usize {
+        self as usize
+    }
+}
+
+/// The links between a set of nodes, by node index: the one place where a
+/// pair of nodes becomes a link.
+#[derive(Debug, Clone)]
+pub struct PlacementCost {
+    cloud: Vec<bool>,
+    index_of: HashMap<String, usize>,
+    measured: HashMap<(usize, usize), LinkSpec>,
+    defaults: [LinkSpec; 3],
+}
+
+impl PlacementCost {
+    /// The links between `nodes` (id, is a cloud node), in index order, per `table`.
+    pub fn new<'a>(nodes: impl IntoIterator<Item = (&'a str, bool)>, table: &LinkTable) -> Self {
+        let mut cloud = Vec::new();
+        let mut index_of = HashMap::new();
+        for (i, (id, is_cloud)) in nodes.into_iter().enumerate() {
+            cloud.push(is_cloud);
+            index_of.insert(id.to_string(), i);
+        }
+        let mut measured = HashMap::with_capacity(table.measured.len());
+        for l in &table.measured {
+            if let (Some(&a), Some(&b)) = (index_of.get(&l.a), index_of.get(&l.b)) {
+                measured.insert((a.min(b), a.max(b)), l.link);
+            }
+        }
+        PlacementCost {
+            cloud,
+            index_of,
+            measured,
+            defaults: [table.edge_edge, table.cloud_edge, table.cloud_cloud],
+        }
+    }
+
+    /// The index of node `id`, if it is one of these nodes.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.index_of.get(id).copied()
+    }
+
+    /// True for a cloud node.
+    pub fn is_cloud(&self, q: usize) -> bool {
+        self.cloud[q]
+    }
+
+    /// The class of the path between two nodes.
+    pub fn class(&self, a: usize, b: usize) -> LinkClass {
+        match (self.cloud[a], self.cloud[b]) {
+            (true, true) => LinkClass::CloudCloud,
+            (false, false) => LinkClass::EdgeEdge,
+            _ => LinkClass::CloudEdge,
+        }
+    }
+
+    /// The class default.
+    pub fn default_for(&self, class: LinkClass) -> LinkSpec {
+        match class {
+            LinkClass::EdgeEdge => self.defaults[0],
+            LinkClass::CloudEdge => self.defaults[1],
+            LinkClass::CloudCloud => self.defaults[2],
+        }
+    }
+
+    /// The link between nodes `a` and `b`, and its class: measured, else the class default.
+    pub fn link(&self, a: usize, b: usize) -> (LinkClass, LinkSpec) {
+        let class = self.class(a, b);
+        let spec = self
+            .measured
+            .get(&(a.min(b), a.max(b)))
+            .copied()
+            .unwrap_or_else(|| self.default_for(class));
+        (class, spec)
+    }
+
+    /// Step time on `place` from each node's compute seconds (the slowest
+    /// counts) and the slowest link between its nodes for `model_bytes` of
+    /// gradients, with overlap exponent `gamma`; and that link's class
+    /// (`None` on one node).
+    pub fn step<I: NodeIx>(
+        &self,
+        compute_s: impl IntoIterator<Item = f64>,
+        place: &[(I, u32)],
+        model_bytes: f64,
+        gamma: f64,
+    ) -> (StepTime, Option<LinkClass>) {
+        let mut slowest: Option<(LinkClass, LinkSpec)> = None;
+        for (i, &(a, _)) in place.iter().enumerate() {
+            for &(b, _) in &place[i + 1..] {
+                let l = self.link(a.ix(), b.ix());
+                if slowest.is_none_or(|s| l.1.slower_than(&s.1, model_bytes)) {
+                    slowest = Some(l);
+                }
+            }
+        }
+        let t = cost::step_time(
+            compute_s,
+            place.len() as u32,
+            model_bytes,
+            slowest.as_ref().map(|s| &s.1),
+            gamma,
+        );
+        (t, slowest.map(|s| s.0))
+    }
+
+    /// Staging before the first step on `to`, the job's data and latest
+    /// checkpoint being where it last ran, `from` (empty before its first
+    /// start): per node, its data shard from the dataset's site (a node of
+    /// ours, else the cloud) unless the node held the job, and the checkpoint
+    /// from `from`'s first node; the slowest node counts. The restart is not
+    /// included.
+    pub fn staging<I: NodeIx>(&self, job: &JobSpec, from: &[(I, u32)], to: &[(I, u32)]) -> Startup {
+        let n: u32 = to.iter().map(|p| p.1).sum();
+        let shard = job.dataset_bytes as f64 / f64::from(n.max(1));
+        let ckpt = job.checkpoint_bytes as f64;
+        let source = match &job.dataset_site {
+            DataSite::Node(id) => self.index_of(id),
+            DataSite::Cloud => None,
+        };
+        let mut wan = WanBytes::default();
+        let mut worst: f64 = 0.0;
+        for &(q, w) in to {
+            let q = q.ix();
+            let held = from.iter().any(|f| f.0.ix() == q);
+            let data = if held || source == Some(q) {
+                None
+            } else {
+                let (class, spec) = match source {
+                    Some(s) => self.link(s, q),
+                    None if self.cloud[q] => (
+                        LinkClass::CloudCloud,
+                        self.default_for(LinkClass::CloudCloud),
+                    ),
+                    None => (LinkClass::CloudEdge, self.default_for(LinkClass::CloudEdge)),
+                };
+                wan.add(class, shard * f64::from(w));
+                Some(spec)
+            };
+            let ck = match from.first() {
+                Some(&(f, _)) if !held => {
+                    let (class, spec) = self.link(f.ix(), q);
+                    wan.add(class, ckpt);
+                    Some(spec)
+                }
+                _ => None,
+            };
+            worst = worst.max(cost::staging_s(
+                shard * f64::from(w),
+                data.as_ref(),
+                ckpt,
+                ck.as_ref(),
+            ));
+        }
+        Startup { secs: worst, wan }
+    }
+}
+
+/// A node as the cost model sees it.
+#[derive(Debug, Clone)]
+pub struct CostNode {
+    /// Node id.
+    pub id: String,
+    /// Device class.
+    pub class: String,
+    /// Training devices.
+    pub devices: u32,
+    /// Cloud price per GPU-hour, or `None` for an edge box.
+    pub price_per_gpu_hour: Option<f64>,
+    /// Index among edge boxes (into the edge signals), for edge boxes.
+    pub edge: Option<usize>,
+    /// The edge site the box stands at; `None` for cloud nodes and boxes of no site.
+    pub site: Option<String>,
+}
+
+impl CostNode {
+    /// True for a cloud node.
+    pub fn is_cloud(&self) -> bool {
+        self.price_per_gpu_hour.is_some()
+    }
+}
+
+/// Bytes moved over the WAN, per link class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WanBytes {
+    /// Edge-to-edge bytes.
+    pub edge_edge: f64,
+    /// Cloud-to-edge bytes.
+    pub cloud_edge: f64,
+    /// Cloud-to-cloud bytes.
+    pub cloud_cloud: f64,
+}
+
+impl WanBytes {
+    /// Adds `bytes` to `class`.
+    pub fn add(&mut self, class: LinkClass, bytes: f64) {
+        match class {
+            LinkClass::EdgeEdge => self.edge_edge += bytes,
+            LinkClass::CloudEdge => self.cloud_edge += bytes,
+            LinkClass::CloudCloud => self.cloud_cloud += bytes,
+        }
+    }
+
+    /// Adds every class of `other`.
+    pub fn add_all(&mut self, other: &WanBytes) {
+        self.edge_edge += other.edge_edge;
+        self.cloud_edge += other.cloud_edge;
+        self.cloud_cloud += other.cloud_cloud;
+    }
+}
+
+/// What a start or migration costs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Startup {
+    /// Seconds before the first step.
+    pub secs: f64,
+    /// Bytes it moves.
+    pub wan: WanBytes,
+}
+
+/// The cost model over a pool of nodes: what every baseline and the
+/// simulator's engine charge a placement, through [`PlacementCost`].
+#[derive(Debug, Clone)]
+pub struct CostModel {
+    nodes: Vec<CostNode>,
+    /// Throughput tables (measured and filled).
+    pub tables: ThroughputTables,
+    /// Link defaults per class, and measured links.
+    pub links: LinkTable,
+    /// Overlap exponent γ.
+    pub gamma: f64,
+    /// Restart from a checkpoint, seconds.
+    pub restart_s: f64,
+    cost: PlacementCost,
+}
+
+impl CostModel {
+    /// The cost model over `nodes`.
+    pub fn new(
+        nodes: Vec<CostNode>,
+        tables: ThroughputTables,
+        links: LinkTable,
+        gamma: f64,
+        restart_s: f64,
+    ) -> CostModel {
+        let cost = PlacementCost::new(nodes.iter().map(|n| (n.id.as_str(), n.is_cloud())), &links);
+        CostModel {
+            nodes,
+            tables,
+            links,
+            gamma,
+            restart_s,
+            cost,
+        }
+    }
+
+    /// Every node, cloud first; a placement's node index is the position here.
+    pub fn nodes(&self) -> &[CostNode] {
+        &self.nodes
+    }
+
+    /// The same model over the nodes `edit` leaves (the links re-indexed).
+    pub fn with_nodes(&self, edit: impl FnOnce(&mut Vec<CostNode>)) -> CostModel {
+        let mut nodes = self.nodes.clone();
+        edit(&mut nodes);
+        CostModel::new(
+            nodes,
+            self.tables.clone(),
+            self.links.clone(),
+            self.gamma,
+            self.restart_s,
+        )
+    }
+
+    /// The class of the path between two nodes.
+    pub fn link_class(&self, a: u32, b: u32) -> LinkClass {
+        self.cost.class(a as usize, b as usize)
+    }
+
+    /// Iterations/s of `job`'s model at its batch on `workers` devices of `class`.
+    pub fn iters_per_s(&self, class: &str, job: &JobSpec, workers: u32) -> Option<f64> {
+        self.tables
+            .lookup(class, &job.model, job.global_batch, workers)
+            .map(|t| t.iters_per_s)
+    }
+
+    /// Step time of `job` on `place`, seconds, and the class of its slowest link
+    /// (`None` on one node); `None` when a class has no table for the model.
+    pub fn step(&self, job: &JobSpec, place: &[(u32, u32)]) -> Option<(f64, Option<LinkClass>)> {
+        self.step_time(job, place)
+            .map(|(t, class)| (t.total_s, class))
+    }
+
+    /// [`CostModel::step`] with the compute and sync split.
+    pub fn step_time(
+        &self,
+        job: &JobSpec,
+        place: &[(u32, u32)],
+    ) -> Option<(StepTime, Option<LinkClass>)> {
+        let n: u32 = place.iter().map(|p| p.1).sum();
+        let mut compute = Vec::with_capacity(place.len());
+        for &(q, _) in place {
+            let class = &self.nodes[q as usize].class;
+            let t = self.tables.lookup(class, &job.model, job.global_batch, n)?;
+            compute.push(cost::class_compute_s(&t, place.len() as u32));
+        }
+        Some(
+            self.cost
+                .step(compute, place, job.model_bytes as f64, self.gamma),
+        )
+    }
+
+    /// Start-up of `job` on `to`, its data and checkpoint being on `from`
+    /// (where it last ran; empty before its first start): the staging plus
+    /// the restart; a job resumed where it stopped pays only the restart.
+    pub fn startup(&self, job: &JobSpec, from: &[(u32, u32)], to: &[(u32, u32)]) -> Startup {
+        if from == to {
+            return Startup {
+                secs: self.restart_s,
+                wan: WanBytes::default(),
+            };
+        }
+        let s = self.cost.staging(job, from, to);
+        Startup {
+            secs: s.secs + self.restart_s,
+            wan: s.wan,
+        }
+    }
+
+    /// Bytes one iteration's ring all-reduce puts on the wire over `place`:
+    /// each of the n nodes sends `2(n−1)/n × M` (the ring of [`cost::ring_allreduce_s`]).
+    pub fn allreduce_bytes(&self, job: &JobSpec, place: &[(u32, u32)]) -> f64 {
+        let n = place.len() as f64;
+        if n <= 1.0 {
+            return 0.0;
+        }
+        2.0 * (n - 1.0) * job.model_bytes as f64
+    }
+
+    /// Indices of the cloud nodes.
+    pub fn cloud_nodes(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.nodes.len() as u32).filter(|&q| self.nodes[q as usize].is_cloud())
+    }
+
+    /// GPUs in the cloud.
+    pub fn cloud_gpus(&self) -> u32 {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_cloud())
+            .map(|n| n.devices)
+            .sum()
+    }
+}
