@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Coordinator;
-use crate::job::{JobRecord, JobSpec};
+use crate::job::{JobFile, JobRecord};
 use crate::store::{LinkRecord, NodeRecord, StoreError};
 use tidemill_proto::NodeForecast;
 
@@ -108,7 +108,7 @@ async fn show_job(
 
 async fn submit(
     State(c): State<Arc<Coordinator>>,
-    body: Result<Json<JobSpec>, axum::extract::rejection::JsonRejection>,
+    body: Result<Json<JobFile>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Submitted>), Failure> {
     let Json(spec) = body.map_err(|e| {
         Failure(

@@ -10,7 +10,7 @@ use tidemill_runtime::lifecycle;
 
 use crate::client::Client;
 use crate::config::{CloudConfig, DEFAULT_CONFIG};
-use crate::job::{JobRecord, JobSpec};
+use crate::job::{JobFile, JobRecord};
 use tidemill_sched::policies::PolicyName;
 
 /// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
@@ -195,7 +195,7 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Jobs(JobsCmd::Submit { file, api }) => {
-            let spec = JobSpec::from_file(&file)?;
+            let spec = JobFile::from_file(&file)?;
             let id = Client::new(&api.api).submit(&spec)?;
             if api.json {
                 return print_json(&serde_json::json!({ "id": id }));

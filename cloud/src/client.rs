@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{ApiError, Submitted};
-use crate::job::{JobRecord, JobSpec};
+use crate::job::{JobFile, JobRecord};
 use crate::store::{LinkRecord, NodeRecord};
 use tidemill_proto::NodeForecast;
 
@@ -98,7 +98,7 @@ impl Client {
     }
 
     /// Submits a job; returns its id.
-    pub fn submit(&self, spec: &JobSpec) -> Result<u64, ClientError> {
+    pub fn submit(&self, spec: &JobFile) -> Result<u64, ClientError> {
         self.call::<Submitted>("POST", "/v1/jobs", Some(spec))
             .map(|s| s.id)
     }

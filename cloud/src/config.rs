@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tidemill_runtime::config_file::{self, ConfigError};
-use tidemill_sched::policies::{PolicyName, SnapshotDriver, TidemillConfig};
-use tidemill_sched::{
-    BestEffortOrder, LinkDefaults, OnInfeasible, ThroughputError, ThroughputTables,
-};
+use tidemill_sched::policies::{PolicyName, SnapshotDriver};
+use tidemill_sched::{LinkDefaults, ThroughputError, ThroughputTables};
 
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/cloud.toml");
@@ -79,14 +77,6 @@ pub struct SchedulerConfig {
     pub max_tasks_per_node: u32,
     /// The port rank 0 of a distributed job listens on (`MASTER_PORT`).
     pub master_port: u16,
-    /// Seconds before a forecast idle window ends at which a job leaves the edge.
-    pub grace_secs: f64,
-    /// Seconds a job needs to restart from its checkpoint.
-    pub restart_secs: f64,
-    /// Hours ahead that plans reach.
-    pub horizon_hours: f64,
-    /// Order in which best-effort jobs take leftover capacity.
-    pub best_effort_order: BestEffortOrder,
     /// Device class of nodes without an accelerator.
     pub cpu_class: String,
     /// Throughput tables: device class to a directory in ElasticFlow's format.
@@ -100,6 +90,10 @@ pub struct SchedulerConfig {
     pub cloud_nodes: BTreeMap<String, CloudNode>,
     /// Link defaults per class, used until a link is measured.
     pub links: LinkDefaults,
+    /// The tidal scheduler's settings (`[scheduler.tidemill]`): the
+    /// library's own type and defaults, as a simulator topology's `[tidemill]`.
+    #[serde(default)]
+    pub tidemill: tidemill_sched::Policy,
 }
 
 /// A rented cloud node: always available, at a price.
@@ -111,27 +105,9 @@ pub struct CloudNode {
 }
 
 impl SchedulerConfig {
-    /// The scheduler library's settings.
-    pub fn sched_policy(&self) -> tidemill_sched::Policy {
-        tidemill_sched::Policy {
-            horizon_ms: (self.horizon_hours * 3_600_000.0) as i64,
-            restart_s: self.restart_secs,
-            grace_ms: (self.grace_secs * 1000.0) as i64,
-            best_effort_order: self.best_effort_order,
-            ..tidemill_sched::Policy::default()
-        }
-    }
-
     /// The chosen policy, ready to plan rounds.
     pub fn driver(&self) -> SnapshotDriver {
-        SnapshotDriver::new(
-            self.policy,
-            TidemillConfig {
-                policy: self.sched_policy(),
-                on_infeasible: OnInfeasible::Reject,
-                use_edge: true,
-            },
-        )
+        SnapshotDriver::new(self.policy, self.tidemill.clone())
     }
 
     /// The device class of an accelerator model: the class of the first
@@ -215,20 +191,13 @@ impl CloudConfig {
             );
         }
         let s = &self.scheduler;
-        let non_negative = "must be a number, 0 or more";
-        for (key, v, min, rule) in [
-            ("scheduler.grace_secs", s.grace_secs, 0.0, non_negative),
-            ("scheduler.restart_secs", s.restart_secs, 0.0, non_negative),
-            (
-                "scheduler.horizon_hours",
-                s.horizon_hours,
-                1.0,
-                "must be at least 1",
-            ),
-        ] {
-            if !(v.is_finite() && v >= min) {
-                return invalid(key, v.to_string(), rule);
-            }
+        if let Err(e) = s.tidemill.validate() {
+            return Err(ConfigError::InvalidInTable {
+                table: "scheduler.tidemill",
+                key: e.key,
+                value: e.value,
+                rule: e.expected,
+            });
         }
         for (id, node) in &s.cloud_nodes {
             if !(node.price_per_gpu_hour.is_finite() && node.price_per_gpu_hour >= 0.0) {
@@ -285,6 +254,19 @@ mod tests {
         assert_eq!(cfg.scheduler.class_of("Mali-G78"), "Mali-G78");
         // 1000 Mb/s is 125 MB/s.
         assert_eq!(cfg.scheduler.links.edge_edge.spec().bandwidth_bps, 125e6);
+        // The documented [scheduler.tidemill] values are the library's defaults.
+        assert_eq!(cfg.scheduler.tidemill, tidemill_sched::Policy::default());
+    }
+
+    #[test]
+    fn a_bad_scheduler_setting_is_named_with_its_table() {
+        let mut cfg = CloudConfig::default();
+        cfg.scheduler.tidemill.max_edge_nodes = 0;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`scheduler.tidemill.max_edge_nodes` = 0 is invalid: at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

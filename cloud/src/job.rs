@@ -14,7 +14,7 @@ use tidemill_sched::{
 /// A job as submitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JobSpec {
+pub struct JobFile {
     /// A name for people.
     pub name: String,
     /// The program and its arguments.
@@ -155,7 +155,7 @@ pub enum JobSpecError {
     },
 }
 
-impl JobSpec {
+impl JobFile {
     /// Reads and validates a TOML job file.
     pub fn from_file(path: &Path) -> Result<Self, JobSpecError> {
         let shown = path.display().to_string();
@@ -172,7 +172,7 @@ impl JobSpec {
             path: origin.to_string(),
             message,
         };
-        let spec: JobSpec = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
+        let spec: JobFile = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
         spec.validate()?;
         Ok(spec)
     }
@@ -226,7 +226,7 @@ impl JobSpec {
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum JobState {
+pub enum JobPhase {
     /// Waiting for, or assigned to but not yet started on, a node.
     Queued,
     /// Running on a node.
@@ -241,16 +241,16 @@ pub enum JobState {
     Rejected,
 }
 
-impl JobState {
+impl JobPhase {
     /// The name stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::Cancelled => "cancelled",
-            JobState::Rejected => "rejected",
+            JobPhase::Queued => "queued",
+            JobPhase::Running => "running",
+            JobPhase::Succeeded => "succeeded",
+            JobPhase::Failed => "failed",
+            JobPhase::Cancelled => "cancelled",
+            JobPhase::Rejected => "rejected",
         }
     }
 
@@ -270,7 +270,7 @@ impl JobState {
 
     /// Whether the job is over.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, JobState::Queued | JobState::Running)
+        !matches!(self, JobPhase::Queued | JobPhase::Running)
     }
 }
 
@@ -282,7 +282,7 @@ pub struct JobRecord {
     /// Its name.
     pub name: String,
     /// Where it is in its life.
-    pub state: JobState,
+    pub state: JobPhase,
     /// The node it was placed on, if any.
     pub node: Option<String>,
     /// The exit code, once it exited.
@@ -376,12 +376,12 @@ mod tests {
 
     #[test]
     fn parses_a_job_file_with_either_deadline_form() {
-        let a = JobSpec::from_toml(
+        let a = JobFile::from_toml(
             "name = \"x\"\ncommand = [\"sh\", \"-c\", \"exit 3\"]\ndeadline = 2026-11-23T06:00:00Z\n[env]\nA = \"1\"\n",
             "a.toml",
         )
         .unwrap();
-        let b = JobSpec::from_toml(
+        let b = JobFile::from_toml(
             "name = \"x\"\ncommand = [\"sh\", \"-c\", \"exit 3\"]\ndeadline = \"2026-11-23T07:00:00+01:00\"\nenv = { A = \"1\" }\n",
             "b.toml",
         )
@@ -393,7 +393,7 @@ mod tests {
     #[test]
     fn the_documented_example_parses() {
         let job =
-            JobSpec::from_toml(include_str!("../../configs/job.toml"), "configs/job.toml").unwrap();
+            JobFile::from_toml(include_str!("../../configs/job.toml"), "configs/job.toml").unwrap();
         assert_eq!(job.command[0], "python3");
         assert_eq!(job.deadline.to_rfc3339(), "2030-01-01T06:00:00+00:00");
         assert_eq!(job.env.len(), 1);
@@ -406,13 +406,13 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_and_field() {
-        let err = JobSpec::from_toml(
+        let err = JobFile::from_toml(
             "name = \"x\"\ncommand = []\ndeadline = \"2026-11-23T06:00:00Z\"",
             "j.toml",
         )
         .unwrap_err();
         assert!(err.to_string().contains("`command`"), "{err}");
-        let err = JobSpec::from_toml(
+        let err = JobFile::from_toml(
             "name = \"x\"\ncommand = [\"a\"]\ndeadline = \"tomorrow\"",
             "j.toml",
         )
@@ -421,23 +421,23 @@ mod tests {
             err.to_string().contains("j.toml") && err.to_string().contains("tomorrow"),
             "{err}"
         );
-        let err = JobSpec::from_toml("name = \"x\"\ncommand = [\"a\"]\ndeadline = 3", "j.toml")
+        let err = JobFile::from_toml("name = \"x\"\ncommand = [\"a\"]\ndeadline = 3", "j.toml")
             .unwrap_err();
         assert!(
             err.to_string().contains("must be a time, not integer"),
             "{err}"
         );
         let stored = serde_json::to_string(
-            &JobSpec::from_toml(
+            &JobFile::from_toml(
                 "name = \"x\"\ncommand = [\"a\"]\ndeadline = 2026-11-23T06:00:00Z",
                 "j.toml",
             )
             .unwrap(),
         )
         .unwrap();
-        let back: JobSpec = serde_json::from_str(&stored).unwrap();
+        let back: JobFile = serde_json::from_str(&stored).unwrap();
         assert_eq!(back.deadline.to_rfc3339(), "2026-11-23T06:00:00+00:00");
-        let err = JobSpec::from_toml(
+        let err = JobFile::from_toml(
             "name = \"x\"\ncommand = [\"a\"]\ndeadline = \"2026-11-23T06:00:00Z\"\nprio = 1",
             "j.toml",
         )

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_sched::{FirstFit, first_fit};
+use tidemill_sched::{FirstFitLimits, first_fit};
 
 use crate::coordinator::Coordinator;
 use crate::dispatch::deliver;
@@ -42,7 +42,7 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
         }
         planned_round(coord, &mut store, now)?;
         let snapshot = store.snapshot(now, true)?;
-        let policy = FirstFit {
+        let policy = FirstFitLimits {
             idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
             max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
         };

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tidemill_proto::{Assignment, Command, ReportBody, TaskEvent, TaskStatus};
+use tidemill_proto::{Command, ReportBody, TaskAssignment, TaskEvent, TaskStatus};
 use tidemill_runtime::clock::SharedClock;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, watch};
@@ -154,7 +154,7 @@ impl Executor {
         }
     }
 
-    fn status(&self, a: &Assignment, event: TaskEvent, output_tail: Vec<String>) -> ReportBody {
+    fn status(&self, a: &TaskAssignment, event: TaskEvent, output_tail: Vec<String>) -> ReportBody {
         ReportBody::Task(TaskStatus {
             task_id: a.task_id,
             job_id: a.job_id,
@@ -164,7 +164,7 @@ impl Executor {
         })
     }
 
-    fn journal_event(&self, a: &Assignment, event: TaskEvent) -> Result<(), JournalError> {
+    fn journal_event(&self, a: &TaskAssignment, event: TaskEvent) -> Result<(), JournalError> {
         self.journal
             .lock()
             .unwrap()
@@ -175,7 +175,7 @@ impl Executor {
 
     fn finish(
         &self,
-        a: &Assignment,
+        a: &TaskAssignment,
         event: TaskEvent,
         tail: Vec<String>,
     ) -> Result<(), JournalError> {
@@ -190,7 +190,7 @@ impl Executor {
 
     async fn run(
         &self,
-        a: Assignment,
+        a: TaskAssignment,
         mut cancel: watch::Receiver<bool>,
     ) -> Result<(), JournalError> {
         let Some((program, args)) = a.command.split_first() else {
@@ -374,7 +374,7 @@ mod tests {
     }
 
     fn assign(task_id: u64, cmd: &[&str]) -> Command {
-        Command::Assign(Assignment {
+        Command::Assign(TaskAssignment {
             task_id,
             job_id: 100 + task_id,
             command: cmd.iter().map(|s| s.to_string()).collect(),
@@ -593,7 +593,7 @@ mod tests {
     #[tokio::test]
     async fn recover_reports_tasks_interrupted_by_a_crash() {
         let h = harness(5);
-        let a = Assignment {
+        let a = TaskAssignment {
             task_id: 5,
             job_id: 6,
             command: vec!["true".into()],

@@ -1,7 +1,7 @@
 //! Feeds the node's forecaster with every sample and issues a forecast of the
 //! node's own tide on a fixed cadence, for the coordinator to plan with.
 
-use tidemill_forecast::{ConfigError, ForecastConfig, NodeForecast, NodeForecaster, Sample};
+use tidemill_forecast::{ConfigError, ForecastConfig, LoadSample, NodeForecast, NodeForecaster};
 
 use crate::journal::HistoryRow;
 
@@ -37,7 +37,7 @@ impl Forecasting {
     }
 
     fn learn(&mut self, t_ms: i64, cpu: f32, mem: f32, gpu: Option<f32>) {
-        let sample = Sample {
+        let sample = LoadSample {
             t_ms,
             cpu_pct: Some(f64::from(cpu)),
             mem_pct: Some(f64::from(mem)),

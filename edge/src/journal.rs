@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemill_proto::{Assignment, Report, ReportBody, Sample};
+use tidemill_proto::{Report, ReportBody, Sample, TaskAssignment};
 use tidemill_runtime::sqlite::{self, DbError};
 
 const MIGRATIONS: &[&str] = &[
@@ -227,7 +227,7 @@ impl Journal {
 
     /// Records an accepted task; returns false if it was already known, which
     /// makes a repeated assignment a no-op.
-    pub fn accept_task(&mut self, a: &Assignment) -> Result<bool, JournalError> {
+    pub fn accept_task(&mut self, a: &TaskAssignment) -> Result<bool, JournalError> {
         let blob = rmp_serde::to_vec_named(a).expect("assignments always serialise");
         let n = self
             .conn
@@ -264,7 +264,7 @@ impl Journal {
     }
 
     /// Tasks accepted but not finished, with their process ids if they started.
-    pub fn unfinished_tasks(&self) -> Result<Vec<(Assignment, Option<u32>)>, JournalError> {
+    pub fn unfinished_tasks(&self) -> Result<Vec<(TaskAssignment, Option<u32>)>, JournalError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -429,7 +429,7 @@ mod tests {
     fn tasks_are_accepted_once_and_tracked_until_finished() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(dir.path()).unwrap();
-        let a = Assignment {
+        let a = TaskAssignment {
             task_id: 9,
             job_id: 4,
             command: vec!["true".into()],

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tidemill_cloud::client::{Client, ClientError};
 use tidemill_cloud::config::{ClockConfig, CloudConfig};
-use tidemill_cloud::job::{JobRecord, JobSpec, JobState, Work};
+use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
 use tidemill_edge::config::{EdgeConfig, ReplayConfig};
 use tidemill_runtime::clock::{self, Clock, SharedClock, SystemClock};
 use tidemill_sched::{JobClass, OnInfeasible};
@@ -92,7 +92,7 @@ pub enum DemoError {
 struct DemoJob {
     name: &'static str,
     command: &'static str,
-    expect: JobState,
+    expect: JobPhase,
     /// The trace hour at which it is submitted.
     at_hour: f64,
     /// Its training work in one-second epochs, which lets the tidal scheduler
@@ -106,42 +106,42 @@ const JOBS: &[DemoJob] = &[
     DemoJob {
         name: "resnet50-night-1",
         command: "echo epoch 1; sleep 1; echo epoch 2; sleep 1; echo checkpoint saved",
-        expect: JobState::Succeeded,
+        expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(2.0),
     },
     DemoJob {
         name: "bert-night-2",
         command: "echo epoch 1; sleep 2; echo checkpoint saved",
-        expect: JobState::Succeeded,
+        expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(2.0),
     },
     DemoJob {
         name: "vgg16-night-3",
         command: "echo epoch 1; sleep 1; echo checkpoint saved",
-        expect: JobState::Succeeded,
+        expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(1.0),
     },
     DemoJob {
         name: "broken-config",
         command: "echo loading config; echo 'no such dataset' >&2; exit 3",
-        expect: JobState::Failed,
+        expect: JobPhase::Failed,
         at_hour: 0.0,
         epochs: None,
     },
     DemoJob {
         name: "gpt2-noon-1",
         command: "echo epoch 1; sleep 1; echo checkpoint saved",
-        expect: JobState::Succeeded,
+        expect: JobPhase::Succeeded,
         at_hour: 12.0,
         epochs: Some(1.0),
     },
     DemoJob {
         name: "gpt2-noon-2",
         command: "echo epoch 1; sleep 1; echo checkpoint saved",
-        expect: JobState::Succeeded,
+        expect: JobPhase::Succeeded,
         at_hour: 12.0,
         epochs: Some(1.0),
     },
@@ -295,7 +295,7 @@ async fn watch_jobs(
     coordinator_clock: &SharedClock,
     anchor: i64,
 ) -> Result<(), DemoError> {
-    let mut submitted: Vec<(u64, JobState)> = Vec::new();
+    let mut submitted: Vec<(u64, JobPhase)> = Vec::new();
     let mut reasons: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     let wall = SystemClock;
     let started = wall.now_ms();
@@ -334,7 +334,7 @@ async fn watch_jobs(
             .collect();
         for j in jobs
             .iter()
-            .filter(|j| j.state == JobState::Queued && j.node.is_none())
+            .filter(|j| j.state == JobPhase::Queued && j.node.is_none())
         {
             let reason = j.reason.clone().unwrap_or_default();
             if reasons.get(&j.id) != Some(&reason) {
@@ -346,15 +346,15 @@ async fn watch_jobs(
                 reasons.insert(j.id, reason);
             }
         }
-        let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
+        let count = |s: JobPhase| jobs.iter().filter(|j| j.state == s).count();
         println!(
             "[tide {:>5}] cpu: {} | jobs queued {} running {} succeeded {} failed {}",
             clock_text(hour),
             loads.join("  "),
-            count(JobState::Queued),
-            count(JobState::Running),
-            count(JobState::Succeeded),
-            count(JobState::Failed),
+            count(JobPhase::Queued),
+            count(JobPhase::Running),
+            count(JobPhase::Succeeded),
+            count(JobPhase::Failed),
         );
         if submitted.len() == JOBS.len() && jobs.iter().all(|j| j.state.is_terminal()) {
             return report(&jobs, &submitted);
@@ -372,8 +372,8 @@ async fn watch_jobs(
 
 /// The job file of a demo job. An epoch is a second of wall time, `speed`
 /// seconds of tide; the declared rate is 10 % slower, for process start-up.
-fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobSpec {
-    JobSpec {
+fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobFile {
+    JobFile {
         name: job.name.to_string(),
         command: vec!["sh".into(), "-c".into(), job.command.to_string()],
         env: Default::default(),
@@ -441,7 +441,7 @@ fn print_jobs(jobs: &[JobRecord]) {
     }
 }
 
-fn report(jobs: &[JobRecord], expected: &[(u64, JobState)]) -> Result<(), DemoError> {
+fn report(jobs: &[JobRecord], expected: &[(u64, JobPhase)]) -> Result<(), DemoError> {
     print_jobs(jobs);
     let wrong: Vec<String> = expected
         .iter()

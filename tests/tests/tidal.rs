@@ -6,42 +6,16 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
-use support::{Coordinator, EDGE, Proc, replaying_edge, write_trace};
+use support::cluster::{
+    Cluster, DECLARED_IPS, Job, STEP_WALL_S, TRAINER, assert_met_deadline, job, ran_to_an_end,
+    write_idle_trace,
+};
+use support::write_trace;
 
-/// Accelerated seconds per wall second: an hour of tide every 3 s.
-const SPEED: f64 = 1200.0;
-/// Wall seconds per training iteration of the test trainer: 300 s of tide.
-const STEP_WALL_S: f64 = 0.25;
-/// The rate each job declares, iterations per accelerated second: a little
-/// slower than the trainer's 1/300, for process start-up and sh overhead.
-const DECLARED_IPS: f64 = 1.0 / 330.0;
 const EDGES: [&str; 4] = ["e1", "e2", "e3", "e4"];
 const CLOUD_NODE: &str = "c1";
-
-/// A trainer that checkpoints its step after each iteration and on SIGTERM,
-/// and resumes from the checkpoint: what tidemill expects of a job it moves.
-/// Each of `WORLD_SIZE` ranks steps `WORLD_SIZE` times faster, as data
-/// parallelism would, and logs the rendezvous it was given.
-const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR/step.$RANK"; mkdir -p "$TIDEMILL_CHECKPOINT_DIR"
-echo "rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT workers=$TIDEMILL_WORKERS node=$TIDEMILL_NODE_ID pid=$$" >> "$TIDEMILL_CHECKPOINT_DIR/ranks.log"
-step=$(awk "BEGIN { print $2 / $WORLD_SIZE }")
-i=$(cat "$ck" 2>/dev/null || echo 0)
-if [ "$i" -gt 0 ]; then echo "resumed at $i on $TIDEMILL_NODE_ID"; fi
-trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
-while [ "$i" -lt "$1" ]; do sleep "$step" & wait $!; i=$((i+1)); echo "$i" > "$ck"; done
-echo "trained $i iterations on $TIDEMILL_NODE_ID"
-"#;
-
-struct Job {
-    name: &'static str,
-    iterations: u32,
-    deadline_h: f64,
-    class: &'static str,
-    on_infeasible: &'static str,
-}
 
 const JOBS: [Job; 10] = [
     job("night-1", 8, 3.0, "slo", "reject"),
@@ -56,194 +30,6 @@ const JOBS: [Job; 10] = [
     job("spare", 4, 12.0, "best-effort", "best-effort"),
 ];
 
-const fn job(
-    name: &'static str,
-    iterations: u32,
-    deadline_h: f64,
-    class: &'static str,
-    on_infeasible: &'static str,
-) -> Job {
-    Job {
-        name,
-        iterations,
-        deadline_h,
-        class,
-        on_infeasible,
-    }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-fn write_job(dir: &Path, j: &Job, trainer: &Path, tide_now_ms: i64) -> std::path::PathBuf {
-    let deadline_ms = tide_now_ms + (j.deadline_h * 3.6e6) as i64;
-    let deadline = chrono::DateTime::from_timestamp_millis(deadline_ms)
-        .unwrap()
-        .to_rfc3339();
-    let file = dir.join(format!("{}.toml", j.name));
-    let checkpoints = dir.join("checkpoints").join(j.name);
-    std::fs::write(
-        &file,
-        format!(
-            r#"name = "{name}"
-command = ["sh", "{trainer}", "{iters}", "{step}"]
-deadline = "{deadline}"
-class = "{class}"
-on_infeasible = "{on_infeasible}"
-[env]
-TIDEMILL_CHECKPOINT_DIR = "{checkpoints}"
-[work]
-model = "trainer"
-iterations = {iters}
-global_batch = 32
-model_bytes = 97500000
-checkpoint_bytes = 1000000
-[work.iters_per_s]
-cpu = {rate}
-"#,
-            name = j.name,
-            trainer = trainer.display(),
-            iters = j.iterations,
-            step = STEP_WALL_S,
-            class = j.class,
-            on_infeasible = j.on_infeasible,
-            checkpoints = checkpoints.display(),
-            rate = DECLARED_IPS,
-        ),
-    )
-    .unwrap();
-    file
-}
-
-/// Whether a coordinator log line says a job ran to an end.
-fn ran_to_an_end(l: &str) -> bool {
-    l.contains("job state changed")
-        && ["succeeded", "failed", "cancelled"]
-            .iter()
-            .any(|s| l.contains(&format!("state={s}")))
-}
-
-/// A coordinator and replaying nodes on one accelerated clock.
-struct Cluster {
-    coord: Coordinator,
-    cloud: Proc,
-    nodes: Vec<(String, Proc)>,
-    anchor: i64,
-}
-
-impl Cluster {
-    /// Starts the coordinator with `cloud_nodes` as rented nodes and
-    /// `throughput` as its `[scheduler.throughput]` lines, then each (node,
-    /// trace series) of `nodes`, and waits until every node in `forecasting`
-    /// has sent a forecast and a link report.
-    fn start(
-        dir: &Path,
-        trace: &Path,
-        nodes: &[(&str, &str)],
-        cloud_nodes: &[&str],
-        forecasting: &[&str],
-        throughput: &str,
-    ) -> Cluster {
-        let anchor = now_ms();
-        let coord = Coordinator::new(dir);
-        let rented: String = cloud_nodes
-            .iter()
-            .map(|n| format!("{n} = {{ price_per_gpu_hour = 2.0 }}\n"))
-            .collect();
-        let tables = format!("[scheduler.throughput]\n{throughput}");
-        let cloud = coord.start_with(&[
-            ("speed = 1.0", &format!("speed = {SPEED}")),
-            (
-                "# anchor_ms = 1767225600000",
-                &format!("anchor_ms = {anchor}"),
-            ),
-            ("round_interval_secs = 2", "round_interval_secs = 120"),
-            // A dead edge is noticed within seconds.
-            ("keep_alive_secs = 5", "keep_alive_secs = 1"),
-            ("idle_timeout_secs = 30", "idle_timeout_secs = 4"),
-            ("offline_after_secs = 20", "offline_after_secs = 3600"),
-            (
-                "[scheduler.cloud_nodes]\n",
-                &format!("[scheduler.cloud_nodes]\n{rented}"),
-            ),
-            ("[scheduler.throughput]\n", &tables),
-        ]);
-        let config = dir.join("edge.toml");
-        let defaults = Command::new(EDGE)
-            .arg("print-default-config")
-            .output()
-            .unwrap();
-        let toml = String::from_utf8(defaults.stdout)
-            .unwrap()
-            .replace("interval_secs = 600", "interval_secs = 1")
-            .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
-            .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")
-            .replace(
-                "forecast_refresh_secs = 300.0",
-                "forecast_refresh_secs = 1800.0",
-            );
-        std::fs::write(&config, toml).unwrap();
-        let procs: Vec<(String, Proc)> = nodes
-            .iter()
-            .map(|(node, series)| {
-                let mut cmd = replaying_edge(&coord, &config, dir, node, trace, series);
-                cmd.args(["--sample-interval", "300"])
-                    .args(["--speed", &SPEED.to_string()])
-                    .args(["--clock-anchor", &anchor.to_string()]);
-                (node.to_string(), Proc::spawn(node, cmd))
-            })
-            .collect();
-        cloud.wait_for("edge connected", nodes.len(), support::PATIENCE);
-        for node in forecasting {
-            for (what, kind) in [("a forecast", "forecast stored"), ("links", "kind=links")] {
-                cloud.wait_until(&format!("{what} from {node}"), 1, support::PATIENCE, |l| {
-                    l.contains(kind) && l.contains(&format!("node_id={node} "))
-                });
-            }
-        }
-        Cluster {
-            coord,
-            cloud,
-            nodes: procs,
-            anchor,
-        }
-    }
-
-    /// Waits until job `id` has run to an end (a minute at most).
-    fn wait_until_ended(&self, id: u64) {
-        let job_line = format!("job_id={id} ");
-        self.cloud.wait_until(
-            "the job to end",
-            1,
-            std::time::Duration::from_secs(60),
-            |l| l.contains(&job_line) && ran_to_an_end(l),
-        );
-    }
-
-    /// The shared accelerated clock now, Unix ms.
-    fn tide_now(&self) -> i64 {
-        self.anchor + ((now_ms() - self.anchor) as f64 * SPEED) as i64
-    }
-
-    /// Writes and submits a job whose deadline counts from now; returns its id.
-    /// The trainer script is written once: rewriting it would truncate it
-    /// under a task whose `sh` is just opening it, which then runs an empty
-    /// script and exits 0 with no output.
-    fn submit(&self, dir: &Path, j: &Job) -> u64 {
-        let trainer = dir.join("trainer.sh");
-        if !trainer.exists() {
-            std::fs::write(&trainer, TRAINER).unwrap();
-        }
-        let file = write_job(dir, j, &trainer, self.tide_now());
-        self.coord
-            .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
-            .trim()
-            .parse()
-            .expect("job id")
-    }
-}
-
 #[test]
 fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,7 +41,7 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
         .map(|e| (*e, *e))
         .chain([(CLOUD_NODE, EDGES[0])])
         .collect();
-    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[CLOUD_NODE], &EDGES, "");
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[CLOUD_NODE], &EDGES, "", None);
     let (coord, cloud) = (&cluster.coord, &cluster.cloud);
     let ids: Vec<u64> = JOBS.iter().map(|j| cluster.submit(dir.path(), j)).collect();
 
@@ -310,18 +96,7 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
             _ => {
                 assert_eq!(verdict, "guaranteed", "{}: {job:#}", j.name);
                 guaranteed += 1;
-                let finished = chrono::DateTime::parse_from_rfc3339(
-                    job["finished_at"].as_str().expect("finished"),
-                )
-                .unwrap();
-                let deadline =
-                    chrono::DateTime::parse_from_rfc3339(job["deadline"].as_str().unwrap())
-                        .unwrap();
-                assert!(
-                    finished <= deadline,
-                    "{} finished at {finished}, after its deadline {deadline}: {job:#}",
-                    j.name
-                );
+                assert_met_deadline(&job);
             }
         }
         assert_eq!(job["state"], "succeeded", "{}: {job:#}", j.name);
@@ -389,7 +164,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
     std::fs::write(&trace, csv).unwrap();
     let names = ["ebb", "flood"];
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
-    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "");
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "", None);
     let start_h = (cluster.tide_now() - cluster.anchor) as f64 / 3.6e6;
     assert!(
         start_h < 1.5,
@@ -399,19 +174,10 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
     // 42 iterations of 300 s (3.5 h) by a 12 h deadline: the earliest finish
     // starts on `ebb` at once.
     let id = cluster.submit(dir.path(), &job("long", 42, 12.0, "slo", "reject"));
-    let (coord, cloud) = (&cluster.coord, &cluster.cloud);
-    let job_line = format!("job_id={id} ");
     cluster.wait_until_ended(id);
-    let log: Vec<String> = cloud
-        .log()
-        .into_iter()
-        .filter(|l| l.contains(&job_line))
-        .collect();
-    for l in &log {
-        eprintln!("{l}");
-    }
+    let log = cluster.job_log(id);
 
-    let job = coord.job(id);
+    let job = cluster.coord.job(id);
     assert_eq!(job["state"], "succeeded", "{job:#}");
     assert_eq!(job["plan"]["verdict"]["verdict"], "guaranteed", "{job:#}");
     assert!(
@@ -437,8 +203,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
         .unwrap_or_else(|| panic!("the second run resumed from the checkpoint: {tail}"));
     assert!((1..42).contains(&resumed), "{tail}");
     assert!(tail.contains("trained 42 iterations on flood"), "{tail}");
-    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
-    assert!(time("finished_at") <= time("deadline"), "{job:#}");
+    assert_met_deadline(&job);
 }
 
 /// A job too long for one edge by its deadline runs data-parallel on two
@@ -468,7 +233,7 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
     let names = ["a", "b"];
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
     let throughput = format!("cpu = {:?}\n", tables.display().to_string());
-    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, &throughput);
+    let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, &throughput, None);
 
     // 24 iterations: 2.2 h on one worker, 1.2 h on two; the deadline is 1.8 h.
     let trainer = dir.path().join("trainer.sh");
@@ -519,8 +284,7 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         ],
         "each task got its rank and the same rendezvous"
     );
-    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
-    assert!(time("finished_at") <= time("deadline"), "{job:#}");
+    assert_met_deadline(&job);
 }
 
 /// An edge that dies with a job on it goes offline; the job resumes from its
@@ -528,15 +292,10 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
 #[test]
 fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
-    for i in 0..288 {
-        csv.push_str(&format!("a,{t},8,30,\nb,{t},8,30,\n", t = i * 300));
-    }
-    let trace = dir.path().join("trace.csv");
-    std::fs::write(&trace, csv).unwrap();
     let names = ["a", "b"];
+    let trace = write_idle_trace(dir.path(), &names);
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
-    let mut cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "");
+    let mut cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "", None);
     // 24 iterations: 2.2 h planned, by an 8 h deadline.
     let id = cluster.submit(dir.path(), &job("sturdy", 24, 8.0, "slo", "reject"));
     let job_line = format!("job_id={id} ");
@@ -602,6 +361,5 @@ fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
         "it resumed from the checkpoint: {tail}"
     );
     assert!(tail.contains("trained 24 iterations"), "{tail}");
-    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(job[k].as_str().unwrap()).unwrap();
-    assert!(time("finished_at") <= time("deadline"), "{job:#}");
+    assert_met_deadline(&job);
 }

@@ -4,15 +4,15 @@
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
 use tidemill_proto::{TaskEvent, TaskStatus};
-use tidemill_sched::{FirstFit, JobView, NodeView, Plan, Snapshot};
+use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column, ms_to_time, tidal};
-use crate::job::{JobRecord, JobSpec, JobState, PlanView};
+use crate::job::{JobFile, JobPhase, JobRecord, PlanView};
 
 impl Store {
     /// Stores a new job and returns its id.
-    pub fn submit(&mut self, spec: &JobSpec, now_ms: i64) -> Result<u64, StoreError> {
+    pub fn submit(&mut self, spec: &JobFile, now_ms: i64) -> Result<u64, StoreError> {
         let err = self.sql_err();
         let json = serde_json::to_string(spec).expect("job specs serialise");
         self.write(|tx| {
@@ -66,7 +66,7 @@ impl Store {
                 .query_row("SELECT state FROM jobs WHERE id = ?1", [id as i64], |r| r.get(0))
                 .optional()
                 .map_err(&err)?;
-            let Some(state) = state.as_deref().and_then(JobState::parse) else { return Ok(false) };
+            let Some(state) = state.as_deref().and_then(JobPhase::parse) else { return Ok(false) };
             if state.is_terminal() {
                 return Ok(true);
             }
@@ -158,7 +158,7 @@ impl Store {
     pub fn apply_plan(
         &mut self,
         plan: &Plan,
-        policy: &FirstFit,
+        policy: &FirstFitLimits,
         now_ms: i64,
     ) -> Result<usize, StoreError> {
         let err = self.sql_err();
@@ -214,9 +214,9 @@ const JOB_COLUMNS: &str =
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
-    let spec: JobSpec = json_column(r, 2)?;
+    let spec: JobFile = json_column(r, 2)?;
     let state_text: String = r.get(3)?;
-    let state = JobState::parse(&state_text).ok_or_else(|| {
+    let state = JobPhase::parse(&state_text).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
             3,
             rusqlite::types::Type::Text,
@@ -254,7 +254,7 @@ pub(super) fn apply_task_status(
     node_id: &str,
     s: &TaskStatus,
     now_ms: i64,
-) -> rusqlite::Result<Option<(u64, JobState)>> {
+) -> rusqlite::Result<Option<(u64, JobPhase)>> {
     let job = s.job_id as i64;
     let known: bool = tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3)",
@@ -292,7 +292,7 @@ pub(super) fn apply_task_status(
                 params![job, s.t_ms, reason],
             )?;
             event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
-            return Ok((changed > 0).then_some((s.job_id, JobState::Running)));
+            return Ok((changed > 0).then_some((s.job_id, JobPhase::Running)));
         }
         TaskEvent::Exited {
             exit_code,
@@ -305,15 +305,15 @@ pub(super) fn apply_task_status(
                 (None, None) => "ended".to_string(),
             };
             let state = if *cancelled {
-                JobState::Cancelled
+                JobPhase::Cancelled
             } else if *exit_code == Some(0) {
-                JobState::Succeeded
+                JobPhase::Succeeded
             } else {
-                JobState::Failed
+                JobPhase::Failed
             };
             (how, (state, *exit_code))
         }
-        TaskEvent::Failed { reason } => (reason.clone(), (JobState::Failed, None)),
+        TaskEvent::Failed { reason } => (reason.clone(), (JobPhase::Failed, None)),
     };
     tx.execute(
         "UPDATE tasks SET state = 'done' WHERE id = ?1",
@@ -339,20 +339,20 @@ pub(super) fn apply_task_status(
             let reason = format!(
                 "checkpointed and stopped on {node_id} to follow the plan ({how}); waiting to resume"
             );
-            (Some(JobState::Queued), reason)
+            (Some(JobPhase::Queued), reason)
         }
-    } else if state == JobState::Succeeded && others_open > 0 {
+    } else if state == JobPhase::Succeeded && others_open > 0 {
         (
             None,
             format!("rank on {node_id} {how}; waiting for the other ranks"),
         )
     } else {
-        if state == JobState::Failed {
+        if state == JobPhase::Failed {
             // One rank failing fails the job: stop the others.
             tidal::stop_tasks(tx, job)?;
         }
         let reason = match state {
-            JobState::Cancelled => format!("cancelled by an operator; {how}"),
+            JobPhase::Cancelled => format!("cancelled by an operator; {how}"),
             _ if others_open > 0 => format!("{how} on {node_id}; stopping the other ranks"),
             _ => how,
         };
@@ -360,7 +360,7 @@ pub(super) fn apply_task_status(
     };
     let changed = match new_state {
         None => 0,
-        Some(JobState::Queued) => tx.execute(
+        Some(JobPhase::Queued) => tx.execute(
             &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
             params![job, reason],
         )?,
@@ -389,7 +389,7 @@ mod tests {
         store.register(&hello("n1"), 0).unwrap();
         store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
         let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFit {
+        let policy = FirstFitLimits {
             idle_cpu_threshold_pct: 30.0,
             max_tasks_per_node: 1,
         };
@@ -413,7 +413,7 @@ mod tests {
                 4,
             )
             .unwrap();
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobState::Running);
+        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Running);
         let exit = TaskEvent::Exited {
             exit_code: Some(3),
             signal: None,
@@ -422,11 +422,11 @@ mod tests {
         let applied = store
             .apply_report("n1", &task(3, a.task_id, id, exit), 5)
             .unwrap();
-        assert_eq!(applied.jobs, vec![(id, JobState::Failed)]);
+        assert_eq!(applied.jobs, vec![(id, JobPhase::Failed)]);
         let job = store.job(id).unwrap().unwrap();
         assert_eq!(
             (job.state, job.exit_code, job.node.as_deref()),
-            (JobState::Failed, Some(3), Some("n1"))
+            (JobPhase::Failed, Some(3), Some("n1"))
         );
         assert_eq!(job.output_tail, vec!["hi".to_string()]);
         assert_eq!(job.reason.as_deref(), Some("exited with code 3"));
@@ -439,7 +439,7 @@ mod tests {
         store.register(&hello("e3"), 0).unwrap();
         store.apply_report("e3", &samples(1, 5.0), 1).unwrap();
         let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFit {
+        let policy = FirstFitLimits {
             idle_cpu_threshold_pct: 30.0,
             max_tasks_per_node: 1,
         };
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(store.apply_plan(&plan, &policy, 10).unwrap(), 0);
         assert!(store.open_tasks(id).is_empty());
         let job = store.job(id).unwrap().unwrap();
-        assert_eq!(job.state, JobState::Queued);
+        assert_eq!(job.state, JobPhase::Queued);
         assert_eq!(
             job.reason.as_deref(),
             Some("not started: node e3 went offline before the plan was applied")
@@ -468,7 +468,7 @@ mod tests {
             store.submit(&spec(), 1).unwrap(),
             store.submit(&spec(), 1).unwrap(),
         ];
-        let policy = FirstFit {
+        let policy = FirstFitLimits {
             idle_cpu_threshold_pct: 30.0,
             max_tasks_per_node: 1,
         };
@@ -502,12 +502,12 @@ mod tests {
         let queued = store.submit(&spec(), 2).unwrap();
         assert_eq!(
             store.request_cancel(queued, 3).unwrap().unwrap().state,
-            JobState::Cancelled
+            JobPhase::Cancelled
         );
         assert!(store.request_cancel(999, 3).unwrap().is_none());
 
         let id = store.submit(&spec(), 4).unwrap();
-        let policy = FirstFit {
+        let policy = FirstFitLimits {
             idle_cpu_threshold_pct: 30.0,
             max_tasks_per_node: 1,
         };
@@ -521,7 +521,7 @@ mod tests {
         let assign = store.owed("n1", 29500).unwrap().remove(0);
         store.acknowledged(&assign).unwrap();
         let job = store.request_cancel(id, 6).unwrap().unwrap();
-        assert_eq!((job.state, job.cancel_requested), (JobState::Queued, true));
+        assert_eq!((job.state, job.cancel_requested), (JobPhase::Queued, true));
         let Owed::Assign(a) = assign else {
             unreachable!()
         };
@@ -537,6 +537,6 @@ mod tests {
         store
             .apply_report("n1", &task(2, a.task_id, id, exit), 7)
             .unwrap();
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobState::Cancelled);
+        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Cancelled);
     }
 }

@@ -21,7 +21,7 @@ mod schema;
 mod testkit;
 mod tidal;
 
-pub use nodes::{ForecastView, IdleWindowView, LinkClass, LinkRecord, NodeRecord, devices};
+pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
 pub use reports::{Applied, ReportKind};
 pub use tidal::{Addresses, PlannedJob};

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{Accelerator, CLOUD_PEER, Capabilities, Hello, NodeForecast};
+use tidemill_sched::LinkClass;
 
 use super::{Store, StoreError, event, ms_to_time, tidal};
 
@@ -74,33 +75,13 @@ pub struct LinkRecord {
     pub loss: f64,
 }
 
-/// The classes of probed link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LinkClass {
-    /// Between two edge nodes.
-    EdgeEdge,
-    /// Between an edge node and the cloud.
-    CloudEdge,
-}
-
-impl LinkClass {
-    /// The class of an edge's link to `peer`: to `cloud` it is cloud-edge,
-    /// to another edge edge-edge.
-    pub fn of_peer(peer: &str) -> Self {
-        if peer == CLOUD_PEER {
-            LinkClass::CloudEdge
-        } else {
-            LinkClass::EdgeEdge
-        }
-    }
-
-    /// The name shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkClass::EdgeEdge => "edge-edge",
-            LinkClass::CloudEdge => "cloud-edge",
-        }
+/// The class of an edge's probed link to `peer`: to `cloud` it is
+/// cloud-edge, to another edge edge-edge.
+fn link_class_of_peer(peer: &str) -> LinkClass {
+    if peer == CLOUD_PEER {
+        LinkClass::CloudEdge
+    } else {
+        LinkClass::EdgeEdge
     }
 }
 
@@ -301,7 +282,7 @@ impl Store {
                 let from: String = r.get(0)?;
                 let to: String = r.get(1)?;
                 Ok(LinkRecord {
-                    class: LinkClass::of_peer(&to),
+                    class: link_class_of_peer(&to),
                     from,
                     to,
                     measured_at: ms_to_time(r.get(2)?),

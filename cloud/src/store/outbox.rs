@@ -1,17 +1,17 @@
 //! The outbox: the commands each edge is owed (task assignments and cancels),
 //! kept until the edge acknowledges them.
 
-use tidemill_proto::Assignment;
+use tidemill_proto::TaskAssignment;
 
 use super::{Store, StoreError};
-use crate::job::JobSpec;
+use crate::job::JobFile;
 use crate::rendezvous;
 
 /// A command owed to a node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Owed {
     /// Start this task.
-    Assign(Assignment),
+    Assign(TaskAssignment),
     /// Stop this task.
     Cancel(u64),
 }
@@ -51,11 +51,11 @@ impl Store {
             .map_err(&err)?;
         for row in assigns {
             let (task_id, job_id, spec, (rank, world, workers), master_addr) = row.map_err(&err)?;
-            let spec: JobSpec =
+            let spec: JobFile =
                 serde_json::from_str(&spec).expect("stored specs were serialised by this build");
             let mut env = spec.env;
             rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
-            out.push(Owed::Assign(Assignment {
+            out.push(Owed::Assign(TaskAssignment {
                 task_id: task_id as u64,
                 job_id: job_id as u64,
                 command: spec.command,

@@ -11,7 +11,7 @@ use tidemill_proto::{Report, ReportBody};
 
 use super::jobs::apply_task_status;
 use super::{Store, StoreError, event};
-use crate::job::JobState;
+use crate::job::JobPhase;
 
 /// What applying reports did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub struct Applied {
     /// How many were duplicates and changed nothing.
     pub duplicates: usize,
     /// Jobs whose state the reports changed, with their new states.
-    pub jobs: Vec<(u64, JobState)>,
+    pub jobs: Vec<(u64, JobPhase)>,
 }
 
 /// What a report carried.
@@ -144,7 +144,7 @@ fn apply_body(
     node_id: &str,
     report: &Report,
     now_ms: i64,
-) -> rusqlite::Result<(ReportKind, Option<(u64, JobState)>)> {
+) -> rusqlite::Result<(ReportKind, Option<(u64, JobPhase)>)> {
     match &report.body {
         ReportBody::Samples(samples) => {
             let mut insert = tx.prepare_cached(

@@ -8,7 +8,7 @@ use tidemill_proto::{
 use tidemill_sched::{Action, Assignment, Explanation, JobDecision, Shape, Verdict};
 
 use super::{Applied, Store, StoreError};
-use crate::job::JobSpec;
+use crate::job::JobFile;
 
 impl Store {
     /// Applies one report; see [`Store::apply_reports`].
@@ -123,8 +123,8 @@ pub(super) fn task(seq: u64, task_id: u64, job_id: u64, event: TaskEvent) -> Rep
     }
 }
 
-pub(super) fn spec() -> JobSpec {
-    JobSpec::from_toml(
+pub(super) fn spec() -> JobFile {
+    JobFile::from_toml(
         "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"",
         "j",
     )

@@ -14,7 +14,7 @@ use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 
 use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column};
-use crate::job::{JobSpec, PlanView};
+use crate::job::{JobFile, PlanView};
 
 /// A job the tidal scheduler plans: one with a `[work]` section, not over.
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ pub struct PlannedJob {
     /// The job id.
     pub id: u64,
     /// The job as submitted.
-    pub spec: JobSpec,
+    pub spec: JobFile,
     /// When it was submitted, ms of the coordinator's clock.
     pub submitted_ms: i64,
     /// The verdict so far; `Pending` before the first round.
@@ -381,7 +381,7 @@ mod tests {
         );
         assert_eq!(
             store.job(job).unwrap().unwrap().state,
-            crate::job::JobState::Queued
+            crate::job::JobPhase::Queued
         );
     }
 

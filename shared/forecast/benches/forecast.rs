@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use tidemill_forecast::{ForecastConfig, NodeForecaster, Resource, Sample};
+use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster, Resource};
 
 const MIN: i64 = 60_000;
 const DAY: i64 = 1_440 * MIN;
@@ -26,7 +26,7 @@ fn fed(days: i64) -> NodeForecaster {
         let hour = t.rem_euclid(DAY) / (60 * MIN);
         let level = if (8..20).contains(&hour) { 60.0 } else { 10.0 };
         let noise = (state % 2_001) as f64 / 100.0 - 10.0;
-        f.update(&Sample {
+        f.update(&LoadSample {
             t_ms: t,
             cpu_pct: Some(level + noise),
             mem_pct: None,

@@ -159,7 +159,7 @@ impl ForecastConfig {
         self.history_slots() + self.max_hold_slots()
     }
 
-    /// Sample-and-hold limit in whole slots.
+    /// LoadSample-and-hold limit in whole slots.
     pub fn max_hold_slots(&self) -> usize {
         (self.max_hold_s / self.slot_len_s) as usize
     }

@@ -6,14 +6,14 @@
 //! seconds; utilisation is percent (0-100).
 //!
 //! ```
-//! use tidemill_forecast::{ForecastConfig, NodeForecaster, Sample};
+//! use tidemill_forecast::{ForecastConfig, NodeForecaster, LoadSample};
 //!
 //! let mut node = NodeForecaster::new(ForecastConfig::default())?;
 //! for minute in 0..3 * 24 * 60 {
 //!     let t_ms = minute * 60_000;
 //!     let hour = (minute / 60) % 24;
 //!     let cpu = if (8..20).contains(&hour) { 70.0 } else { 10.0 };
-//!     node.update(&Sample { t_ms, cpu_pct: Some(cpu), mem_pct: Some(40.0), gpu_pct: None })?;
+//!     node.update(&LoadSample { t_ms, cpu_pct: Some(cpu), mem_pct: Some(40.0), gpu_pct: None })?;
 //! }
 //! let forecast = node.forecast(3 * 86_400_000);
 //! let summary = forecast.summary();
@@ -41,5 +41,5 @@ pub use cycle::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, MIN_CYCLE_STRENGTH};
 pub use forecast::{ForecastSummary, IdleWindow, NodeForecast, Quantiles, ResourceForecast};
 pub use idle::{idle_probability, is_idle};
 pub use method::{Method, UnknownMethod};
-pub use node::{NodeForecaster, Sample};
+pub use node::{LoadSample, NodeForecaster};
 pub use series::{Resource, SampleError, SeriesForecaster};

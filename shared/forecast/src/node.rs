@@ -11,7 +11,7 @@ use crate::{
 
 /// One utilisation sample of a node; percentages 0-100, `None` where not read.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
+pub struct LoadSample {
     /// When it was taken, Unix ms.
     pub t_ms: i64,
     /// CPU utilisation, percent.
@@ -49,7 +49,7 @@ impl NodeForecaster {
 
     /// Adds a sample (any order, gaps allowed; O(1) amortised). Every present
     /// value is tried; the first problem is returned.
-    pub fn update(&mut self, sample: &Sample) -> Result<(), SampleError> {
+    pub fn update(&mut self, sample: &LoadSample) -> Result<(), SampleError> {
         let mut first_err = None;
         for (series, value) in [
             (&mut self.cpu, sample.cpu_pct),

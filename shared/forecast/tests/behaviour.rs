@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use tidemill_forecast::{
-    DailyCycle, ForecastConfig, Method, NodeForecaster, Quantiles, Resource, Sample,
+    DailyCycle, ForecastConfig, LoadSample, Method, NodeForecaster, Quantiles, Resource,
     SeriesForecaster,
 };
 
@@ -223,7 +223,7 @@ fn node_idle_windows_cover_the_quiet_night_with_confidence() {
         .enumerate()
     {
         let gpu = (i % 2 == 0).then_some(v / 2.0);
-        node.update(&Sample {
+        node.update(&LoadSample {
             t_ms: t,
             cpu_pct: Some(v),
             mem_pct: Some(80.0),

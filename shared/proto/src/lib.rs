@@ -9,9 +9,9 @@ mod version;
 
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use msg::{
-    Accelerator, AcceleratorKind, Assignment, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg,
-    ErrorCode, Hello, LinkSample, Peer, Report, ReportBody, Sample, TaskEvent, TaskStatus, Welcome,
-    WireError,
+    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
+    Hello, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent, TaskStatus,
+    Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

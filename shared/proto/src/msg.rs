@@ -238,7 +238,7 @@ pub enum TaskEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Run a task. Idempotent: an edge that already has the task ignores it.
-    Assign(Assignment),
+    Assign(TaskAssignment),
     /// Stop a task: SIGTERM, then SIGKILL after the grace period.
     Cancel {
         /// The task to stop.
@@ -248,7 +248,7 @@ pub enum Command {
 
 /// A task to run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Assignment {
+pub struct TaskAssignment {
     /// The task, unique across the cluster.
     pub task_id: u64,
     /// The job it belongs to.

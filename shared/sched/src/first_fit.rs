@@ -1,14 +1,16 @@
-//! The `first-fit` baseline: each queued job, in submission order, goes to the
-//! first online node (by id) whose latest sample shows it idle enough and that
-//! has a free task slot.
+//! Where the coordinator puts jobs without `[work]`, which no policy can plan
+//! against a deadline: each queued job, in submission order, goes to the
+//! first online node (by id) whose latest sample shows it idle enough and
+//! that has a free task slot. (The registry's `first-fit` policy is the
+//! simulator's baseline over GPUs, in [`crate::policies`].)
 
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{Placement, Plan, Snapshot, Waiting};
 
-/// The first-fit policy's settings.
+/// How idle a node must be, and how many such tasks it may hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FirstFit {
+pub struct FirstFitLimits {
     /// A node is idle enough when its latest CPU utilisation is below this, percent.
     pub idle_cpu_threshold_pct: f32,
     /// Tasks a node may run at once.
@@ -16,7 +18,7 @@ pub struct FirstFit {
 }
 
 /// Places queued jobs first-fit; see the module docs.
-pub fn first_fit(snap: &Snapshot, policy: &FirstFit) -> Plan {
+pub fn first_fit(snap: &Snapshot, policy: &FirstFitLimits) -> Plan {
     let mut nodes: Vec<_> = snap.nodes.iter().filter(|n| n.online).collect();
     nodes.sort_by(|a, b| a.id.cmp(&b.id));
     let mut load: Vec<u32> = nodes.iter().map(|n| n.running_tasks).collect();
@@ -75,7 +77,7 @@ mod tests {
     use super::*;
     use crate::snapshot::{JobView, NodeView};
 
-    const POLICY: FirstFit = FirstFit {
+    const POLICY: FirstFitLimits = FirstFitLimits {
         idle_cpu_threshold_pct: 30.0,
         max_tasks_per_node: 1,
     };

@@ -2,7 +2,7 @@
 //! comes out. The live coordinator and the simulator call the same functions;
 //! neither time nor randomness is read here.
 //!
-//! - [`first_fit`]: the baseline over a [`Snapshot`].
+//! - [`first_fit`]: jobs without `[work]` onto idle nodes, over a [`Snapshot`].
 //! - [`schedule`]: the deadline-aware scheduler over a [`WorldSnapshot`], built
 //!   on the [`cost`] model and [`ThroughputTables`].
 //! - [`policies`]: every policy, the tidal scheduler and the baselines, behind
@@ -18,6 +18,7 @@ pub mod placement;
 pub mod policies;
 mod provenance;
 mod schedule;
+mod settings;
 pub mod sia;
 mod snapshot;
 mod throughput;
@@ -25,9 +26,10 @@ mod world;
 
 pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 pub use elasticflow::Grid;
-pub use first_fit::{FirstFit, first_fit};
+pub use first_fit::{FirstFitLimits, first_fit};
 pub use provenance::{ClassSources, TableSource};
 pub use schedule::{DONE_EPS_ITERS, Reason, Share, Stretch, schedule};
+pub use settings::{Policy, PolicyError};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{
     Lambda, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,
@@ -35,5 +37,5 @@ pub use throughput::{
 pub use world::{
     Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,
     JobSpec, JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind,
-    NodeSpec, OnInfeasible, Policy, Progress, Window, WorldSnapshot,
+    NodeSpec, OnInfeasible, Progress, Window, WorldSnapshot,
 };

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::{DEFAULT_GAMMA, LinkSpec};
+use crate::cost::LinkSpec;
 use crate::throughput::ThroughputTables;
 
 /// Everything one scheduling round decides on.
@@ -181,6 +181,17 @@ pub enum LinkClass {
     CloudEdge,
     /// Between two cloud nodes.
     CloudCloud,
+}
+
+impl LinkClass {
+    /// The name shown, as its JSON form spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkClass::EdgeEdge => "edge-edge",
+            LinkClass::CloudEdge => "cloud-edge",
+            LinkClass::CloudCloud => "cloud-cloud",
+        }
+    }
 }
 
 /// Link measurements keyed by node pair, and defaults per link class.
@@ -433,57 +444,6 @@ pub enum AdmissionMode {
     /// best-effort`, runs on). Serves more deadlines under bursts that
     /// overload the cluster, promises none.
     EachRound,
-}
-
-/// The scheduler's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Policy {
-    /// Planning granularity, ms; edge windows are used in whole slots.
-    pub slot_ms: i64,
-    /// How far ahead plans reach, ms.
-    pub horizon_ms: i64,
-    /// Overlap exponent γ of the step-time model.
-    pub gamma: f64,
-    /// Seconds to restart a job from a checkpoint (process start, state load).
-    pub restart_s: f64,
-    /// A job leaves an edge node this long before its idle window ends, ms.
-    pub grace_ms: i64,
-    /// Best-effort order.
-    pub best_effort_order: BestEffortOrder,
-    /// Edge nodes considered per job (the best by free time before the deadline).
-    pub edge_candidates: usize,
-    /// Most edge nodes one job may span.
-    pub max_edge_nodes: usize,
-    /// Best-effort jobs with no free edge capacity now may take cloud capacity
-    /// that no reservation holds now (paid). Off by default: best-effort work
-    /// then never costs money. SLO jobs admitted each round
-    /// (`admission = each-round`) take such capacity regardless, but only
-    /// while it can still meet their deadline.
-    #[serde(default)]
-    pub best_effort_cloud: bool,
-    /// How SLO jobs are admitted.
-    #[serde(default)]
-    pub admission: AdmissionMode,
-}
-
-impl Default for Policy {
-    /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
-    /// 2-minute grace, least-attained-service, 12 candidates, up to 8 edge nodes,
-    /// best-effort jobs on the edge only.
-    fn default() -> Self {
-        Policy {
-            slot_ms: 900_000,
-            horizon_ms: 48 * 3_600_000,
-            gamma: DEFAULT_GAMMA,
-            restart_s: 30.0,
-            grace_ms: 120_000,
-            best_effort_order: BestEffortOrder::LeastAttainedService,
-            edge_candidates: 12,
-            max_edge_nodes: 8,
-            best_effort_cloud: false,
-            admission: AdmissionMode::Reserve,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -396,13 +396,14 @@ fn best_effort_takes_free_cloud_capacity_only_when_allowed() {
         nodes,
         vec![job(1, JobClass::BestEffort, NOW, 32 * H, 5_000.0)],
     );
-    let edge_only = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
-    assert!(edge_only.segments.is_empty(), "{:?}", edge_only.segments);
-    let allowed = Policy {
-        best_effort_cloud: true,
+    let edge_only = Policy {
+        best_effort_cloud: false,
         ..policy()
     };
-    let d = schedule(&w, NOW, &allowed).decision(1).unwrap().clone();
+    let kept_off = schedule(&w, NOW, &edge_only).decision(1).unwrap().clone();
+    assert!(kept_off.segments.is_empty(), "{:?}", kept_off.segments);
+    // The default lets it.
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
     assert!(matches!(d.action, Action::Start { .. }), "{:?}", d.action);
     assert!(d.explanation.cloud_cost > 0.0);
     assert!(

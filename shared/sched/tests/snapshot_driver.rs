@@ -6,18 +6,11 @@
 mod common;
 
 use common::{H, cloud, edge, job, world};
-use tidemill_sched::policies::{PolicyName, SnapshotDriver, TidemillConfig};
+use tidemill_sched::policies::{PolicyName, SnapshotDriver};
 use tidemill_sched::*;
 
 fn driver(name: PolicyName) -> SnapshotDriver {
-    SnapshotDriver::new(
-        name,
-        TidemillConfig {
-            policy: Policy::default(),
-            on_infeasible: OnInfeasible::Reject,
-            use_edge: true,
-        },
-    )
+    SnapshotDriver::new(name, Policy::default())
 }
 
 fn on(plan: &RoundPlan, job: u64) -> Vec<String> {
@@ -140,4 +133,32 @@ fn cloud_only_never_plans_on_an_edge() {
     );
     let plan = driver(PolicyName::CloudOnly).plan(&w, 0);
     assert_eq!(plan.decision(1).unwrap().action, Action::Reject);
+}
+
+#[test]
+fn edgeflow_without_a_cloud_class_waits_and_a_stale_report_reads_the_forecast() {
+    // No cloud node: EdgeFlow cannot size the edge (λ is relative to a cloud
+    // GPU), so nothing fits anywhere; the job waits, nothing overflows.
+    let lone = world(
+        vec![edge("e", 1, &[(0, 24 * H)], 10.0)],
+        vec![job(1, JobClass::Slo, 0, 10 * H, 1000.0)],
+    );
+    let plan = driver(PolicyName::Edgeflow).plan(&lone, 0);
+    assert_eq!(plan.decision(1).unwrap().action, Action::Wait);
+    // An edge with no load now (its report predates the slot in progress)
+    // inside a forecast window counts as idle; outside one it does not.
+    let stale = |windows: &[(i64, i64)]| {
+        let mut e = edge("e", 1, windows, 0.0);
+        if let NodeKind::Edge(av) = &mut e.kind {
+            av.util_now_pct = None;
+        }
+        world(
+            vec![cloud("c", 1), e],
+            vec![job(1, JobClass::Slo, 0, 10 * H, 1000.0)],
+        )
+    };
+    let inside = driver(PolicyName::Edgeflow).plan(&stale(&[(0, 24 * H)]), 0);
+    assert_eq!(on(&inside, 1), ["e"]);
+    let outside = driver(PolicyName::Edgeflow).plan(&stale(&[(2 * H, 24 * H)]), 0);
+    assert_eq!(on(&outside, 1), ["c"]);
 }

@@ -41,7 +41,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
-use tidemill_forecast::{ForecastConfig, NodeForecaster, Resource, Sample};
+use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster, Resource};
 use tidemill_sched::EdgeAvailability;
 
 use crate::backtest::SlotMeans;
@@ -606,7 +606,7 @@ impl OnlineForecasts {
             |(e, model)| {
                 for bin in from..fed_bins {
                     // Bins are fed in order and the value is a percentage, so this cannot fail.
-                    let _ = model.update(&Sample {
+                    let _ = model.update(&LoadSample {
                         t_ms: world.origin_ms + bin * world.bin_ms,
                         cpu_pct: Some(world.load_at_bin(e, bin)),
                         mem_pct: None,

@@ -38,7 +38,7 @@ use clap::Args as ClapArgs;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use thiserror::Error;
 use tidemill_forecast::{ConfigError, ForecastConfig};
-use tidemill_sched::{Policy as SchedPolicy, ThroughputError, ThroughputTables};
+use tidemill_sched::{ThroughputError, ThroughputTables};
 
 use crate::trace::{MappingFlags, Series, TraceError, read_trace};
 use edges::{EdgeWorld, SiteBox, SiteTide};
@@ -46,7 +46,7 @@ use engine::{EngineError, Outcome, World};
 use jobs::{JobsError, JobsFormat, generate_deadlines, pow2_floor, read_jobs, scale_arrivals};
 use metrics::PolicyMetrics;
 use placement::{CostModel, CostNode};
-use policies::{EdgeInterest, PolicyName, Scheduler, TidemillConfig};
+use policies::{EdgeInterest, PolicyName, Scheduler};
 use signals::RunSignals;
 use topology::{ClassSpec, SiteTideSpec, Topology, TopologyError, parse_format};
 use variants::{EdgeEquivalent, Variant};
@@ -549,26 +549,10 @@ fn site_boxes(topology: &Topology, nodes: &[CostNode], boxes: &[(f64, u32)]) -> 
 }
 
 impl Setup {
-    /// A fresh instance of `name` for `world` (one of this setup's variants).
+    /// A fresh instance of `name` for `world` (one of this setup's variants),
+    /// with the topology's `[tidemill]` settings.
     pub fn policy(&self, name: PolicyName, world: &World) -> Box<dyn Scheduler> {
-        let t = &self.topology.tidemill;
-        let settings = TidemillConfig {
-            policy: SchedPolicy {
-                slot_ms: i64::from(t.slot_s) * 1000,
-                horizon_ms: i64::from(t.horizon_h) * 3_600_000,
-                restart_s: self.topology.engine.restart_s,
-                grace_ms: i64::from(t.grace_s) * 1000,
-                edge_candidates: t.edge_candidates,
-                max_edge_nodes: t.max_edge_nodes,
-                best_effort_cloud: t.best_effort_cloud,
-                best_effort_order: t.best_effort_order,
-                admission: t.admission,
-                ..SchedPolicy::default()
-            },
-            on_infeasible: t.on_infeasible,
-            use_edge: true,
-        };
-        name.build(&settings, &world.model)
+        name.build(&self.topology.tidemill, &world.model)
     }
 
     /// What `name` may know of `world`'s edge boxes in one run: each box's

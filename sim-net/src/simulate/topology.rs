@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 use tidemill_sched::{
-    AdmissionMode, BestEffortOrder, Lambda, LinkDefault, LinkDefaults, LinkTable, MeasuredLink,
-    OnInfeasible,
+    Lambda, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, Policy as SchedPolicy,
 };
 
 use super::placement::CostNode;
@@ -78,9 +77,9 @@ pub struct Topology {
     /// Online forecaster knobs.
     #[serde(default)]
     pub forecast: ForecastSpec,
-    /// tidemill scheduler knobs.
+    /// The tidemill scheduler's settings, the library's own type and defaults.
     #[serde(default)]
-    pub tidemill: TidemillSpec,
+    pub tidemill: SchedPolicy,
     /// Deadline generator for traces without deadlines.
     #[serde(default)]
     pub deadlines: DeadlineSpec,
@@ -394,46 +393,6 @@ impl Default for ForecastSpec {
     }
 }
 
-/// Knobs of the tidemill policy (the scheduler library's `Policy`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TidemillSpec {
-    /// Planning slot, seconds.
-    pub slot_s: u32,
-    /// Planning horizon, hours.
-    pub horizon_h: u32,
-    /// Seconds a job leaves an edge box before its idle window ends.
-    pub grace_s: u32,
-    /// Edge boxes considered per job.
-    pub edge_candidates: usize,
-    /// Most edge boxes one job may span.
-    pub max_edge_nodes: usize,
-    /// What becomes of an SLO job no plan can guarantee: `reject` or `best-effort`.
-    pub on_infeasible: OnInfeasible,
-    /// Best-effort jobs may use cloud capacity no reservation holds.
-    pub best_effort_cloud: bool,
-    /// Order in which jobs without a reservation take what is left.
-    pub best_effort_order: BestEffortOrder,
-    /// How SLO jobs are admitted: `reserve` or `each-round`.
-    pub admission: AdmissionMode,
-}
-
-impl Default for TidemillSpec {
-    fn default() -> Self {
-        TidemillSpec {
-            slot_s: 900,
-            horizon_h: 48,
-            grace_s: 120,
-            edge_candidates: 12,
-            max_edge_nodes: 8,
-            on_infeasible: OnInfeasible::Reject,
-            best_effort_cloud: true,
-            best_effort_order: BestEffortOrder::LeastAttainedService,
-            admission: AdmissionMode::Reserve,
-        }
-    }
-}
-
 /// Deadlines for traces that have none: `submit + λ × duration`, λ uniform.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -612,14 +571,9 @@ impl Topology {
                 ));
             }
         }
-        let t = &self.tidemill;
-        if t.slot_s == 0 || t.horizon_h == 0 || t.edge_candidates == 0 || t.max_edge_nodes == 0 {
-            return Err(bad(
-                "tidemill".into(),
-                format!("{t:?}"),
-                "slot_s, horizon_h, edge_candidates and max_edge_nodes must be positive",
-            ));
-        }
+        self.tidemill
+            .validate()
+            .map_err(|e| bad(format!("tidemill.{}", e.key), e.value, e.expected))?;
         if let Some(u) = &self.utilization {
             if let Some(f) = &u.format {
                 parse_format(f).map_err(|_| {

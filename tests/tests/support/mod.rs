@@ -3,6 +3,8 @@
 //! Each test binary uses a different part of it.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -165,6 +167,13 @@ impl Coordinator {
     /// Starts it with some keys of the default config replaced, each given as
     /// (the default line, its replacement).
     pub fn start_with(&self, changes: &[(&str, &str)]) -> Proc {
+        self.start_with_args(changes, &[])
+    }
+
+    /// Starts it with config `changes`, as [`Coordinator::start_with`], and
+    /// `args` added to the `serve` command line, for the flags that override
+    /// the config file (such as `--policy`).
+    pub fn start_with_args(&self, changes: &[(&str, &str)], args: &[&str]) -> Proc {
         let defaults = Command::new(CLOUD)
             .arg("print-default-config")
             .output()
@@ -187,6 +196,7 @@ impl Coordinator {
             .args(["--api-listen", self.api.trim_start_matches("http://")])
             .arg("--data-dir")
             .arg(&self.data_dir)
+            .args(args)
             .env(
                 "RUST_LOG",
                 "info,tidemill_cloud::ingest=debug,quinn_proto::endpoint=debug",

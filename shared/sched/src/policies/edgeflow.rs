@@ -148,7 +148,10 @@ impl Scheduler for EdgeFlow {
         for j in waiting {
             let job = &v.jobs[j];
             let fit = idle_boxes(v, &taken).into_iter().find(|&(q, _)| {
-                v.now_ms + (edge_secs(v, job, q) * 1000.0) as i64 <= job.spec.deadline_ms
+                // A box it cannot run on takes forever: `as` saturates, the sum too.
+                v.now_ms
+                    .saturating_add((edge_secs(v, job, q) * 1000.0) as i64)
+                    <= job.spec.deadline_ms
             });
             match fit {
                 Some((q, n)) => {

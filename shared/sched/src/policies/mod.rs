@@ -33,6 +33,7 @@ pub use tidemill::{Tidemill, TidemillConfig};
 pub use tiresias::Tiresias;
 
 use crate::placement::{CostModel, Place};
+use crate::settings::Policy;
 use crate::world::{EdgeAvailability, JobClass, JobSpec, LinkClass};
 
 /// The policies, by their command-line names.
@@ -121,13 +122,13 @@ impl PolicyName {
     }
 
     /// A fresh instance of the policy over `model`'s nodes, with the
-    /// tidal scheduler's knobs from `settings`.
-    pub fn build(self, settings: &TidemillConfig, model: &CostModel) -> Box<dyn Scheduler> {
+    /// tidal scheduler's settings `policy`.
+    pub fn build(self, policy: &Policy, model: &CostModel) -> Box<dyn Scheduler> {
         match self {
             PolicyName::Tidemill | PolicyName::CloudOnly => {
                 let config = TidemillConfig {
+                    policy: policy.clone(),
                     use_edge: self == PolicyName::Tidemill,
-                    ..settings.clone()
                 };
                 Box::new(Tidemill::new(config, model))
             }

@@ -9,8 +9,10 @@
 //! - A baseline sees the snapshot as the simulator shows it a round
 //!   ([`View`]): the online nodes with devices, cloud first, as a
 //!   [`CostModel`]; each job's progress; the edges' reported load and
-//!   forecast windows. Its decision becomes one [`JobDecision`] per job, with
-//!   a one-segment plan priced by the same cost model. A baseline keeps its
+//!   forecast windows (an edge whose latest report predates the forecast
+//!   slot in progress counts as reporting that slot's forecast). Its
+//!   decision becomes one [`JobDecision`] per job, with a one-segment plan
+//!   priced by the same cost model. A baseline keeps its
 //!   own state (admitted jobs, leases) in memory, as its paper's scheduler
 //!   does; a restart of the coordinator starts it afresh. A job asks for its
 //!   `max_workers` where a baseline runs jobs on the GPUs they request.
@@ -23,16 +25,15 @@ use std::collections::HashMap;
 use crate::decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 use crate::placement::{CostModel, CostNode, Place};
 use crate::schedule;
+use crate::settings::Policy;
 use crate::world::{Admission, Assignment, EdgeAvailability, NodeKind, WorldSnapshot};
 
-use super::{
-    Decision, EdgeSignals, JobRun, JobStatus, PolicyName, Scheduler, TidemillConfig, View,
-};
+use super::{Decision, EdgeSignals, JobRun, JobStatus, PolicyName, Scheduler, View};
 
 /// A registered policy and what it remembers between rounds.
 pub struct SnapshotDriver {
     name: PolicyName,
-    settings: TidemillConfig,
+    settings: Policy,
     /// The baseline, built at its first round; `None` for the tidal scheduler.
     baseline: Option<Box<dyn Scheduler>>,
     /// Every job seen, by a slot that stays the job's for good.
@@ -42,8 +43,8 @@ pub struct SnapshotDriver {
 }
 
 impl SnapshotDriver {
-    /// `name` with the tidal scheduler's knobs from `settings`.
-    pub fn new(name: PolicyName, settings: TidemillConfig) -> Self {
+    /// `name`, with the tidal scheduler's settings `settings`.
+    pub fn new(name: PolicyName, settings: Policy) -> Self {
         SnapshotDriver {
             name,
             settings,
@@ -62,7 +63,7 @@ impl SnapshotDriver {
     /// One round on `world` at `now_ms`.
     pub fn plan(&mut self, world: &WorldSnapshot, now_ms: i64) -> RoundPlan {
         match self.name {
-            PolicyName::Tidemill => schedule(world, now_ms, &self.settings.policy),
+            PolicyName::Tidemill => schedule(world, now_ms, &self.settings),
             PolicyName::CloudOnly => {
                 let cloud = WorldSnapshot {
                     nodes: world
@@ -73,7 +74,7 @@ impl SnapshotDriver {
                         .collect(),
                     ..world.clone()
                 };
-                schedule(&cloud, now_ms, &self.settings.policy)
+                schedule(&cloud, now_ms, &self.settings)
             }
             _ => self.baseline_round(world, now_ms),
         }
@@ -131,7 +132,7 @@ impl SnapshotDriver {
                 windows.push(av.clone());
             }
         }
-        let p = &self.settings.policy;
+        let p = &self.settings;
         let model = CostModel::new(
             nodes,
             world.throughput.clone(),
@@ -354,9 +355,18 @@ fn cost_node(
 struct Windows(Vec<EdgeAvailability>);
 
 impl EdgeSignals for Windows {
-    fn reported_idle(&self, e: usize, _t_ms: i64) -> bool {
+    /// The load the edge reported, or, while its latest report predates the
+    /// forecast slot in progress (the snapshot then holds no load now), the
+    /// forecast for that slot.
+    fn reported_idle(&self, e: usize, t_ms: i64) -> bool {
         let av = &self.0[e];
-        av.util_now_pct.is_some_and(|u| u < av.idle_threshold_pct)
+        match av.util_now_pct {
+            Some(u) => u < av.idle_threshold_pct,
+            None => av
+                .windows
+                .iter()
+                .any(|w| w.start_ms <= t_ms && t_ms < w.end_ms),
+        }
     }
 
     fn availability(&self, e: usize, _now_ms: i64, _horizon_ms: i64) -> EdgeAvailability {

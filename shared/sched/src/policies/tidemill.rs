@@ -13,15 +13,14 @@
 //! scheduler turns away after it was first seen (under `admission =
 //! "each-round"`, when it can no longer finish in time); only a job turned
 //! away on its first round counts as rejected at admission. The topology's
-//! `[tidemill]` table sets the scheduler's `admission`, `on_infeasible`,
-//! `best_effort_cloud` and `best_effort_order`.
+//! `[tidemill]` table is the scheduler's [`crate::Policy`], read directly.
 
 use std::collections::HashMap;
 
 use crate::placement::{CostModel, Place};
 use crate::{
-    Action, Admission, Assignment, JobSpec, JobState, NodeKind, NodeSpec, OnInfeasible,
-    Policy as SchedPolicy, Progress, Segment, WorldSnapshot, schedule,
+    Action, Admission, Assignment, JobState, NodeKind, NodeSpec, Policy as SchedPolicy, Progress,
+    Segment, WorldSnapshot, schedule,
 };
 
 use super::{Decision, EdgeInterest, JobStatus, Scheduler, View};
@@ -31,8 +30,6 @@ use super::{Decision, EdgeInterest, JobStatus, Scheduler, View};
 pub struct TidemillConfig {
     /// The scheduler's settings.
     pub policy: SchedPolicy,
-    /// What becomes of an SLO job no plan can guarantee.
-    pub on_infeasible: OnInfeasible,
     /// Offer the edge boxes (false: `cloud-only`).
     pub use_edge: bool,
 }
@@ -154,10 +151,7 @@ impl Scheduler for Tidemill {
                     (a, _) => a,
                 };
                 JobState {
-                    spec: JobSpec {
-                        on_infeasible: self.config.on_infeasible,
-                        ..job.spec.clone()
-                    },
+                    spec: job.spec.clone(),
                     admission,
                     progress: Progress {
                         done_iters: job.done_iters,

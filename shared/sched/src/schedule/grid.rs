@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 
 use crate::placement::PlacementCost;
-use crate::world::{NodeKind, Policy, WorldSnapshot};
+use crate::settings::Policy;
+use crate::world::{NodeKind, WorldSnapshot};
 
 use super::walk::Seg;
 

@@ -43,9 +43,9 @@ mod walk;
 pub use reason::{Reason, Share, Stretch};
 
 use crate::decision::{RoundPlan, Verdict};
+use crate::settings::Policy;
 use crate::world::{
-    Admission, AdmissionMode, BestEffortOrder, JobClass, JobState, OnInfeasible, Policy,
-    WorldSnapshot,
+    Admission, AdmissionMode, BestEffortOrder, JobClass, JobState, OnInfeasible, WorldSnapshot,
 };
 
 use explain::{Entry, Outcome, Story};
@@ -123,7 +123,7 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
                 let verdict = Verdict::Guaranteed { since_ms: now_ms };
                 decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
             }
-            Err(fail) => match j.spec.on_infeasible {
+            Err(fail) => match policy.on_infeasible_for(&j.spec) {
                 OnInfeasible::Reject => {
                     let story = Story::Rejected(fail);
                     decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
@@ -157,7 +157,7 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         if j.spec.class == JobClass::Slo {
             match round.hopeless(&ctx) {
                 None => want = Want::MeetDeadline,
-                Some(h) if j.spec.on_infeasible == OnInfeasible::Reject => {
+                Some(h) if policy.on_infeasible_for(&j.spec) == OnInfeasible::Reject => {
                     let story = Story::Leftover {
                         entry,
                         late,
