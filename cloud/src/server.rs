@@ -78,6 +78,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         source,
     })?;
     let throughput = cfg.scheduler.throughput_tables()?;
+    let policy = cfg.scheduler.policy;
     let store = Store::open(&cfg.data_dir)?;
     let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names)?;
     let ca_path = identity.ca_path.clone();
@@ -114,7 +115,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
             tracing::error!(error = %e, "API server stopped");
         }
     });
-    tracing::info!(%quic_addr, %api_addr, ca = %ca_path.display(), "tidemill-cloud serving");
+    tracing::info!(%quic_addr, %api_addr, ca = %ca_path.display(), %policy, "tidemill-cloud serving");
     Ok(Server {
         quic_addr,
         api_addr,

@@ -71,3 +71,26 @@ fn a_bad_config_key_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn policies_lists_every_registered_policy_and_serve_refuses_an_unknown_one() {
+    let (ok, out, _) = cloud(&["policies"]);
+    assert!(ok);
+    let names: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let all: Vec<&str> = tidemill_sched::policies::PolicyName::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(names, all);
+    assert!(out.lines().all(|l| l.len() > 20), "{out}");
+    let (ok, _, err) = cloud(&["serve", "--policy", "tidal"]);
+    assert!(!ok);
+    assert!(
+        err.contains("unknown policy \"tidal\": expected one of tidemill, edgeflow"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
