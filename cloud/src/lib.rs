@@ -11,6 +11,7 @@ pub mod coordinator;
 mod dispatch;
 pub mod ingest;
 pub mod job;
+pub mod lifecycle;
 pub mod rendezvous;
 pub mod round;
 pub mod server;

@@ -3,12 +3,13 @@
 //! report.
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
-use tidemill_proto::{TaskEvent, TaskStatus};
+use tidemill_proto::TaskStatus;
 use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column, ms_to_time, tidal};
 use crate::job::{JobFile, JobPhase, JobRecord, PlanView};
+use crate::lifecycle;
 
 impl Store {
     /// Stores a new job and returns its id.
@@ -247,8 +248,8 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     })
 }
 
-/// Applies a task's status to its task and job; returns the job's new state
-/// if it changed.
+/// Applies a task's status to its task and job, by the rules of
+/// [`lifecycle::on_task_event`]; returns the job's new phase if it changed.
 pub(super) fn apply_task_status(
     tx: &Transaction<'_>,
     node_id: &str,
@@ -256,123 +257,64 @@ pub(super) fn apply_task_status(
     now_ms: i64,
 ) -> rusqlite::Result<Option<(u64, JobPhase)>> {
     let job = s.job_id as i64;
-    let known: bool = tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3)",
-        params![s.task_id as i64, job, node_id],
+    let task = s.task_id as i64;
+    let yielding: Option<bool> = tx
+        .query_row(
+            "SELECT yield_requested FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3",
+            params![task, job, node_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(yielding) = yielding else {
+        let what = format!("{:?}", s.event);
+        event(tx, now_ms, Some(node_id), Some(job), "unknown-task", &what)?;
+        return Ok(None);
+    };
+    let others_open: u32 = tx.query_row(
+        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND id != ?2 AND state != 'done' AND yield_requested = 0",
+        params![job, task],
         |r| r.get(0),
     )?;
-    if !known {
-        event(
-            tx,
-            now_ms,
-            Some(node_id),
-            Some(job),
-            "unknown-task",
-            &format!("{:?}", s.event),
-        )?;
-        return Ok(None);
+    let ctx = lifecycle::TaskContext {
+        node_id,
+        yielding,
+        others_open,
+    };
+    let t = lifecycle::on_task_event(ctx, &s.event);
+    let task_state = if t.task_running { "running" } else { "done" };
+    tx.execute(
+        "UPDATE tasks SET state = ?2 WHERE id = ?1",
+        params![task, task_state],
+    )?;
+    if t.settle_progress {
+        tidal::settle_progress(tx, job, s.t_ms)?;
+    }
+    if t.stop_other_ranks {
+        tidal::stop_tasks(tx, job)?;
     }
     let tail = serde_json::to_string(&s.output_tail).expect("strings serialise");
-    let yielding: bool = tx.query_row(
-        "SELECT yield_requested FROM tasks WHERE id = ?1",
-        [s.task_id as i64],
-        |r| r.get(0),
-    )?;
-    let (how, ended) = match &s.event {
-        TaskEvent::Started { pid } => {
-            tx.execute(
-                "UPDATE tasks SET state = 'running' WHERE id = ?1",
-                [s.task_id as i64],
-            )?;
-            let reason = format!("running on {node_id} (pid {pid})");
-            let changed = tx.execute(
-                "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
-                        progress_ms = COALESCE(progress_ms, ?2), reason = ?3
-                 WHERE id = ?1 AND state = 'queued'",
-                params![job, s.t_ms, reason],
-            )?;
-            event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
-            return Ok((changed > 0).then_some((s.job_id, JobPhase::Running)));
-        }
-        TaskEvent::Exited {
-            exit_code,
-            signal,
-            cancelled,
-        } => {
-            let how = match (exit_code, signal) {
-                (Some(c), _) => format!("exited with code {c}"),
-                (None, Some(sig)) => format!("killed by signal {sig}"),
-                (None, None) => "ended".to_string(),
-            };
-            let state = if *cancelled {
-                JobPhase::Cancelled
-            } else if *exit_code == Some(0) {
-                JobPhase::Succeeded
-            } else {
-                JobPhase::Failed
-            };
-            (how, (state, *exit_code))
-        }
-        TaskEvent::Failed { reason } => (reason.clone(), (JobPhase::Failed, None)),
-    };
-    tx.execute(
-        "UPDATE tasks SET state = 'done' WHERE id = ?1",
-        [s.task_id as i64],
-    )?;
-    // Tasks being stopped (moved, or lost with an offline node) no longer
-    // count towards the job's outcome.
-    let others_open: i64 = tx.query_row(
-        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND state != 'done' AND yield_requested = 0",
-        [job],
-        |r| r.get(0),
-    )?;
-    let (state, exit_code) = ended;
     let live = "WHERE id = ?1 AND state IN ('queued', 'running')";
-    let (new_state, reason) = if yielding {
-        if others_open > 0 {
-            (
-                None,
-                format!("stopped on {node_id} to follow the plan ({how})"),
-            )
-        } else {
-            tidal::settle_progress(tx, job, s.t_ms)?;
-            let reason = format!(
-                "checkpointed and stopped on {node_id} to follow the plan ({how}); waiting to resume"
-            );
-            (Some(JobPhase::Queued), reason)
-        }
-    } else if state == JobPhase::Succeeded && others_open > 0 {
-        (
-            None,
-            format!("rank on {node_id} {how}; waiting for the other ranks"),
-        )
-    } else {
-        if state == JobPhase::Failed {
-            // One rank failing fails the job: stop the others.
-            tidal::stop_tasks(tx, job)?;
-        }
-        let reason = match state {
-            JobPhase::Cancelled => format!("cancelled by an operator; {how}"),
-            _ if others_open > 0 => format!("{how} on {node_id}; stopping the other ranks"),
-            _ => how,
-        };
-        (Some(state), reason)
-    };
-    let changed = match new_state {
+    let changed = match t.phase {
         None => 0,
+        Some(JobPhase::Running) => tx.execute(
+            "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
+                    progress_ms = COALESCE(progress_ms, ?2), reason = ?3
+             WHERE id = ?1 AND state = 'queued'",
+            params![job, s.t_ms, t.reason],
+        )?,
         Some(JobPhase::Queued) => tx.execute(
             &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
-            params![job, reason],
+            params![job, t.reason],
         )?,
-        Some(state) => tx.execute(
+        Some(phase) => tx.execute(
             &format!(
                 "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6 {live}"
             ),
-            params![job, state.as_str(), exit_code, tail, reason, s.t_ms],
+            params![job, phase.as_str(), t.exit_code, tail, t.reason, s.t_ms],
         )?,
     };
-    event(tx, now_ms, Some(node_id), Some(job), "task", &reason)?;
-    Ok(new_state.filter(|_| changed > 0).map(|st| (s.job_id, st)))
+    event(tx, now_ms, Some(node_id), Some(job), "task", &t.reason)?;
+    Ok(t.phase.filter(|_| changed > 0).map(|p| (s.job_id, p)))
 }
 
 #[cfg(test)]
@@ -380,6 +322,7 @@ mod tests {
     use super::*;
     use crate::store::Owed;
     use crate::store::testkit::{hello, samples, spec, task};
+    use tidemill_proto::TaskEvent;
     use tidemill_sched::{Placement, first_fit};
 
     #[test]

@@ -15,6 +15,7 @@ use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 use super::capacity::{self, Capacity};
 use super::{Store, StoreError, event, json_column};
 use crate::job::{JobFile, PlanView};
+use crate::lifecycle;
 
 /// A job the tidal scheduler plans: one with a `[work]` section, not over.
 #[derive(Debug, Clone)]
@@ -233,16 +234,19 @@ pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rus
         )?
         .query_map([node_id], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
+    let t = lifecycle::on_node_lost(node_id);
     for job in jobs {
-        settle_progress(tx, job, now_ms)?;
-        stop_tasks(tx, job)?;
-        let reason =
-            format!("{node_id} went offline; waiting to resume from the checkpoint elsewhere");
+        if t.settle_progress {
+            settle_progress(tx, job, now_ms)?;
+        }
+        if t.stop_other_ranks {
+            stop_tasks(tx, job)?;
+        }
         tx.execute(
             "UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 WHERE id = ?1",
-            params![job, reason],
+            params![job, t.reason],
         )?;
-        event(tx, now_ms, Some(node_id), Some(job), "plan", &reason)?;
+        event(tx, now_ms, Some(node_id), Some(job), "plan", &t.reason)?;
     }
     Ok(())
 }
