@@ -72,8 +72,22 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
         &store.links()?,
         &jobs,
     );
-    let plan = coord.scheduler.lock().unwrap().plan(&world, now);
     let policy = coord.cfg.scheduler.policy.as_str();
+    // A policy that panics must not take the coordinator with it (the store
+    // and the policy's own lock stay usable): the round is skipped and the
+    // policy starts afresh.
+    let mut driver = coord.scheduler.lock().unwrap_or_else(|e| e.into_inner());
+    let planned =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.plan(&world, now)));
+    let Ok(plan) = planned else {
+        tracing::error!(
+            policy,
+            "the policy panicked planning this round; round skipped, policy restarted"
+        );
+        *driver = coord.cfg.scheduler.driver();
+        return Ok(());
+    };
+    drop(driver);
     for (job_id, what) in store.apply_round(&plan, &coord.addresses())? {
         let reason = plan
             .decision(job_id)
