@@ -41,6 +41,11 @@ pub struct Policy {
     pub best_effort_cloud: bool,
     /// How SLO jobs are admitted.
     pub admission: AdmissionMode,
+    /// A guaranteed job its reservation leaves idle, or narrow, now may run
+    /// for the slot in progress where it does the most work on capacity
+    /// nothing holds now, while its reservation stays the guarantee (see
+    /// `schedule/ahead.rs`).
+    pub run_ahead: bool,
     /// What becomes of every SLO job no plan can guarantee, overriding the
     /// job's own `on_infeasible`; `None` leaves it to each job.
     pub on_infeasible: Option<OnInfeasible>,
@@ -63,6 +68,7 @@ impl Default for Policy {
             max_edge_nodes: 8,
             best_effort_cloud: true,
             admission: AdmissionMode::Reserve,
+            run_ahead: false,
             on_infeasible: None,
         }
     }

@@ -606,3 +606,52 @@ mod guarantee {
         );
     }
 }
+
+/// With `run_ahead`, a guaranteed job idle now runs on capacity nothing
+/// holds now, and keeps its reservation as the guarantee; a job reserved on
+/// one GPU widens for the slot in progress to where it does more work.
+#[test]
+fn run_ahead_uses_free_capacity_now_and_keeps_the_reservation() {
+    let ahead = Policy {
+        run_ahead: true,
+        ..policy()
+    };
+    // The edge job of the first test waits for its night window; the free
+    // A100s run it now, and the night window stays its reservation.
+    let w = world(
+        vec![cloud("c1", 8), edge("e1", 1, &[NIGHT], 90.0)],
+        vec![job(1, JobClass::Slo, NOW, 32 * H, 20_000.0)],
+    );
+    let off = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    let on = schedule(&w, NOW, &ahead).decision(1).unwrap().clone();
+    assert_eq!(off.action, Action::Wait);
+    assert!(
+        matches!(&on.action, Action::Start { on } if on[0].node_id == "c1"),
+        "{:?}",
+        on.action
+    );
+    assert_eq!(on.segments, off.segments, "the reservation is unchanged");
+    assert!(
+        matches!(on.explanation.why.last(), Some(Reason::RunsAhead { .. })),
+        "{}",
+        on.explanation.reason
+    );
+    // A cloud job reserved on 1 of 8 free GPUs (the cheapest: 1/6.8 GPU-s
+    // per iteration against 8/21.3) runs on all 8 now: 21.3 it/s, not 6.8.
+    let mut wide = job(2, JobClass::Slo, NOW, 32 * H, 200_000.0);
+    wide.spec.max_workers = 8;
+    let w = world(vec![cloud("c1", 8)], vec![wide]);
+    let off = schedule(&w, NOW, &policy()).decision(2).unwrap().clone();
+    let on = schedule(&w, NOW, &ahead).decision(2).unwrap().clone();
+    assert!(
+        matches!(&off.action, Action::Start { on } if on[0].workers == 1),
+        "{:?}",
+        off.action
+    );
+    assert!(
+        matches!(&on.action, Action::Start { on } if on[0].workers == 8),
+        "{:?}",
+        on.action
+    );
+    assert_eq!(on.segments, off.segments);
+}

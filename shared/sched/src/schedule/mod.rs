@@ -29,6 +29,7 @@
 //! [`explain`] (the path a job took) and [`decide`] (the decision and its
 //! explanation); this module runs the round's phases.
 
+mod ahead;
 mod cloud;
 mod decide;
 mod explain;
@@ -179,6 +180,19 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
             outcome,
         };
         decisions.push(round.decide(&ctx, Verdict::BestEffort, segs, story));
+    }
+    if policy.run_ahead {
+        let mut ahead: Vec<(&JobState, usize)> = decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d.verdict, Verdict::Guaranteed { .. }))
+            .filter_map(|(i, d)| Some((world.jobs.iter().find(|j| j.spec.id == d.job_id)?, i)))
+            .collect();
+        ahead.sort_by_key(|(j, _)| (j.spec.deadline_ms, j.spec.id));
+        for (j, i) in ahead {
+            let ctx = round.job_ctx(j);
+            round.run_ahead(&ctx, &mut decisions[i]);
+        }
     }
     decisions.sort_by_key(|d| d.job_id);
     RoundPlan { now_ms, decisions }

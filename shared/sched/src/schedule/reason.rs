@@ -54,6 +54,13 @@ pub enum Reason {
     },
     /// Nothing is left to plan.
     WorkDone,
+    /// A guaranteed job its reservation leaves idle now runs ahead on free capacity.
+    RunsAhead {
+        /// Where.
+        place: Vec<Share>,
+        /// Until when the capacity is free, Unix ms.
+        until_ms: i64,
+    },
     /// The job's worker bounds admit no worker count.
     BadWorkers {
         /// `min_workers`.
@@ -203,6 +210,12 @@ impl fmt::Display for Reason {
                 grace_ms / 1000
             ),
             Reason::WorkDone => f.write_str("its work is done"),
+            Reason::RunsAhead { place, until_ms } => write!(
+                f,
+                "runs ahead of its reservation on {}, free until {}",
+                Place(place),
+                Utc(*until_ms)
+            ),
             Reason::BadWorkers { min, max } => write!(
                 f,
                 "min_workers {min} / max_workers {max} leave no valid worker count; set 1 ≤ min ≤ max"

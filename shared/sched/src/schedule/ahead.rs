@@ -1,0 +1,190 @@
+//! Running ahead: once every job has its plan, each guaranteed job, earliest
+//! deadline first, may run in the slot in progress wherever it does the most
+//! work, on its own reserved devices plus capacity nothing holds now (idle
+//! edge devices; unreserved cloud GPUs), as ElasticFlow gives leftover
+//! capacity to admitted jobs. Its reservation stays as it was, so the
+//! guarantee never rests on the leftover; the ground gained shrinks the
+//! reservation the next round re-walks ([`Round::keep`] stops once the work
+//! is done), and the capacity freed admits later jobs.
+//!
+//! The work a placement does in the slot in progress, iterations:
+//! `max(0, T − s_p) / t_p`, with `T` the seconds left in the slot, `s_p` the
+//! placement's start-up (none where the job runs now; staging and restart
+//! elsewhere) and `t_p` its step time. A move must beat staying by that
+//! measure, so a move pays for its checkpoint and restart within the slot.
+
+use crate::decision::{Action, JobDecision};
+use crate::world::Assignment;
+
+use super::DONE_EPS_ITERS;
+use super::cloud::spread;
+use super::grid::{Place, Round};
+use super::job::JobCtx;
+use super::plan::Want;
+use super::reason::Reason;
+
+impl<'a> Round<'a> {
+    /// Moves decision `d`'s job, for the slot in progress, to where it does
+    /// the most work; returns whether it changed where the job runs.
+    pub(super) fn run_ahead(&mut self, ctx: &JobCtx, d: &mut JobDecision) -> bool {
+        let slot_s = (self.slot_end(0) - self.now_ms) as f64 / 1000.0;
+        let reserved: Place = match &d.action {
+            Action::Start { on } | Action::Migrate { to: on, .. } => self.indices(on),
+            Action::Continue => ctx.location.clone(),
+            _ => Place::new(),
+        };
+        // The job's own devices now are its to use.
+        self.give_back(&reserved, 1);
+        let running = ctx.job.progress.running;
+        let work = |round: &Self, place: &Place| -> f64 {
+            if place.is_empty() {
+                return 0.0;
+            }
+            let (Some(step), true) = (round.step(ctx, place), round.fits_now(place)) else {
+                return 0.0;
+            };
+            let here = running && *place == ctx.location;
+            let owed = ctx.job.progress.startup_left_s;
+            let startup = round.startup(ctx, place, &ctx.location, owed, here);
+            ((slot_s - startup).max(0.0) / step.total_s).min(ctx.remaining)
+        };
+        let mut options: Vec<Place> = vec![reserved.clone()];
+        if running {
+            options.push(ctx.location.clone());
+        }
+        options.extend(self.cloud_now_places(ctx));
+        if let Ok(c) = self.plan(ctx, Want::Leftover)
+            && let Some(s) = c.segs.first().filter(|s| s.first_slot == 0)
+        {
+            options.push(s.place.clone());
+        }
+        let mut best = (work(self, &reserved), reserved.clone());
+        for p in options.into_iter().filter(|p| !p.is_empty()) {
+            let w = work(self, &p);
+            if w > best.0 * (1.0 + 1e-9) && self.still_guaranteed_from(ctx, d, &p, w / 2.0) {
+                best = (w, p);
+            }
+        }
+        self.give_back(&best.1, -1);
+        let chosen = best.1;
+        if chosen == reserved || chosen.is_empty() {
+            return false;
+        }
+        let assign = |p: &[(usize, u32)]| -> Vec<Assignment> {
+            p.iter()
+                .map(|&(q, w)| Assignment {
+                    node_id: self.world.nodes[q].id.clone(),
+                    workers: w,
+                })
+                .collect()
+        };
+        d.action = if running && chosen == ctx.location {
+            Action::Continue
+        } else if running {
+            Action::Migrate {
+                from: assign(&ctx.location),
+                to: assign(&chosen),
+            }
+        } else {
+            Action::Start {
+                on: assign(&chosen),
+            }
+        };
+        let why = Reason::RunsAhead {
+            place: self.shares(&chosen),
+            until_ms: self.slot_end(0),
+        };
+        d.explanation.reason = format!("{}; {why}", d.explanation.reason);
+        d.explanation.why.push(why);
+        true
+    }
+
+    /// Whether `d`'s reservation, from the end of the slot in progress,
+    /// still finishes the job by its deadline if it ran in this slot on
+    /// `place` and gained nothing there: its first reserved stretch then pays
+    /// the start-up from `place`. The guarantee never rests on the leftover.
+    fn still_guaranteed_from(
+        &self,
+        ctx: &JobCtx,
+        d: &JobDecision,
+        place: &Place,
+        gained: f64,
+    ) -> bool {
+        let t1 = self.slot_end(0);
+        let mut left = ctx.remaining - gained;
+        if left <= DONE_EPS_ITERS {
+            return true;
+        }
+        let mut from = place.clone();
+        for seg in &d.segments {
+            let start = seg.start_ms.max(t1);
+            if seg.end_ms <= start {
+                continue;
+            }
+            let here = self.indices(&seg.on);
+            let Some(step) = self.step(ctx, &here) else {
+                return false;
+            };
+            let startup = if here == from {
+                0.0
+            } else {
+                self.startup(ctx, &here, &from, 0.0, false)
+            };
+            let secs = (seg.end_ms - start) as f64 / 1000.0 - startup;
+            let need = left * step.total_s;
+            if need <= secs {
+                let finish = start as f64 + 1000.0 * (startup + need);
+                return finish <= ctx.job.spec.deadline_ms as f64;
+            }
+            left -= secs.max(0.0) / step.total_s;
+            from = here;
+        }
+        false
+    }
+
+    /// Adds `sign × workers` of `place` to the free devices of the slot in progress.
+    fn give_back(&mut self, place: &[(usize, u32)], sign: i64) {
+        for &(q, w) in place {
+            let f = &mut self.free[q * self.n_slots];
+            *f = (i64::from(*f) + sign * i64::from(w)).max(0) as u32;
+        }
+    }
+
+    /// Whether every node of `place` has its workers free in the slot in progress.
+    fn fits_now(&self, place: &[(usize, u32)]) -> bool {
+        place.iter().all(|&(q, w)| self.free[q * self.n_slots] >= w)
+    }
+
+    /// Node indices of `on`, sorted; nodes this round does not know are dropped.
+    fn indices(&self, on: &[Assignment]) -> Place {
+        let mut p: Place = on
+            .iter()
+            .filter_map(|a| Some((*self.id_of.get(a.node_id.as_str())?, a.workers)))
+            .collect();
+        p.sort_unstable();
+        p
+    }
+
+    /// Every cloud placement, one per group and worker count, on devices free
+    /// in the slot in progress.
+    fn cloud_now_places(&self, ctx: &JobCtx) -> Vec<Place> {
+        let owed = ctx.job.progress.startup_left_s;
+        let mut out = Vec::new();
+        for c in self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed) {
+            let g = &self.cloud_groups[c.group];
+            let k = c.workers.div_ceil(g.devices) as usize;
+            let per = c.workers.div_ceil(k as u32);
+            let chosen: Vec<usize> = g
+                .nodes
+                .iter()
+                .copied()
+                .filter(|&q| self.free[q * self.n_slots] >= per)
+                .take(k)
+                .collect();
+            if chosen.len() == k {
+                out.push(spread(&chosen, c.workers, g.devices));
+            }
+        }
+        out
+    }
+}
