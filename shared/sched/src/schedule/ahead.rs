@@ -17,7 +17,6 @@ use crate::decision::{Action, JobDecision};
 use crate::world::Assignment;
 
 use super::DONE_EPS_ITERS;
-use super::cloud::spread;
 use super::grid::{Place, Round};
 use super::job::JobCtx;
 use super::plan::Want;
@@ -169,22 +168,9 @@ impl<'a> Round<'a> {
     /// in the slot in progress.
     fn cloud_now_places(&self, ctx: &JobCtx) -> Vec<Place> {
         let owed = ctx.job.progress.startup_left_s;
-        let mut out = Vec::new();
-        for c in self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed) {
-            let g = &self.cloud_groups[c.group];
-            let k = c.workers.div_ceil(g.devices) as usize;
-            let per = c.workers.div_ceil(k as u32);
-            let chosen: Vec<usize> = g
-                .nodes
-                .iter()
-                .copied()
-                .filter(|&q| self.free[q * self.n_slots] >= per)
-                .take(k)
-                .collect();
-            if chosen.len() == k {
-                out.push(spread(&chosen, c.workers, g.devices));
-            }
-        }
-        out
+        self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed)
+            .iter()
+            .filter_map(|c| self.free_now(c))
+            .collect()
     }
 }

@@ -148,20 +148,9 @@ impl<'a> Round<'a> {
             if self.now_ms.saturating_add((c.secs * 1000.0).ceil() as i64) > spec.deadline_ms {
                 continue;
             }
-            let g = &self.cloud_groups[c.group];
-            let k = c.workers.div_ceil(g.devices) as usize;
-            let per = c.workers.div_ceil(k as u32);
-            let chosen: Vec<usize> = g
-                .nodes
-                .iter()
-                .copied()
-                .filter(|&q| self.free[q * self.n_slots] >= per)
-                .take(k)
-                .collect();
-            if chosen.len() < k {
+            let Some(place) = self.free_now(c) else {
                 continue;
-            }
-            let place = spread(&chosen, c.workers, g.devices);
+            };
             let run = self.walk(
                 ctx,
                 &place,
@@ -188,6 +177,24 @@ impl<'a> Round<'a> {
             });
         }
         None
+    }
+}
+
+impl Round<'_> {
+    /// `c`'s workers on nodes of its group free in the slot in progress, if
+    /// enough of them are.
+    pub(super) fn free_now(&self, c: &CloudConfig) -> Option<Place> {
+        let g = &self.cloud_groups[c.group];
+        let k = c.workers.div_ceil(g.devices) as usize;
+        let per = c.workers.div_ceil(k as u32);
+        let chosen: Vec<usize> = g
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&q| self.free[q * self.n_slots] >= per)
+            .take(k)
+            .collect();
+        (chosen.len() == k).then(|| spread(&chosen, c.workers, g.devices))
     }
 }
 
