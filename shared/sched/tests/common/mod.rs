@@ -179,8 +179,8 @@ pub struct Outcome {
 }
 
 /// Runs `jobs` (arriving at `submitted_ms`) on `nodes` from `t0` to `t_end`,
-/// re-scheduling at every slot boundary and arrival, following each plan's
-/// current segment and charging startup with the world's physics.
+/// re-scheduling at every slot boundary and arrival, running each job where
+/// its decision's action puts it and charging startup with the world's physics.
 pub fn simulate(
     nodes: Vec<NodeSpec>,
     mut arrivals: Vec<JobState>,
@@ -234,12 +234,17 @@ pub fn simulate(
                 }
             }
             j.reservation = d.segments.clone();
-            let seg = d.segments.first().filter(|s| s.start_ms <= t);
-            let Some(seg) = seg else {
-                j.progress.running = false;
-                continue;
+            // Where the action says the job runs now (with `run_ahead`, not
+            // always its reservation's first stretch).
+            let on_now = match &d.action {
+                Action::Start { on } | Action::Migrate { to: on, .. } => on.clone(),
+                Action::Continue => j.progress.location.clone(),
+                Action::Pause | Action::Wait | Action::Reject => {
+                    j.progress.running = false;
+                    continue;
+                }
             };
-            for a in &seg.on {
+            for a in &on_now {
                 let n = node(&snapshot, &a.node_id);
                 let u = used.entry(a.node_id.clone()).or_default();
                 *u += a.workers;
@@ -251,7 +256,7 @@ pub fn simulate(
                     n.id
                 );
             }
-            let mut on = seg.on.clone();
+            let mut on = on_now;
             on.sort();
             let p = &mut j.progress;
             if on != p.location {
