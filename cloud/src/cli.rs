@@ -318,12 +318,40 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
     }
     println!("  cloud:    {:.2}", p.cloud_cost);
     println!("  reason:   {}", p.reason);
+    for (k, seg) in p.segments.iter().enumerate() {
+        println!("  stretch {}: {}", k + 1, stretch_line(seg));
+    }
     if let Some(w) = &job.work {
         println!(
             "  progress: {:.0} of {:.0} iterations (estimated), {:.0} s run",
             job.done_iters, w.iterations, job.attained_s
         );
     }
+}
+
+/// One stretch of a plan for `jobs show`: from when to when, where and on
+/// how many workers, and what it costs and does.
+fn stretch_line(s: &tidemill_sched::Segment) -> String {
+    let time = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+            || format!("{ms} ms"),
+            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        )
+    };
+    let on: Vec<String> =
+        s.on.iter()
+            .map(|a| format!("{}×{}", a.node_id, a.workers))
+            .collect();
+    format!(
+        "{} → {} UTC on {}: {:.0} iterations at {:.3} s a step after {:.1} s of start-up, cost {:.2}",
+        time(s.start_ms),
+        time(s.end_ms),
+        on.join(", "),
+        s.iters,
+        s.step.total_s,
+        s.startup_s,
+        s.cloud_cost
+    )
 }
 
 fn serve(args: ServeArgs) -> Outcome {
@@ -361,4 +389,41 @@ fn serve(args: ServeArgs) -> Outcome {
         server.stop().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_sched::cost::StepTime;
+    use tidemill_sched::{Assignment, Segment};
+
+    #[test]
+    fn a_stretch_says_when_where_how_wide_and_what_it_does() {
+        let seg = Segment {
+            start_ms: 1_767_225_600_000,
+            end_ms: 1_767_229_200_000,
+            on: vec![
+                Assignment {
+                    node_id: "e1".into(),
+                    workers: 1,
+                },
+                Assignment {
+                    node_id: "e2".into(),
+                    workers: 2,
+                },
+            ],
+            startup_s: 30.5,
+            step: StepTime {
+                compute_s: 0.4,
+                sync_s: 0.2,
+                total_s: 0.5,
+            },
+            iters: 7139.0,
+            cloud_cost: 0.0,
+        };
+        assert_eq!(
+            stretch_line(&seg),
+            "2026-01-01 00:00:00 → 2026-01-01 01:00:00 UTC on e1×1, e2×2: 7139 iterations at 0.500 s a step after 30.5 s of start-up, cost 0.00"
+        );
+    }
 }
