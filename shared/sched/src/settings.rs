@@ -46,6 +46,10 @@ pub struct Policy {
     /// nothing holds now, while its reservation stays the guarantee (see
     /// `schedule/ahead.rs`).
     pub run_ahead: bool,
+    /// When new SLO jobs arrive, every guarantee is planned again with them,
+    /// earliest deadline first, unless that would break one (see
+    /// `schedule::reshuffle`).
+    pub reshuffle: bool,
     /// What becomes of every SLO job no plan can guarantee, overriding the
     /// job's own `on_infeasible`; `None` leaves it to each job.
     pub on_infeasible: Option<OnInfeasible>,
@@ -69,6 +73,7 @@ impl Default for Policy {
             best_effort_cloud: true,
             admission: AdmissionMode::Reserve,
             run_ahead: false,
+            reshuffle: false,
             on_infeasible: None,
         }
     }

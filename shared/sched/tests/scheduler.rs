@@ -596,6 +596,19 @@ mod guarantee {
                 );
             }
         }
+
+        #[test]
+        fn reshuffling_and_running_ahead_break_no_guarantee_and_overbook_no_node((nodes, jobs) in arb_instance()) {
+            let policy = Policy { horizon_ms: 40 * H, run_ahead: true, reshuffle: true, ..Policy::default() };
+            let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
+            for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
+                let fin = o.finished_ms;
+                prop_assert!(
+                    fin.is_some_and(|f| f <= o.deadline_ms),
+                    "guaranteed job {} finished at {:?}, deadline {}; all: {:?}", o.job_id, fin, o.deadline_ms, outcomes
+                );
+            }
+        }
     }
 
     #[test]

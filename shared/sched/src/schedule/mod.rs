@@ -43,7 +43,7 @@ mod walk;
 
 pub use reason::{Reason, Share, Stretch};
 
-use crate::decision::{RoundPlan, Verdict};
+use crate::decision::{JobDecision, RoundPlan, Verdict};
 use crate::settings::Policy;
 use crate::world::{
     Admission, AdmissionMode, BestEffortOrder, JobClass, JobState, OnInfeasible, WorldSnapshot,
@@ -74,63 +74,77 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
             _ => best_effort.push((j, Entry::BestEffortJob)),
         }
     }
-    guaranteed.sort_by_key(|j| match j.admission {
-        Admission::Guaranteed { since_ms } => (since_ms, j.spec.id),
-        _ => (i64::MAX, j.spec.id),
-    });
-    let mut broken = Vec::new();
-    for j in guaranteed {
-        let since_ms = match j.admission {
-            Admission::Guaranteed { since_ms } => since_ms,
-            _ => now_ms,
-        };
-        let ctx = round.job_ctx(j);
-        match round.keep(&ctx) {
-            Ok(segs) => {
-                let story = Story::Kept(round.reserved(&segs));
-                decisions.push(round.decide(&ctx, Verdict::Guaranteed { since_ms }, segs, story));
-            }
-            Err(why) => broken.push((j, since_ms, why)),
-        }
-    }
-    broken.sort_by_key(|(j, _, _)| (j.spec.deadline_ms, j.spec.id));
-    for (j, since_ms, why) in broken {
-        let ctx = round.job_ctx(j);
-        let verdict = Verdict::Guaranteed { since_ms };
-        match round.plan(&ctx, Want::Guarantee) {
-            Ok(c) => {
-                let story = Story::Replanned {
-                    broke: why,
-                    plan: c.why,
-                };
-                decisions.push(round.decide(&ctx, verdict, c.segs, story));
-            }
-            Err(fail) => {
-                let c = round
-                    .plan(&ctx, Want::MeetDeadline)
-                    .or_else(|_| round.plan(&ctx, Want::Leftover))
-                    .ok();
-                let story = Story::AtRisk { broke: why, fail };
-                let segs = c.map_or_else(Vec::new, |c| c.segs);
-                decisions.push(round.decide(&ctx, verdict, segs, story));
-            }
-        }
-    }
-    pending.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
-    for j in pending {
-        let ctx = round.job_ctx(j);
-        match round.plan(&ctx, Want::Guarantee) {
-            Ok(c) => {
-                let verdict = Verdict::Guaranteed { since_ms: now_ms };
-                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
-            }
-            Err(fail) => match policy.on_infeasible_for(&j.spec) {
-                OnInfeasible::Reject => {
-                    let story = Story::Rejected(fail);
-                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
+    let reshuffled = (policy.reshuffle && !pending.is_empty())
+        .then(|| reshuffle(world, now_ms, policy, &guaranteed, &pending))
+        .flatten();
+    if let Some((r, decs, downgraded)) = reshuffled {
+        round = r;
+        decisions = decs;
+        best_effort.extend(downgraded);
+    } else {
+        guaranteed.sort_by_key(|j| match j.admission {
+            Admission::Guaranteed { since_ms } => (since_ms, j.spec.id),
+            _ => (i64::MAX, j.spec.id),
+        });
+        let mut broken = Vec::new();
+        for j in guaranteed {
+            let since_ms = match j.admission {
+                Admission::Guaranteed { since_ms } => since_ms,
+                _ => now_ms,
+            };
+            let ctx = round.job_ctx(j);
+            match round.keep(&ctx) {
+                Ok(segs) => {
+                    let story = Story::Kept(round.reserved(&segs));
+                    decisions.push(round.decide(
+                        &ctx,
+                        Verdict::Guaranteed { since_ms },
+                        segs,
+                        story,
+                    ));
                 }
-                OnInfeasible::BestEffort => best_effort.push((j, Entry::Downgraded(fail))),
-            },
+                Err(why) => broken.push((j, since_ms, why)),
+            }
+        }
+        broken.sort_by_key(|(j, _, _)| (j.spec.deadline_ms, j.spec.id));
+        for (j, since_ms, why) in broken {
+            let ctx = round.job_ctx(j);
+            let verdict = Verdict::Guaranteed { since_ms };
+            match round.plan(&ctx, Want::Guarantee) {
+                Ok(c) => {
+                    let story = Story::Replanned {
+                        broke: why,
+                        plan: c.why,
+                    };
+                    decisions.push(round.decide(&ctx, verdict, c.segs, story));
+                }
+                Err(fail) => {
+                    let c = round
+                        .plan(&ctx, Want::MeetDeadline)
+                        .or_else(|_| round.plan(&ctx, Want::Leftover))
+                        .ok();
+                    let story = Story::AtRisk { broke: why, fail };
+                    let segs = c.map_or_else(Vec::new, |c| c.segs);
+                    decisions.push(round.decide(&ctx, verdict, segs, story));
+                }
+            }
+        }
+        pending.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
+        for j in pending {
+            let ctx = round.job_ctx(j);
+            match round.plan(&ctx, Want::Guarantee) {
+                Ok(c) => {
+                    let verdict = Verdict::Guaranteed { since_ms: now_ms };
+                    decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
+                }
+                Err(fail) => match policy.on_infeasible_for(&j.spec) {
+                    OnInfeasible::Reject => {
+                        let story = Story::Rejected(fail);
+                        decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
+                    }
+                    OnInfeasible::BestEffort => best_effort.push((j, Entry::Downgraded(fail))),
+                },
+            }
         }
     }
     // Jobs with a deadline still ahead go first: capacity now can still save them.
@@ -196,6 +210,57 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     }
     decisions.sort_by_key(|d| d.job_id);
     RoundPlan { now_ms, decisions }
+}
+
+/// Every guarantee planned again with the new arrivals, earliest deadline
+/// first, on a fresh grid: a job whose deadline is near may then take
+/// capacity a job with time to spare held, which moves later. `None` when a
+/// job already guaranteed would lose its guarantee; the round then keeps
+/// every reservation as it stands. A new job no plan can guarantee is
+/// rejected, or returned to run best-effort if it asked for that.
+#[allow(clippy::type_complexity)]
+fn reshuffle<'a>(
+    world: &'a WorldSnapshot,
+    now_ms: i64,
+    policy: &'a Policy,
+    guaranteed: &[&'a JobState],
+    pending: &[&'a JobState],
+) -> Option<(Round<'a>, Vec<JobDecision>, Vec<(&'a JobState, Entry)>)> {
+    let mut round = Round::new(world, now_ms, policy);
+    let mut all: Vec<&JobState> = guaranteed.iter().chain(pending).copied().collect();
+    all.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
+    let mut decisions = Vec::with_capacity(all.len());
+    let mut downgraded = Vec::new();
+    for j in all {
+        let ctx = round.job_ctx(j);
+        let since = match j.admission {
+            Admission::Guaranteed { since_ms } => Some(since_ms),
+            _ => None,
+        };
+        match (round.plan(&ctx, Want::Guarantee), since) {
+            (Ok(c), Some(since_ms)) => {
+                let story = Story::Replanned {
+                    broke: Reason::Reshuffled,
+                    plan: c.why,
+                };
+                let verdict = Verdict::Guaranteed { since_ms };
+                decisions.push(round.decide(&ctx, verdict, c.segs, story));
+            }
+            (Ok(c), None) => {
+                let verdict = Verdict::Guaranteed { since_ms: now_ms };
+                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
+            }
+            (Err(_), Some(_)) => return None,
+            (Err(fail), None) => match policy.on_infeasible_for(&j.spec) {
+                OnInfeasible::Reject => {
+                    let story = Story::Rejected(fail);
+                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
+                }
+                OnInfeasible::BestEffort => downgraded.push((j, Entry::Downgraded(fail))),
+            },
+        }
+    }
+    Some((round, decisions, downgraded))
 }
 
 /// Single-device seconds of work left on the fastest class: the

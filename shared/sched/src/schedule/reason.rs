@@ -54,6 +54,8 @@ pub enum Reason {
     },
     /// Nothing is left to plan.
     WorkDone,
+    /// New jobs arrived, and every guarantee was planned again, earliest deadline first.
+    Reshuffled,
     /// A guaranteed job its reservation leaves idle now runs ahead on free capacity.
     RunsAhead {
         /// Where.
@@ -210,6 +212,9 @@ impl fmt::Display for Reason {
                 grace_ms / 1000
             ),
             Reason::WorkDone => f.write_str("its work is done"),
+            Reason::Reshuffled => f.write_str(
+                "new jobs arrived and every guarantee was planned again, earliest deadline first",
+            ),
             Reason::RunsAhead { place, until_ms } => write!(
                 f,
                 "runs ahead of its reservation on {}, free until {}",
