@@ -568,46 +568,51 @@ mod guarantee {
         )
     }
 
+    /// Runs the instance under `policy` (with a 40 h horizon) and checks
+    /// that every guaranteed job met its deadline; the executor itself
+    /// asserts that no guarantee is dropped, no job runs on a busy edge and
+    /// no node is overbooked.
+    fn keeps_guarantees(
+        policy: Policy,
+        nodes: Vec<NodeSpec>,
+        jobs: Vec<JobState>,
+    ) -> Result<(), TestCaseError> {
+        let policy = Policy {
+            horizon_ms: 40 * H,
+            ..policy
+        };
+        let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
+        for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
+            let fin = o.finished_ms;
+            prop_assert!(
+                fin.is_some_and(|f| f <= o.deadline_ms),
+                "guaranteed job {} finished at {:?}, deadline {}; all: {:?}",
+                o.job_id,
+                fin,
+                o.deadline_ms,
+                outcomes
+            );
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
         #[test]
         fn guaranteed_jobs_never_miss_their_deadlines((nodes, jobs) in arb_instance()) {
-            let policy = Policy { horizon_ms: 40 * H, ..Policy::default() };
-            let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
-            for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
-                let fin = o.finished_ms;
-                prop_assert!(
-                    fin.is_some_and(|f| f <= o.deadline_ms),
-                    "guaranteed job {} finished at {:?}, deadline {}; all: {:?}", o.job_id, fin, o.deadline_ms, outcomes
-                );
-            }
+            keeps_guarantees(Policy::default(), nodes, jobs)?;
         }
 
         #[test]
         fn running_ahead_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
-            let policy = Policy { horizon_ms: 40 * H, run_ahead: true, ..Policy::default() };
-            let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
-            for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
-                let fin = o.finished_ms;
-                prop_assert!(
-                    fin.is_some_and(|f| f <= o.deadline_ms),
-                    "guaranteed job {} finished at {:?}, deadline {}; all: {:?}", o.job_id, fin, o.deadline_ms, outcomes
-                );
-            }
+            keeps_guarantees(Policy { run_ahead: true, ..Policy::default() }, nodes, jobs)?;
         }
 
         #[test]
         fn reshuffling_and_running_ahead_break_no_guarantee_and_overbook_no_node((nodes, jobs) in arb_instance()) {
-            let policy = Policy { horizon_ms: 40 * H, run_ahead: true, reshuffle: true, ..Policy::default() };
-            let outcomes = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
-            for o in outcomes.iter().filter(|o| o.ever_guaranteed) {
-                let fin = o.finished_ms;
-                prop_assert!(
-                    fin.is_some_and(|f| f <= o.deadline_ms),
-                    "guaranteed job {} finished at {:?}, deadline {}; all: {:?}", o.job_id, fin, o.deadline_ms, outcomes
-                );
-            }
+            let both = Policy { run_ahead: true, reshuffle: true, ..Policy::default() };
+            keeps_guarantees(both, nodes, jobs)?;
         }
     }
 
