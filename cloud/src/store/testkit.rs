@@ -78,6 +78,7 @@ pub(super) fn start_on(job_id: u64, on: &[(&str, u32)]) -> JobDecision {
     JobDecision {
         job_id,
         verdict: Verdict::BestEffort,
+        ahead: None,
         explanation: Explanation {
             shape: Shape::Edge,
             nodes: on.iter().map(|a| a.node_id.clone()).collect(),

@@ -183,7 +183,7 @@ impl Store {
                     Action::Start { on } if open == 0 => {
                         let wants: Vec<(&str, u32)> = on.iter().map(|a| (a.node_id.as_str(), a.workers)).collect();
                         match capacity::check(tx, job, &wants, Capacity::Devices).map_err(&err)? {
-                            Ok(()) => start(tx, d.job_id, on, d.segments.first(), addrs, now, reason).map_err(&err)?,
+                            Ok(()) => start(tx, d.job_id, on, d.ahead.as_ref().or(d.segments.first()), addrs, now, reason).map_err(&err)?,
                             Err(m) => {
                                 capacity::refuse(tx, job, now, &m, &format!("not started: {m}")).map_err(&err)?;
                                 None

@@ -685,4 +685,9 @@ fn run_ahead_uses_free_capacity_now_and_keeps_the_reservation() {
         on.action
     );
     assert_eq!(on.segments, off.segments);
+    // The stretch run ahead carries the step time to credit progress at.
+    let ahead = on.ahead.as_ref().expect("a stretch run ahead");
+    assert!((ahead.step.total_s - 1.0 / 21.3).abs() < 1e-12, "{ahead:?}");
+    assert_eq!(ahead.on[0].workers, 8);
+    assert!(off.ahead.is_none());
 }

@@ -283,6 +283,7 @@ impl SnapshotDriver {
             job_id: job.spec.id,
             verdict,
             action,
+            ahead: None,
             explanation: Explanation {
                 shape,
                 nodes,

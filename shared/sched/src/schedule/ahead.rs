@@ -13,7 +13,7 @@
 //! elsewhere) and `t_p` its step time. A move must beat staying by that
 //! measure, so a move pays for its checkpoint and restart within the slot.
 
-use crate::decision::{Action, JobDecision};
+use crate::decision::{Action, JobDecision, Segment};
 use crate::world::Assignment;
 
 use super::DONE_EPS_ITERS;
@@ -65,7 +65,7 @@ impl<'a> Round<'a> {
             }
         }
         self.give_back(&best.1, -1);
-        let chosen = best.1;
+        let (best_work, chosen) = best;
         if chosen == reserved || chosen.is_empty() {
             return false;
         }
@@ -89,6 +89,20 @@ impl<'a> Round<'a> {
                 on: assign(&chosen),
             }
         };
+        let owed = ctx.job.progress.startup_left_s;
+        let here = running && chosen == ctx.location;
+        if let Some(step) = self.step(ctx, &chosen) {
+            let startup_s = self.startup(ctx, &chosen, &ctx.location, owed, here);
+            d.ahead = Some(Segment {
+                start_ms: self.now_ms,
+                end_ms: self.slot_end(0),
+                on: assign(&chosen),
+                startup_s,
+                step,
+                iters: best_work,
+                cloud_cost: self.price(&chosen) * slot_s / 3600.0,
+            });
+        }
         let why = Reason::RunsAhead {
             place: self.shares(&chosen),
             until_ms: self.slot_end(0),

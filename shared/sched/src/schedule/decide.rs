@@ -89,6 +89,7 @@ impl<'a> Round<'a> {
             job_id: ctx.job.spec.id,
             verdict,
             action,
+            ahead: None,
             explanation: Explanation {
                 shape,
                 nodes,
