@@ -115,7 +115,7 @@ fn a_step_across_nodes_swaps_the_measured_sync_for_the_link_model() {
     let sync = t.sync_s.expect("a Sia-derived table splits its steps");
     assert!(sync > 0.0, "{t:?}");
     let compute = 1.0 / t.iters_per_s - sync;
-    let ring = ring_allreduce_s(2, job.model_bytes as f64, &m.links.edge_edge);
+    let ring = ring_allreduce_s(2, job.model_bytes as f64, &m.links().edge_edge);
     let (step, _) = m.step(job, &[(edge[0], 1), (edge[1], 1)]).unwrap();
     assert!(
         (step - overlap_s(compute, ring, m.gamma)).abs() < 1e-9,

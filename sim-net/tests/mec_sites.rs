@@ -47,7 +47,7 @@ fn sites_and_link_tiers_reach_the_world() {
     assert_eq!(sites.len(), 20);
     assert_eq!((sites[0], sites[19]), ("mec-00", "mec-19"));
     // One same-site entry per pair of boxes of a site: 20 × C(8, 2).
-    let links = &s.world.model.links;
+    let links = &s.world.model.links();
     assert_eq!(links.measured.len(), 20 * 28);
     assert!(
         links

@@ -85,6 +85,23 @@ pub enum Action {
     Reject,
 }
 
+impl Action {
+    /// What a job on `location` (running there or not) is told so that it
+    /// runs on `now`, or does not run now (`None`).
+    pub fn toward(running: bool, location: &[Assignment], now: Option<Vec<Assignment>>) -> Action {
+        match now {
+            Some(on) if running && on == location => Action::Continue,
+            Some(on) if running => Action::Migrate {
+                from: location.to_vec(),
+                to: on,
+            },
+            Some(on) => Action::Start { on },
+            None if running => Action::Pause,
+            None => Action::Wait,
+        }
+    }
+}
+
 /// One stretch of a plan on a fixed placement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Segment {

@@ -42,6 +42,13 @@ impl NodeIx for u32 {
     }
 }
 
+/// The link classes in their declaration order, which indexes [`PlacementCost`]'s defaults.
+const CLASSES: [LinkClass; 3] = [
+    LinkClass::EdgeEdge,
+    LinkClass::CloudEdge,
+    LinkClass::CloudCloud,
+];
+
 /// The links between a set of nodes, by node index: the one place where a
 /// pair of nodes becomes a link.
 #[derive(Debug, Clone)]
@@ -71,7 +78,7 @@ impl PlacementCost {
             cloud,
             index_of,
             measured,
-            defaults: [table.edge_edge, table.cloud_edge, table.cloud_cloud],
+            defaults: CLASSES.map(|c| *table.default_for(c)),
         }
     }
 
@@ -96,11 +103,7 @@ impl PlacementCost {
 
     /// The class default.
     pub fn default_for(&self, class: LinkClass) -> LinkSpec {
-        match class {
-            LinkClass::EdgeEdge => self.defaults[0],
-            LinkClass::CloudEdge => self.defaults[1],
-            LinkClass::CloudCloud => self.defaults[2],
-        }
+        self.defaults[class as usize]
     }
 
     /// The link between nodes `a` and `b`, and its class: measured, else the class default.
@@ -265,8 +268,7 @@ pub struct CostModel {
     nodes: Vec<CostNode>,
     /// Throughput tables (measured and filled).
     pub tables: ThroughputTables,
-    /// Link defaults per class, and measured links.
-    pub links: LinkTable,
+    links: LinkTable,
     /// Overlap exponent γ.
     pub gamma: f64,
     /// Restart from a checkpoint, seconds.
@@ -297,6 +299,11 @@ impl CostModel {
     /// Every node, cloud first; a placement's node index is the position here.
     pub fn nodes(&self) -> &[CostNode] {
         &self.nodes
+    }
+
+    /// Link defaults per class, and measured links, as the model was built with.
+    pub fn links(&self) -> &LinkTable {
+        &self.links
     }
 
     /// The same model over the nodes `edit` leaves (the links re-indexed).

@@ -142,13 +142,11 @@ impl Policy {
                 "a finite number, 1 or more",
             );
         }
-        if self.edge_candidates == 0 || self.max_edge_nodes == 0 {
-            let (key, v) = if self.edge_candidates == 0 {
-                ("edge_candidates", 0)
-            } else {
-                ("max_edge_nodes", 0)
-            };
-            return bad(key, v.to_string(), "at least 1");
+        if self.edge_candidates == 0 {
+            return bad("edge_candidates", "0".into(), "at least 1");
+        }
+        if self.max_edge_nodes == 0 {
+            return bad("max_edge_nodes", "0".into(), "at least 1");
         }
         Ok(())
     }

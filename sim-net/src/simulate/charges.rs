@@ -67,11 +67,11 @@ mod link_tiers {
     #[test]
     fn the_link_table_holds_exactly_the_same_site_pairs() {
         let m = model(true);
-        assert_eq!(m.links.measured.len(), 1);
-        let l = &m.links.measured[0];
+        assert_eq!(m.links().measured.len(), 1);
+        let l = &m.links().measured[0];
         assert_eq!((l.a.as_str(), l.b.as_str()), ("a0", "a1"));
         assert_eq!(l.link.bandwidth_bps, 1.25e9);
-        assert!(model(false).links.measured.is_empty());
+        assert!(model(false).links().measured.is_empty());
     }
 
     #[test]

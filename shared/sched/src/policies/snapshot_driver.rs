@@ -39,6 +39,8 @@ pub struct SnapshotDriver {
     /// Every job seen, by a slot that stays the job's for good.
     jobs: Vec<JobRun>,
     slot_of: HashMap<u64, usize>,
+    /// The slots of the last round's jobs.
+    active: Vec<usize>,
     last_ms: Option<i64>,
 }
 
@@ -51,6 +53,7 @@ impl SnapshotDriver {
             baseline: None,
             jobs: Vec::new(),
             slot_of: HashMap::new(),
+            active: Vec::new(),
             last_ms: None,
         }
     }
@@ -107,31 +110,22 @@ impl SnapshotDriver {
     /// edges' windows by edge index.
     fn pool(&self, world: &WorldSnapshot) -> (CostModel, Windows) {
         let mut nodes = Vec::new();
+        let mut edges = Vec::new();
         let mut windows = Vec::new();
-        let usable = || world.nodes.iter().filter(|n| n.online && n.devices > 0);
-        for n in usable().filter(|n| matches!(n.kind, NodeKind::Cloud { .. })) {
-            if let NodeKind::Cloud { price_per_gpu_hour } = n.kind {
-                nodes.push(cost_node(
-                    n.id.clone(),
-                    &n.class,
-                    n.devices,
-                    Some(price_per_gpu_hour),
-                    None,
-                ));
+        for n in world.nodes.iter().filter(|n| n.online && n.devices > 0) {
+            match &n.kind {
+                NodeKind::Cloud { price_per_gpu_hour } => {
+                    let price = Some(*price_per_gpu_hour);
+                    nodes.push(cost_node(n.id.clone(), &n.class, n.devices, price, None));
+                }
+                NodeKind::Edge(av) => {
+                    let e = Some(windows.len());
+                    edges.push(cost_node(n.id.clone(), &n.class, n.devices, None, e));
+                    windows.push(av.clone());
+                }
             }
         }
-        for n in usable() {
-            if let NodeKind::Edge(av) = &n.kind {
-                nodes.push(cost_node(
-                    n.id.clone(),
-                    &n.class,
-                    n.devices,
-                    None,
-                    Some(windows.len()),
-                ));
-                windows.push(av.clone());
-            }
-        }
+        nodes.extend(edges);
         let p = &self.settings;
         let model = CostModel::new(
             nodes,
@@ -161,8 +155,8 @@ impl SnapshotDriver {
             .last_ms
             .map_or(0.0, |t| (now_ms - t).max(0) as f64 / 1000.0);
         self.last_ms = Some(now_ms);
-        for job in &mut self.jobs {
-            job.status = JobStatus::Done;
+        for &slot in &self.active {
+            self.jobs[slot].status = JobStatus::Done;
         }
         let mut active = Vec::with_capacity(world.jobs.len());
         let mut arrived = Vec::new();
@@ -199,6 +193,7 @@ impl SnapshotDriver {
             job.status = JobStatus::Active;
             active.push(slot);
         }
+        self.active.clone_from(&active);
         (active, arrived)
     }
 
@@ -232,28 +227,19 @@ impl SnapshotDriver {
             _ => Verdict::BestEffort,
         };
         let run = d.run.iter().find(|r| r.0 == j).map(|r| &r.1);
-        let (action, reason) = match run {
-            _ if rejected => (
-                Action::Reject,
-                format!("{name} turned it away at admission"),
-            ),
-            _ if abandoned => (
-                Action::Reject,
-                format!("{name} gave up on it: its deadline has passed"),
-            ),
-            Some(p) if job.running() && *p == job.place => {
-                (Action::Continue, format!("{name} keeps it running"))
-            }
-            Some(p) if job.running() => (
-                Action::Migrate {
-                    from: on(&job.place),
-                    to: on(p),
-                },
-                format!("{name} moves it"),
-            ),
-            Some(p) => (Action::Start { on: on(p) }, format!("{name} starts it")),
-            None if job.running() => (Action::Pause, format!("{name} stops it for now")),
-            None => (Action::Wait, format!("{name} keeps it queued")),
+        let action = if rejected || abandoned {
+            Action::Reject
+        } else {
+            Action::toward(job.running(), &on(&job.place), run.map(on))
+        };
+        let reason = match &action {
+            _ if rejected => format!("{name} turned it away at admission"),
+            _ if abandoned => format!("{name} gave up on it: its deadline has passed"),
+            Action::Continue => format!("{name} keeps it running"),
+            Action::Migrate { .. } => format!("{name} moves it"),
+            Action::Start { .. } => format!("{name} starts it"),
+            Action::Pause => format!("{name} stops it for now"),
+            Action::Wait | Action::Reject => format!("{name} keeps it queued"),
         };
         let segments: Vec<Segment> = run
             .filter(|_| !rejected && !abandoned)

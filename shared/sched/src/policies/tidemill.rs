@@ -77,7 +77,7 @@ impl Tidemill {
             nodes,
             // The cost model's table, same-site pairs included: the scheduler
             // prices a placement's links as the engine charges them.
-            links: model.links.clone(),
+            links: model.links().clone(),
             jobs: Vec::new(),
             throughput: model.tables.clone(),
         };

@@ -14,7 +14,6 @@
 //! measure, so a move pays for its checkpoint and restart within the slot.
 
 use crate::decision::{Action, JobDecision, Segment};
-use crate::world::Assignment;
 
 use super::DONE_EPS_ITERS;
 use super::grid::{Place, Round};
@@ -24,8 +23,8 @@ use super::reason::Reason;
 
 impl<'a> Round<'a> {
     /// Moves decision `d`'s job, for the slot in progress, to where it does
-    /// the most work; returns whether it changed where the job runs.
-    pub(super) fn run_ahead(&mut self, ctx: &JobCtx, d: &mut JobDecision) -> bool {
+    /// the most work.
+    pub(super) fn run_ahead(&mut self, ctx: &JobCtx, d: &mut JobDecision) {
         let slot_s = (self.slot_end(0) - self.now_ms) as f64 / 1000.0;
         let reserved: Place = match &d.action {
             Action::Start { on } | Action::Migrate { to: on, .. } => self.indices(on),
@@ -67,28 +66,13 @@ impl<'a> Round<'a> {
         self.give_back(&best.1, -1);
         let (best_work, chosen) = best;
         if chosen == reserved || chosen.is_empty() {
-            return false;
+            return;
         }
-        let assign = |p: &[(usize, u32)]| -> Vec<Assignment> {
-            p.iter()
-                .map(|&(q, w)| Assignment {
-                    node_id: self.world.nodes[q].id.clone(),
-                    workers: w,
-                })
-                .collect()
-        };
-        d.action = if running && chosen == ctx.location {
-            Action::Continue
-        } else if running {
-            Action::Migrate {
-                from: assign(&ctx.location),
-                to: assign(&chosen),
-            }
-        } else {
-            Action::Start {
-                on: assign(&chosen),
-            }
-        };
+        d.action = Action::toward(
+            running,
+            &self.assignments(&ctx.location),
+            Some(self.assignments(&chosen)),
+        );
         let owed = ctx.job.progress.startup_left_s;
         let here = running && chosen == ctx.location;
         if let Some(step) = self.step(ctx, &chosen) {
@@ -96,7 +80,7 @@ impl<'a> Round<'a> {
             d.ahead = Some(Segment {
                 start_ms: self.now_ms,
                 end_ms: self.slot_end(0),
-                on: assign(&chosen),
+                on: self.assignments(&chosen),
                 startup_s,
                 step,
                 iters: best_work,
@@ -109,7 +93,6 @@ impl<'a> Round<'a> {
         };
         d.explanation.reason = format!("{}; {why}", d.explanation.reason);
         d.explanation.why.push(why);
-        true
     }
 
     /// Whether `d`'s reservation, from the end of the slot in progress,
@@ -166,16 +149,6 @@ impl<'a> Round<'a> {
     /// Whether every node of `place` has its workers free in the slot in progress.
     fn fits_now(&self, place: &[(usize, u32)]) -> bool {
         place.iter().all(|&(q, w)| self.free[q * self.n_slots] >= w)
-    }
-
-    /// Node indices of `on`, sorted; nodes this round does not know are dropped.
-    fn indices(&self, on: &[Assignment]) -> Place {
-        let mut p: Place = on
-            .iter()
-            .filter_map(|a| Some((*self.id_of.get(a.node_id.as_str())?, a.workers)))
-            .collect();
-        p.sort_unstable();
-        p
     }
 
     /// Every cloud placement, one per group and worker count, on devices free

@@ -3,11 +3,10 @@
 //! operators read.
 
 use crate::decision::{Action, Explanation, JobDecision, Segment, Shape, Verdict};
-use crate::world::Assignment;
 
 use super::DONE_EPS_ITERS;
 use super::explain::Story;
-use super::grid::{Place, Round};
+use super::grid::Round;
 use super::job::JobCtx;
 use super::reason::{Reason, Share, Stretch};
 use super::walk::Seg;
@@ -23,20 +22,12 @@ impl<'a> Round<'a> {
         story: Story,
     ) -> JobDecision {
         self.reserve(&segs);
-        let to_assign = |p: &Place| -> Vec<Assignment> {
-            p.iter()
-                .map(|&(q, w)| Assignment {
-                    node_id: self.world.nodes[q].id.clone(),
-                    workers: w,
-                })
-                .collect()
-        };
         let segments: Vec<Segment> = segs
             .iter()
             .map(|s| Segment {
                 start_ms: s.start_ms,
                 end_ms: s.end_ms,
-                on: to_assign(&s.place),
+                on: self.assignments(&s.place),
                 startup_s: s.startup_s,
                 step: s.step,
                 iters: s.iters,
@@ -45,18 +36,13 @@ impl<'a> Round<'a> {
             .collect();
         let running = ctx.job.progress.running;
         let now_seg = segs.first().filter(|s| s.first_slot == 0);
-        let action = match (verdict, now_seg) {
-            (Verdict::Rejected, _) => Action::Reject,
-            (_, Some(s)) if running && s.place == ctx.location => Action::Continue,
-            (_, Some(s)) if running => Action::Migrate {
-                from: to_assign(&ctx.location),
-                to: to_assign(&s.place),
-            },
-            (_, Some(s)) => Action::Start {
-                on: to_assign(&s.place),
-            },
-            (_, None) if running => Action::Pause,
-            (_, None) => Action::Wait,
+        let action = match verdict {
+            Verdict::Rejected => Action::Reject,
+            _ => Action::toward(
+                running,
+                &self.assignments(&ctx.location),
+                now_seg.map(|s| self.assignments(&s.place)),
+            ),
         };
         let mut reason = story.to_string();
         let mut why = Vec::new();

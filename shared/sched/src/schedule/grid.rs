@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use crate::placement::PlacementCost;
 use crate::settings::Policy;
-use crate::world::{NodeKind, WorldSnapshot};
+use crate::world::{Assignment, NodeKind, WorldSnapshot};
 
 use super::walk::Seg;
 
@@ -167,6 +167,27 @@ impl<'a> Round<'a> {
 
     pub(super) fn is_cloud(&self, node: usize) -> bool {
         self.links.is_cloud(node)
+    }
+
+    /// `place` by node id, as plans and actions name it.
+    pub(super) fn assignments(&self, place: &[(usize, u32)]) -> Vec<Assignment> {
+        place
+            .iter()
+            .map(|&(q, w)| Assignment {
+                node_id: self.world.nodes[q].id.clone(),
+                workers: w,
+            })
+            .collect()
+    }
+
+    /// Node indices of `on`, sorted; nodes this round does not know are dropped.
+    pub(super) fn indices(&self, on: &[Assignment]) -> Place {
+        let mut p: Place = on
+            .iter()
+            .filter_map(|a| Some((*self.id_of.get(a.node_id.as_str())?, a.workers)))
+            .collect();
+        p.sort_unstable();
+        p
     }
 
     pub(super) fn usable(&self, place: &[(usize, u32)], s: usize) -> bool {

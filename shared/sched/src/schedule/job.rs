@@ -22,16 +22,7 @@ pub(super) struct JobCtx<'a> {
 
 impl<'a> Round<'a> {
     pub(super) fn job_ctx(&self, job: &'a JobState) -> JobCtx<'a> {
-        let location: Place = {
-            let mut p: Place = job
-                .progress
-                .location
-                .iter()
-                .filter_map(|a| Some((*self.id_of.get(a.node_id.as_str())?, a.workers)))
-                .collect();
-            p.sort_unstable();
-            p
-        };
+        let location = self.indices(&job.progress.location);
         let tables = self
             .classes
             .iter()

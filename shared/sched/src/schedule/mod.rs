@@ -43,6 +43,8 @@ mod walk;
 
 pub use reason::{Reason, Share, Stretch};
 
+use std::collections::HashMap;
+
 use crate::decision::{JobDecision, RoundPlan, Verdict};
 use crate::settings::Policy;
 use crate::world::{
@@ -196,11 +198,12 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         decisions.push(round.decide(&ctx, Verdict::BestEffort, segs, story));
     }
     if policy.run_ahead {
+        let by_id: HashMap<u64, &JobState> = world.jobs.iter().map(|j| (j.spec.id, j)).collect();
         let mut ahead: Vec<(&JobState, usize)> = decisions
             .iter()
             .enumerate()
             .filter(|(_, d)| matches!(d.verdict, Verdict::Guaranteed { .. }))
-            .filter_map(|(i, d)| Some((world.jobs.iter().find(|j| j.spec.id == d.job_id)?, i)))
+            .filter_map(|(i, d)| Some((*by_id.get(&d.job_id)?, i)))
             .collect();
         ahead.sort_by_key(|(j, _)| (j.spec.deadline_ms, j.spec.id));
         for (j, i) in ahead {
