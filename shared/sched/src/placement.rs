@@ -56,6 +56,8 @@ pub struct PlacementCost {
     cloud: Vec<bool>,
     index_of: HashMap<String, usize>,
     measured: HashMap<(usize, usize), LinkSpec>,
+    /// Per node, the nodes it has a measured link to, fastest first.
+    near: Vec<Vec<usize>>,
     defaults: [LinkSpec; 3],
 }
 
@@ -69,15 +71,28 @@ impl PlacementCost {
             index_of.insert(id.to_string(), i);
         }
         let mut measured = HashMap::with_capacity(table.measured.len());
+        let mut near: Vec<Vec<(usize, f64)>> = vec![Vec::new(); cloud.len()];
         for l in &table.measured {
-            if let (Some(&a), Some(&b)) = (index_of.get(&l.a), index_of.get(&l.b)) {
-                measured.insert((a.min(b), a.max(b)), l.link);
+            if let (Some(&a), Some(&b)) = (index_of.get(&l.a), index_of.get(&l.b))
+                && a != b
+                && measured.insert((a.min(b), a.max(b)), l.link).is_none()
+            {
+                near[a].push((b, l.link.bandwidth_bps));
+                near[b].push((a, l.link.bandwidth_bps));
             }
         }
+        let near = near
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+                v.into_iter().map(|(q, _)| q).collect()
+            })
+            .collect();
         PlacementCost {
             cloud,
             index_of,
             measured,
+            near,
             defaults: CLASSES.map(|c| *table.default_for(c)),
         }
     }
@@ -90,6 +105,12 @@ impl PlacementCost {
     /// True for a cloud node.
     pub fn is_cloud(&self, q: usize) -> bool {
         self.cloud[q]
+    }
+
+    /// The nodes with a measured link to `q`, fastest first: the boxes of
+    /// its site, where a multi-node placement around `q` syncs fastest.
+    pub fn near(&self, q: usize) -> &[usize] {
+        &self.near[q]
     }
 
     /// The class of the path between two nodes.
@@ -396,5 +417,40 @@ impl CostModel {
             .filter(|n| n.is_cloud())
             .map(|n| n.devices)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::MeasuredLink;
+
+    #[test]
+    fn near_lists_measured_peers_fastest_first() {
+        let link = |a: &str, b: &str, bandwidth_bps: f64| MeasuredLink {
+            a: a.into(),
+            b: b.into(),
+            link: LinkSpec {
+                bandwidth_bps,
+                latency_s: 0.001,
+                loss: 0.0,
+            },
+        };
+        let table = LinkTable {
+            measured: vec![
+                link("a", "b", 1e6),
+                link("c", "a", 1e9),
+                link("b", "x", 1e9),
+            ],
+            ..LinkTable::default()
+        };
+        let cost = PlacementCost::new(
+            [("a", false), ("b", false), ("c", false), ("d", true)],
+            &table,
+        );
+        assert_eq!(cost.near(0), &[2, 1], "c's link is faster than b's");
+        assert_eq!(cost.near(1), &[0], "x is not one of the nodes");
+        assert_eq!(cost.near(2), &[0]);
+        assert!(cost.near(3).is_empty());
     }
 }

@@ -691,3 +691,178 @@ fn run_ahead_uses_free_capacity_now_and_keeps_the_reservation() {
     assert_eq!(ahead.on[0].workers, 8);
     assert!(off.ahead.is_none());
 }
+
+/// One A100 and one T4 idle for 8 h from `now`; two SLO jobs due in 3 h:
+/// 20 000 and 40 000 iterations.
+fn busy_cloud_idle_edge(now: i64) -> WorldSnapshot {
+    world(
+        vec![cloud("c1", 1), edge("e1", 1, &[(now, now + 8 * H)], 10.0)],
+        vec![
+            job(1, JobClass::Slo, now, now + 3 * H, 20_000.0),
+            job(2, JobClass::Slo, now, now + 3 * H, 40_000.0),
+        ],
+    )
+}
+
+#[test]
+fn each_round_gains_ground_on_the_edge_while_the_cloud_is_busy() {
+    // One A100, taken now by the shorter job 1 (20 000 it ≈ 49 min). Job 2
+    // (40 000 it, due in 3 h) cannot finish on the T4 alone (≈ 11 h), and the
+    // cloud is not free now: it runs on e1 now and plans the cloud after job 1.
+    let now = NOW;
+    let w = busy_cloud_idle_edge(now);
+    let plan = schedule(&w, now, &each_round());
+    let d1 = plan.decision(1).unwrap();
+    assert_eq!(
+        d1.segments[0].on[0].node_id, "c1",
+        "{}",
+        d1.explanation.reason
+    );
+    let d2 = plan.decision(2).unwrap();
+    assert!(
+        matches!(&d2.action, Action::Start { on } if on[0].node_id == "e1"),
+        "{d2:?}"
+    );
+    assert_eq!(
+        d2.explanation.shape,
+        Shape::EdgeThenCloud,
+        "{}",
+        d2.explanation.reason
+    );
+    assert!(
+        matches!(d2.explanation.why.as_slice(), [.., Reason::EdgeThenCloud { edge_pct, .. }] if *edge_pct > 0.0),
+        "{:?}",
+        d2.explanation.why
+    );
+    let tail = d2.segments.last().unwrap();
+    assert_eq!(tail.on[0].node_id, "c1");
+    assert!(
+        tail.start_ms >= d1.segments[0].end_ms,
+        "the tail waits for job 1"
+    );
+    assert!(tail.end_ms <= now + 3 * H);
+    // Without the edge, job 2 waits for the cloud.
+    let plan = schedule(&world(vec![cloud("c1", 1)], w.jobs), now, &each_round());
+    assert!(plan.decision(2).unwrap().segments.is_empty());
+}
+
+#[test]
+fn a_running_job_stays_where_it_still_meets_its_deadline() {
+    // Job 1 runs on c1; e1 is idle and could finish it for free, but moving
+    // pays a checkpoint and a restart for nothing the job needs.
+    let now = NOW;
+    let mut j = job(1, JobClass::Slo, now - H, now + 14 * H, 20_000.0);
+    j.progress = Progress {
+        done_iters: 3_000.0,
+        attained_s: 3_600.0,
+        location: vec![Assignment {
+            node_id: "c1".into(),
+            workers: 1,
+        }],
+        running: true,
+        startup_left_s: 0.0,
+    };
+    let nodes = vec![cloud("c1", 1), edge("e1", 1, &[(now, now + 8 * H)], 10.0)];
+    let d = schedule(&world(nodes.clone(), vec![j.clone()]), now, &each_round())
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert_eq!(d.action, Action::Continue, "{}", d.explanation.reason);
+    assert!(
+        matches!(d.explanation.why.as_slice(), [.., Reason::Stays { place, finish_ms: Some(f) }]
+            if place[0].node == "c1" && *f <= now + 14 * H),
+        "{:?}",
+        d.explanation.why
+    );
+    // A deadline c1 can no longer meet alone (17 000 it at 6.8 it/s ≈ 42 min): it moves on.
+    j.spec.deadline_ms = now + 30 * 60_000;
+    let d = schedule(&world(nodes, vec![j]), now, &each_round())
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert!(
+        !matches!(d.explanation.why.as_slice(), [.., Reason::Stays { .. }]),
+        "{:?}",
+        d.explanation.why
+    );
+}
+
+#[test]
+fn a_multi_edge_placement_stays_inside_one_site() {
+    // Sites {e1, e2} and {f1, f2}: 10 Gb/s inside a site, 10 Mb/s between
+    // sites. 32 400 it need 9 h on one T4 but the window has 8 h; a pair
+    // inside one site syncs fast enough, a pair across sites does not.
+    let mut j = job(1, JobClass::Slo, NOW, NOW + 14 * H, 32_400.0);
+    j.spec.max_workers = 2;
+    let nodes = vec![
+        edge("e1", 1, &[NIGHT], 90.0),
+        edge("f1", 1, &[NIGHT], 90.0),
+        edge("e2", 1, &[NIGHT], 90.0),
+        edge("f2", 1, &[NIGHT], 90.0),
+    ];
+    let lan = cost::LinkSpec {
+        bandwidth_bps: 1.25e9,
+        latency_s: 0.0002,
+        loss: 0.0,
+    };
+    let mut w = world(nodes, vec![j]);
+    w.links.edge_edge = cost::LinkSpec {
+        bandwidth_bps: 1.25e6,
+        latency_s: 0.01,
+        loss: 0.0,
+    };
+    let across = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert_eq!(
+        across.verdict,
+        Verdict::Rejected,
+        "{}",
+        across.explanation.reason
+    );
+    for (a, b) in [("e1", "e2"), ("f1", "f2")] {
+        w.links.measured.push(MeasuredLink {
+            a: a.into(),
+            b: b.into(),
+            link: lan,
+        });
+    }
+    let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
+    assert!(
+        matches!(d.verdict, Verdict::Guaranteed { .. }),
+        "{}",
+        d.explanation.reason
+    );
+    assert_eq!(d.explanation.shape, Shape::MultiEdge);
+    let mut on: Vec<&str> = d.segments[0]
+        .on
+        .iter()
+        .map(|a| a.node_id.as_str())
+        .collect();
+    on.sort_unstable();
+    assert!(on == ["e1", "e2"] || on == ["f1", "f2"], "{on:?}");
+}
+
+#[test]
+fn each_round_leaves_the_edge_alone_when_the_move_back_costs_more_than_it_gains() {
+    // The world of the test above over a 0.5 MB/s uplink: staging 1 GB on e1
+    // takes 2 000 s, and bringing the 200 MB checkpoint back 400 s, worth
+    // 400 × 6.8 = 2 720 iterations on c1. The T4 gains less before job 2's
+    // tail must start, so job 2 waits for the cloud instead.
+    let now = NOW;
+    let mut w = busy_cloud_idle_edge(now);
+    w.links.cloud_edge = cost::LinkSpec {
+        bandwidth_bps: 0.5e6,
+        latency_s: 0.03,
+        loss: 0.0,
+    };
+    let d2 = schedule(&w, now, &each_round())
+        .decision(2)
+        .unwrap()
+        .clone();
+    assert!(d2.segments.is_empty(), "{}", d2.explanation.reason);
+    assert_eq!(
+        d2.explanation.why,
+        [Reason::NoCapacityNow {
+            deadline_ms: now + 3 * H
+        }]
+    );
+}

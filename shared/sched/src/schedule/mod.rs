@@ -13,7 +13,11 @@
 //!    first: an SLO job (downgraded, or every SLO job under
 //!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
 //!    still meet its deadline, a best-effort job any leftover edge capacity;
-//!    cloud capacity free now only if the policy allows it.
+//!    cloud capacity free now only if the policy allows it. A job running
+//!    where it can go on (and still meet its deadline) stays there;
+//! 5. SLO jobs still waiting for the cloud may gain ground on idle edge
+//!    devices now, before a cloud tail later that meets the deadline, when
+//!    the progress pays for moving the checkpoint back.
 //!
 //! A plan for one job picks, among an edge placement (none, one node, or the
 //! top-k candidate nodes together) followed, if needed, by a cloud tail that
@@ -167,6 +171,7 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
             .then(a.0.1.total_cmp(&b.0.1))
             .then(a.0.2.cmp(&b.0.2))
     });
+    let mut waiting = Vec::new();
     for (_, j, entry) in best_effort {
         let ctx = round.job_ctx(j);
         let mut want = Want::Leftover;
@@ -188,11 +193,31 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         }
         let (segs, outcome) = match round.plan(&ctx, want) {
             Ok(c) => (c.segs, Outcome::Runs(c.why)),
+            Err(fail) if want == Want::MeetDeadline => {
+                waiting.push((j, entry, fail));
+                continue;
+            }
             Err(fail) => (Vec::new(), Outcome::Waits(fail)),
         };
         let story = Story::Leftover {
             entry,
             late,
+            outcome,
+        };
+        decisions.push(round.decide(&ctx, Verdict::BestEffort, segs, story));
+    }
+    // Once every job has had its chance at capacity free now, those still
+    // waiting for the cloud may gain ground on idle edge devices; their
+    // tails then take no capacity a job could run on now.
+    for (j, entry, fail) in waiting {
+        let ctx = round.job_ctx(j);
+        let (segs, outcome) = match round.edge_now_cloud_later(&ctx) {
+            Some(c) => (c.segs, Outcome::Runs(c.why)),
+            None => (Vec::new(), Outcome::Waits(fail)),
+        };
+        let story = Story::Leftover {
+            entry,
+            late: None,
             outcome,
         };
         decisions.push(round.decide(&ctx, Verdict::BestEffort, segs, story));

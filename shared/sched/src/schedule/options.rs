@@ -6,25 +6,27 @@ use super::grid::{Place, Round};
 use super::job::JobCtx;
 
 impl<'a> Round<'a> {
-    /// Edge placements worth trying: the best single nodes and the top-k together.
+    /// Edge placements worth trying: the best single nodes, the top-k
+    /// together, and each candidate's site: it with the nodes it has the
+    /// fastest measured links to, so a placement inside one site syncs
+    /// over the site's LAN rather than across sites.
     pub(super) fn edge_options(&self, ctx: &JobCtx, limit: usize) -> Vec<Place> {
         let spec = &ctx.job.spec;
+        let eligible = |q: usize| {
+            let n = &self.world.nodes[q];
+            !self.is_cloud(q)
+                && self.first_free[q] < limit
+                && self.free_slot_count[q] > 0
+                && n.memory_per_device_bytes >= spec.memory_per_worker_bytes
+                && ctx.tables[self.class_of[q]].is_some()
+                && (0..limit).any(|s| self.free[q * self.n_slots + s] > 0)
+        };
         let mut cands: Vec<usize> = Vec::new();
         for &q in &self.edge_index {
-            if cands.len() >= self.policy.edge_candidates {
+            if cands.len() >= self.policy.edge_candidates || self.first_free[q] >= limit {
                 break;
             }
-            if self.first_free[q] >= limit {
-                break;
-            }
-            let n = &self.world.nodes[q];
-            if self.free_slot_count[q] == 0
-                || n.memory_per_device_bytes < spec.memory_per_worker_bytes
-                || ctx.tables[self.class_of[q]].is_none()
-            {
-                continue;
-            }
-            if (0..limit).any(|s| self.free[q * self.n_slots + s] > 0) {
+            if eligible(q) {
                 cands.push(q);
             }
         }
@@ -47,24 +49,51 @@ impl<'a> Round<'a> {
                 opts.push(vec![(q, w)]);
             }
         }
+        self.groups(&cands, spec.min_workers, spec.max_workers, &mut opts);
+        let mut grouped: Vec<usize> = Vec::new();
+        for &seed in &cands {
+            if grouped.contains(&seed) {
+                continue;
+            }
+            let mut site = vec![seed];
+            site.extend(
+                self.links
+                    .near(seed)
+                    .iter()
+                    .copied()
+                    .filter(|&q| eligible(q)),
+            );
+            if site.len() < 2 {
+                continue;
+            }
+            site[1..].sort_by_cached_key(|&q| std::cmp::Reverse(free_before(q)));
+            grouped.extend(&site);
+            self.groups(&site, spec.min_workers, spec.max_workers, &mut opts);
+        }
+        opts
+    }
+
+    /// Every prefix of `nodes`, two nodes or more and at most
+    /// `max_edge_nodes`, with as many workers as it has devices up to `max`,
+    /// that reaches `min` workers.
+    fn groups(&self, nodes: &[usize], min: u32, max: u32, opts: &mut Vec<Place>) {
         let mut group: Place = Vec::new();
         let mut total = 0;
-        for &q in cands.iter().take(self.policy.max_edge_nodes) {
-            let w = self.world.nodes[q]
-                .devices
-                .min(spec.max_workers - total.min(spec.max_workers));
+        for &q in nodes.iter().take(self.policy.max_edge_nodes) {
+            let w = self.world.nodes[q].devices.min(max - total.min(max));
             if w == 0 {
                 break;
             }
             group.push((q, w));
             total += w;
-            if group.len() >= 2 && total >= spec.min_workers {
+            if group.len() >= 2 && total >= min {
                 let mut g = group.clone();
                 g.sort_unstable();
-                opts.push(g);
+                if !opts.contains(&g) {
+                    opts.push(g);
+                }
             }
         }
-        opts
     }
 
     /// Worker counts worth trying on a cloud group: min, max, powers of two, whole nodes.

@@ -73,6 +73,9 @@ impl<'a> Round<'a> {
                 *best = Some(c);
             }
         };
+        if !deadline && let Some(c) = self.stay(ctx, limit, deadline_ms) {
+            return Ok(c);
+        }
         let opts = self.edge_options(ctx, limit);
         let n_opts = opts.len();
         for place in opts {
@@ -233,6 +236,107 @@ impl<'a> Round<'a> {
             .fold(0.0, f64::max)
     }
 
+    /// A running job without a reservation stays where it runs when it can
+    /// go on there now and, if it has a deadline, still meets it: moving it
+    /// would pay a checkpoint and a restart for nothing it needs.
+    fn stay(&self, ctx: &JobCtx, limit: usize, deadline_ms: i64) -> Option<Candidate> {
+        if !ctx.job.progress.running || ctx.location.is_empty() {
+            return None;
+        }
+        let owed0 = ctx.job.progress.startup_left_s;
+        let run = self.walk(
+            ctx,
+            &ctx.location,
+            &ctx.location,
+            owed0,
+            0,
+            limit,
+            ctx.remaining,
+            false,
+        )?;
+        run.segs.first().filter(|s| s.first_slot == 0)?;
+        let finish_ms = run.finished;
+        if deadline_ms < i64::MAX && finish_ms.is_none_or(|f| f > deadline_ms) {
+            return None;
+        }
+        let cost = run.segs.iter().map(|s| s.cost).sum();
+        Some(Candidate {
+            segs: run.segs,
+            cost,
+            finish_ms,
+            why: Reason::Stays {
+                place: self.shares(&ctx.location),
+                finish_ms,
+            },
+        })
+    }
+
+    /// Without a reservation, a job the cloud cannot take now gains ground on
+    /// idle edge devices now, if a cloud tail later still meets the deadline:
+    /// every iteration done there is cloud time the job no longer needs. The
+    /// tail is held for this round only; the next round plans the job again.
+    pub(super) fn edge_now_cloud_later(&self, ctx: &JobCtx) -> Option<Candidate> {
+        let deadline_ms = ctx.job.spec.deadline_ms;
+        let limit = self.slots_before(deadline_ms);
+        let owed0 = ctx.job.progress.startup_left_s;
+        let mut runs: Vec<(usize, EdgeRun)> = Vec::new();
+        for place in self.edge_options(ctx, limit) {
+            // The stretch of slots the placement is free from now on.
+            let stretch = (0..limit).take_while(|&s| self.usable(&place, s)).count();
+            if stretch == 0 {
+                continue;
+            }
+            if let Some(run) = self.walk(
+                ctx,
+                &place,
+                &ctx.location,
+                owed0,
+                0,
+                stretch,
+                ctx.remaining,
+                true,
+            ) {
+                runs.push((stretch, run));
+            }
+        }
+        // The placements that gain the most ground first; a tail is priced
+        // for the best two only, so a waiting job costs a few tails a round.
+        runs.sort_by(|a, b| b.1.prog[b.0].total_cmp(&a.1.prog[a.0]));
+        let mut best: Option<Candidate> = None;
+        for (stretch, run) in runs.iter().take(2) {
+            // Switch at the end of the stretch, else halfway there, and so on.
+            let mut x = *stretch;
+            while x > 0 && run.prog[x] > 0.0 {
+                if let Some(c) = self.switch_to_cloud(ctx, run, x, run.prog[x], deadline_ms)
+                    && self.pays(ctx, &c, run.prog[x])
+                {
+                    let key = |c: &Candidate| (c.cost, c.finish_ms.unwrap_or(i64::MAX));
+                    if best.as_ref().is_none_or(|b| key(&c) < key(b)) {
+                        best = Some(c);
+                    }
+                    break;
+                }
+                x /= 2;
+            }
+        }
+        best
+    }
+
+    /// Whether the `done` iterations a hybrid plan `c` gains on the edge buy
+    /// more than its tail loses to start from the edge rather than from
+    /// where the job is now: `done − (s_edge − s_here) / t_tail > 0`, with
+    /// `s_edge` the tail's start-up from the edge (checkpoint transfer and
+    /// restart), `s_here` the same tail's start-up from the job's location,
+    /// seconds, and `t_tail` its step time, seconds per iteration.
+    fn pays(&self, ctx: &JobCtx, c: &Candidate, done: f64) -> bool {
+        let Some(tail) = c.segs.iter().find(|s| self.price(&s.place) > 0.0) else {
+            return false;
+        };
+        let owed = ctx.job.progress.startup_left_s;
+        let here = self.startup(ctx, &tail.place, &ctx.location, owed, false);
+        done - (tail.startup_s - here) / tail.step.total_s > 0.0
+    }
+
     /// Edge first, then the cloud from the latest switch point that still meets the deadline.
     pub(super) fn edge_then_cloud(
         &self,
@@ -252,47 +356,60 @@ impl<'a> Round<'a> {
             while x0 > 0 && run.prog[x0 - 1] >= done {
                 x0 -= 1;
             }
-            let (from, owed) = if run.ran_before[x0] {
-                (run.place.as_slice(), 0.0)
-            } else {
-                (ctx.location.as_slice(), ctx.job.progress.startup_left_s)
-            };
-            if let Some(tail) =
-                self.cloud_tail(ctx, x0, ctx.remaining - done, from, owed, deadline_ms)
-            {
-                let mut segs: Vec<Seg> = run
-                    .segs
-                    .iter()
-                    .filter(|s| s.first_slot < x0)
-                    .cloned()
-                    .collect();
-                if let Some(last) = segs.last_mut()
-                    && last.end_slot > x0
-                {
-                    let cut_ms = self.slot_start(x0);
-                    let secs = (cut_ms - last.start_ms) as f64 / 1000.0;
-                    last.iters = (secs - last.startup_s).max(0.0) / last.step.total_s;
-                    last.end_ms = cut_ms;
-                    last.end_slot = x0;
-                }
-                let cost: f64 = tail.iter().map(|s| s.cost).sum();
-                let finish_ms = tail.last().map(|s| s.end_ms);
-                let why = Reason::EdgeThenCloud {
-                    edge: self.shares(&run.place),
-                    edge_pct: 100.0 * done / ctx.remaining,
-                    cloud: self.shares(&tail[0].place),
-                    cost,
-                };
-                segs.extend(tail);
-                return Some(Candidate {
-                    segs,
-                    cost,
-                    finish_ms,
-                    why,
-                });
+            if let Some(c) = self.switch_to_cloud(ctx, run, x0, done, deadline_ms) {
+                return Some(c);
             }
             x = x0 - 1;
         }
         None
+    }
+
+    /// The plan that runs `run` on the edge up to slot boundary `x0`, where
+    /// it has done `done` iterations, then a cloud tail that finishes the
+    /// rest by the deadline, if one does.
+    fn switch_to_cloud(
+        &self,
+        ctx: &JobCtx,
+        run: &EdgeRun,
+        x0: usize,
+        done: f64,
+        deadline_ms: i64,
+    ) -> Option<Candidate> {
+        let (from, owed) = if run.ran_before[x0] {
+            (run.place.as_slice(), 0.0)
+        } else {
+            (ctx.location.as_slice(), ctx.job.progress.startup_left_s)
+        };
+        let tail = self.cloud_tail(ctx, x0, ctx.remaining - done, from, owed, deadline_ms)?;
+        let mut segs: Vec<Seg> = run
+            .segs
+            .iter()
+            .filter(|s| s.first_slot < x0)
+            .cloned()
+            .collect();
+        if let Some(last) = segs.last_mut()
+            && last.end_slot > x0
+        {
+            let cut_ms = self.slot_start(x0);
+            let secs = (cut_ms - last.start_ms) as f64 / 1000.0;
+            last.iters = (secs - last.startup_s).max(0.0) / last.step.total_s;
+            last.end_ms = cut_ms;
+            last.end_slot = x0;
+        }
+        let cost: f64 = tail.iter().map(|s| s.cost).sum();
+        let finish_ms = tail.last().map(|s| s.end_ms);
+        let why = Reason::EdgeThenCloud {
+            edge: self.shares(&run.place),
+            edge_pct: 100.0 * done / ctx.remaining,
+            cloud: self.shares(&tail[0].place),
+            cost,
+        };
+        segs.extend(tail);
+        Some(Candidate {
+            segs,
+            cost,
+            finish_ms,
+            why,
+        })
     }
 }

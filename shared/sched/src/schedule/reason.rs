@@ -148,6 +148,13 @@ pub enum Reason {
         /// The cloud tail's cost, currency units.
         cost: f64,
     },
+    /// It keeps running where it is and still finishes by its deadline.
+    Stays {
+        /// Where it runs.
+        place: Vec<Share>,
+        /// Expected finish within the horizon, Unix ms.
+        finish_ms: Option<i64>,
+    },
     /// No edge capacity is free now; unreserved cloud capacity runs it.
     CloudNow {
         /// The cloud placement.
@@ -301,6 +308,19 @@ impl fmt::Display for Reason {
                 Place(edge),
                 Place(cloud)
             ),
+            Reason::Stays {
+                place,
+                finish_ms: Some(t),
+            } => write!(
+                f,
+                "keeps running on {} and finishes at {}, so it does not move",
+                Place(place),
+                Utc(*t)
+            ),
+            Reason::Stays {
+                place,
+                finish_ms: None,
+            } => write!(f, "keeps running on {} while it stays free", Place(place)),
             Reason::CloudNow { place, cost } => write!(
                 f,
                 "no free edge capacity now; runs on cloud capacity no reservation holds, {} for {cost:.2}",
