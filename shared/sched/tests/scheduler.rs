@@ -614,6 +614,16 @@ mod guarantee {
             let both = Policy { run_ahead: true, reshuffle: true, ..Policy::default() };
             keeps_guarantees(both, nodes, jobs)?;
         }
+
+        #[test]
+        fn queue_admission_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
+            let queue = Policy {
+                admission: AdmissionMode::Queue,
+                best_effort_order: BestEffortOrder::ShortestRemainingTime,
+                ..Policy::default()
+            };
+            keeps_guarantees(queue, nodes, jobs)?;
+        }
     }
 
     #[test]
@@ -865,4 +875,79 @@ fn each_round_leaves_the_edge_alone_when_the_move_back_costs_more_than_it_gains(
             deadline_ms: now + 3 * H
         }]
     );
+}
+
+fn queue() -> Policy {
+    Policy {
+        admission: AdmissionMode::Queue,
+        ..each_round()
+    }
+}
+
+#[test]
+fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
+    // One A100. Job 1 (20 000 it ≈ 49 min, due in 10 h) is admitted when it
+    // starts. Job 2 (5 000 it ≈ 12 min, due in 30 min) arrives 10 min later:
+    // it takes the GPU now, and job 1 keeps its guarantee on a plan that
+    // resumes once job 2 is done and still meets its deadline.
+    let now = NOW;
+    let w = world(
+        vec![cloud("c1", 1)],
+        vec![job(1, JobClass::Slo, now, now + 10 * H, 20_000.0)],
+    );
+    let d1 = schedule(&w, now, &queue()).decision(1).unwrap().clone();
+    assert_eq!(
+        d1.verdict,
+        Verdict::Guaranteed { since_ms: now },
+        "{}",
+        d1.explanation.reason
+    );
+    assert!(matches!(d1.action, Action::Start { .. }));
+    assert!(d1.explanation.reason.starts_with("admitted as guaranteed"));
+
+    let later = now + 10 * 60_000;
+    let mut j1 = w.jobs[0].clone();
+    j1.admission = d1.verdict.admission().unwrap();
+    j1.reservation = d1.segments.clone();
+    j1.progress = Progress {
+        done_iters: 10.0 * 60.0 * 6.8,
+        attained_s: 600.0,
+        location: vec![Assignment {
+            node_id: "c1".into(),
+            workers: 1,
+        }],
+        running: true,
+        startup_left_s: 0.0,
+    };
+    let j2 = job(2, JobClass::Slo, later, later + 30 * 60_000, 5_000.0);
+    let plan = schedule(
+        &world(vec![cloud("c1", 1)], vec![j1.clone(), j2.clone()]),
+        later,
+        &queue(),
+    );
+    let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
+    assert!(
+        matches!(d2.action, Action::Start { .. }),
+        "{}",
+        d2.explanation.reason
+    );
+    assert_eq!(d2.verdict, Verdict::Guaranteed { since_ms: later });
+    assert_eq!(
+        d1.verdict,
+        Verdict::Guaranteed { since_ms: now },
+        "{}",
+        d1.explanation.reason
+    );
+    assert_eq!(d1.action, Action::Pause, "{}", d1.explanation.reason);
+    let resume = d1.segments.first().unwrap();
+    assert!(resume.start_ms >= d2.segments[0].end_ms, "{resume:?}");
+    assert!(d1.explanation.expected_finish_ms.unwrap() <= now + 10 * H);
+
+    // Under reserve admission job 2 cannot take job 1's GPU and is turned away.
+    let reserve = Policy {
+        admission: AdmissionMode::Reserve,
+        ..each_round()
+    };
+    let plan = schedule(&world(vec![cloud("c1", 1)], vec![j1, j2]), later, &reserve);
+    assert_eq!(plan.decision(2).unwrap().verdict, Verdict::Rejected);
 }

@@ -12,6 +12,13 @@ pub(super) enum Entry {
     BestEffortJob,
     /// An SLO job under each-round admission.
     EachRound,
+    /// An SLO job queued for a plan that meets its deadline (queue admission).
+    Queued,
+    /// A guaranteed job taking its turn with the queued ones (queue admission).
+    Held {
+        /// When it was admitted, Unix ms.
+        since_ms: i64,
+    },
     /// An SLO job that could not be guaranteed and asked to run best-effort.
     Downgraded(Reason),
 }
@@ -73,7 +80,10 @@ impl Story {
             } => {
                 let entry = match entry {
                     Entry::Downgraded(r) => Some(r),
-                    Entry::BestEffortJob | Entry::EachRound => None,
+                    Entry::BestEffortJob
+                    | Entry::EachRound
+                    | Entry::Queued
+                    | Entry::Held { .. } => None,
                 };
                 let outcome = match outcome {
                     Outcome::TurnedAway(r) | Outcome::Runs(r) | Outcome::Waits(r) => r,
@@ -107,6 +117,10 @@ impl fmt::Display for Story {
                     Entry::EachRound => {
                         f.write_str("admitted without a reservation (admission = each-round)")?
                     }
+                    Entry::Held { .. } => f.write_str("guaranteed")?,
+                    Entry::Queued => f.write_str(
+                        "queued until a plan meets its deadline on capacity nobody holds (admission = queue)",
+                    )?,
                     Entry::Downgraded(r) => write!(
                         f,
                         "cannot be guaranteed ({r}); admitted best-effort as asked"

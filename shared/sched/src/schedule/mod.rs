@@ -64,6 +64,42 @@ pub const DONE_EPS_ITERS: f64 = 1e-6;
 
 /// Runs one scheduling round at `now_ms` (Unix ms); see the module docs.
 pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPlan {
+    if policy.admission == AdmissionMode::Queue {
+        let mut first = Vec::new();
+        for _ in 0..=MAX_PROMOTIONS {
+            match plan_round(world, now_ms, policy, Some(&first)) {
+                Ok(plan) => return plan,
+                Err(Stuck(id)) => first.push(id),
+            }
+        }
+    }
+    match plan_round(world, now_ms, policy, None) {
+        Ok(plan) => plan,
+        Err(Stuck(id)) => {
+            unreachable!("job {id} was held in order in a round that keeps reservations first")
+        }
+    }
+}
+
+/// How many guaranteed jobs a queue-admission round moves to the front,
+/// one per try, before it keeps every reservation first instead.
+const MAX_PROMOTIONS: usize = 8;
+
+/// A guaranteed job that found no plan meeting its deadline in its turn.
+struct Stuck(u64);
+
+/// One round. With `in_order` (queue admission), guaranteed jobs take their
+/// turn with the queued ones, shortest first, so a short arrival may run
+/// before a long job that is already guaranteed, which then runs later on a
+/// plan that still meets its deadline; the guaranteed jobs listed in it go
+/// first, in that order. A guaranteed job that finds no such plan in its turn
+/// stops the round (`Stuck`), to be tried again with that job first.
+fn plan_round(
+    world: &WorldSnapshot,
+    now_ms: i64,
+    policy: &Policy,
+    in_order: Option<&[u64]>,
+) -> Result<RoundPlan, Stuck> {
     let mut round = Round::new(world, now_ms, policy);
     let mut decisions = Vec::with_capacity(world.jobs.len());
 
@@ -71,12 +107,16 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
     let mut pending: Vec<&JobState> = Vec::new();
     let mut best_effort: Vec<(&JobState, Entry)> = Vec::new();
     for j in &world.jobs {
-        match (j.admission, j.spec.class) {
-            (Admission::Guaranteed { .. }, _) => guaranteed.push(j),
-            (Admission::Pending, JobClass::Slo) => match policy.admission {
-                AdmissionMode::Reserve => pending.push(j),
-                AdmissionMode::EachRound => best_effort.push((j, Entry::EachRound)),
-            },
+        match (j.admission, j.spec.class, policy.admission) {
+            (Admission::Guaranteed { since_ms }, _, _) if in_order.is_some() => {
+                best_effort.push((j, Entry::Held { since_ms }));
+            }
+            (Admission::Guaranteed { .. }, _, _) => guaranteed.push(j),
+            (_, JobClass::Slo, AdmissionMode::Queue) => best_effort.push((j, Entry::Queued)),
+            (Admission::Pending, JobClass::Slo, AdmissionMode::Reserve) => pending.push(j),
+            (Admission::Pending, JobClass::Slo, AdmissionMode::EachRound) => {
+                best_effort.push((j, Entry::EachRound));
+            }
             _ => best_effort.push((j, Entry::BestEffortJob)),
         }
     }
@@ -166,14 +206,35 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         .into_iter()
         .map(|(j, entry)| (key(j), j, entry))
         .collect();
+    let front = |j: &JobState| {
+        in_order
+            .and_then(|first| first.iter().position(|&id| id == j.spec.id))
+            .unwrap_or(usize::MAX)
+    };
     best_effort.sort_by(|a, b| {
-        (a.0.0.cmp(&b.0.0))
+        (front(a.1).cmp(&front(b.1)))
+            .then(a.0.0.cmp(&b.0.0))
             .then(a.0.1.total_cmp(&b.0.1))
             .then(a.0.2.cmp(&b.0.2))
     });
     let mut waiting = Vec::new();
     for (_, j, entry) in best_effort {
         let ctx = round.job_ctx(j);
+        if let Entry::Held { since_ms } = entry {
+            let verdict = Verdict::Guaranteed { since_ms };
+            let c = round
+                .plan(&ctx, Want::MeetDeadline)
+                .ok()
+                .filter(|c| c.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms))
+                .or_else(|| round.plan(&ctx, Want::Guarantee).ok())
+                .ok_or(Stuck(j.spec.id))?;
+            let story = Story::Replanned {
+                broke: Reason::Reshuffled,
+                plan: c.why,
+            };
+            decisions.push(round.decide(&ctx, verdict, c.segs, story));
+            continue;
+        }
         let mut want = Want::Leftover;
         let mut late = None;
         if j.spec.class == JobClass::Slo {
@@ -192,6 +253,14 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
             }
         }
         let (segs, outcome) = match round.plan(&ctx, want) {
+            Ok(c)
+                if matches!(entry, Entry::Queued)
+                    && c.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms) =>
+            {
+                let verdict = Verdict::Guaranteed { since_ms: now_ms };
+                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
+                continue;
+            }
             Ok(c) => (c.segs, Outcome::Runs(c.why)),
             Err(fail) if want == Want::MeetDeadline => {
                 waiting.push((j, entry, fail));
@@ -237,7 +306,7 @@ pub fn schedule(world: &WorldSnapshot, now_ms: i64, policy: &Policy) -> RoundPla
         }
     }
     decisions.sort_by_key(|d| d.job_id);
-    RoundPlan { now_ms, decisions }
+    Ok(RoundPlan { now_ms, decisions })
 }
 
 /// Every guarantee planned again with the new arrivals, earliest deadline

@@ -172,7 +172,7 @@ impl<'a> Round<'a> {
         // Cloud capacity free now is for best-effort work only if the policy
         // says so; under each-round admission it is where SLO jobs run.
         let cloud_now_allowed = self.policy.best_effort_cloud
-            || (due && self.policy.admission == AdmissionMode::EachRound);
+            || (due && self.policy.admission != AdmissionMode::Reserve);
         if !deadline
             && cloud_now_allowed
             && best
