@@ -57,9 +57,10 @@ pub struct Policy {
 
 impl Default for Policy {
     /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
-    /// 2-minute grace, least-attained-service, 12 candidates, up to 8 edge
-    /// nodes, best-effort jobs on leftover cloud capacity too, reservations
-    /// at admission, each job's own `on_infeasible`.
+    /// 2-minute grace, shortest remaining time first (every job states its
+    /// iterations), 12 candidates, up to 8 edge nodes, best-effort jobs on
+    /// leftover cloud capacity too, queue admission, each job's own
+    /// `on_infeasible`.
     fn default() -> Self {
         Policy {
             slot_ms: 900_000,
@@ -67,11 +68,11 @@ impl Default for Policy {
             gamma: DEFAULT_GAMMA,
             restart_s: 30.0,
             grace_ms: 120_000,
-            best_effort_order: BestEffortOrder::LeastAttainedService,
+            best_effort_order: BestEffortOrder::ShortestRemainingTime,
             edge_candidates: 12,
             max_edge_nodes: 8,
             best_effort_cloud: true,
-            admission: AdmissionMode::Reserve,
+            admission: AdmissionMode::Queue,
             run_ahead: false,
             reshuffle: false,
             on_infeasible: None,

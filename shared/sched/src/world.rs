@@ -436,7 +436,6 @@ pub enum BestEffortOrder {
 pub enum AdmissionMode {
     /// On arrival a job gets a reservation that meets its deadline and keeps
     /// it (guaranteed), or is turned away or downgraded (`on_infeasible`).
-    #[default]
     Reserve,
     /// No reservations: every round, SLO jobs take the capacity free now on
     /// which they can still meet their deadline, in `best_effort_order`; a job
@@ -450,6 +449,7 @@ pub enum AdmissionMode {
     /// that plan as its reservation, which later rounds keep first, as under
     /// `reserve`. The promise comes when the job starts (or its edge window
     /// is booked), not on arrival, so a burst is served shortest first.
+    #[default]
     Queue,
 }
 

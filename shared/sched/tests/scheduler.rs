@@ -10,8 +10,14 @@ use tidemill_sched::*;
 const NOW: i64 = 18 * H;
 const NIGHT: (i64, i64) = (22 * H, 30 * H);
 
+/// Reserve admission in least-attained-service order: the policy these
+/// hand-built scenarios were written for (queue admission has its own tests).
 fn policy() -> Policy {
-    Policy::default()
+    Policy {
+        admission: AdmissionMode::Reserve,
+        best_effort_order: BestEffortOrder::LeastAttainedService,
+        ..Policy::default()
+    }
 }
 
 #[test]
@@ -601,28 +607,23 @@ mod guarantee {
 
         #[test]
         fn guaranteed_jobs_never_miss_their_deadlines((nodes, jobs) in arb_instance()) {
-            keeps_guarantees(Policy::default(), nodes, jobs)?;
+            keeps_guarantees(super::policy(), nodes, jobs)?;
         }
 
         #[test]
         fn running_ahead_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
-            keeps_guarantees(Policy { run_ahead: true, ..Policy::default() }, nodes, jobs)?;
+            keeps_guarantees(Policy { run_ahead: true, ..super::policy() }, nodes, jobs)?;
         }
 
         #[test]
         fn reshuffling_and_running_ahead_break_no_guarantee_and_overbook_no_node((nodes, jobs) in arb_instance()) {
-            let both = Policy { run_ahead: true, reshuffle: true, ..Policy::default() };
+            let both = Policy { run_ahead: true, reshuffle: true, ..super::policy() };
             keeps_guarantees(both, nodes, jobs)?;
         }
 
         #[test]
-        fn queue_admission_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
-            let queue = Policy {
-                admission: AdmissionMode::Queue,
-                best_effort_order: BestEffortOrder::ShortestRemainingTime,
-                ..Policy::default()
-            };
-            keeps_guarantees(queue, nodes, jobs)?;
+        fn the_default_queue_admission_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
+            keeps_guarantees(Policy::default(), nodes, jobs)?;
         }
     }
 
@@ -639,7 +640,7 @@ mod guarantee {
             job(2, JobClass::Slo, 18 * H, 33 * H, 40_000.0),
             job(3, JobClass::BestEffort, 18 * H, 33 * H, 5_000.0),
         ];
-        let out = simulate(nodes, jobs, &Policy::default(), 18 * H, 40 * H);
+        let out = simulate(nodes, jobs, &super::policy(), 18 * H, 40 * H);
         assert!(out.iter().all(|o| o.finished_ms.is_some()), "{out:?}");
         assert!(
             out.iter().filter(|o| o.ever_guaranteed).count() == 2,
@@ -950,4 +951,35 @@ fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
     };
     let plan = schedule(&world(vec![cloud("c1", 1)], vec![j1, j2]), later, &reserve);
     assert_eq!(plan.decision(2).unwrap().verdict, Verdict::Rejected);
+}
+
+#[test]
+fn a_box_taken_at_its_first_free_slot_yields_to_a_free_one() {
+    // One candidate per job: after job 1 takes e1 tonight, job 2 must be
+    // offered e2, which is free from the same slot, rather than e1 again.
+    let policy = Policy {
+        edge_candidates: 1,
+        ..policy()
+    };
+    let w = world(
+        vec![edge("e1", 1, &[NIGHT], 90.0), edge("e2", 1, &[NIGHT], 90.0)],
+        vec![
+            job(1, JobClass::Slo, NOW, 32 * H, 20_000.0),
+            job(2, JobClass::Slo, NOW, 32 * H, 20_000.0),
+        ],
+    );
+    let plan = schedule(&w, NOW, &policy);
+    let on = |id: u64| {
+        let d = plan.decision(id).unwrap();
+        assert!(
+            matches!(d.verdict, Verdict::Guaranteed { .. }),
+            "{}",
+            d.explanation.reason
+        );
+        d.explanation.nodes.clone()
+    };
+    assert_eq!(
+        (on(1), on(2)),
+        (vec!["e1".to_string()], vec!["e2".to_string()])
+    );
 }

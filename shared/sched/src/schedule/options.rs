@@ -21,15 +21,22 @@ impl<'a> Round<'a> {
                 && ctx.tables[self.class_of[q]].is_some()
                 && (0..limit).any(|s| self.free[q * self.n_slots + s] > 0)
         };
+        // Nodes still free at their first free slot come first: one that an
+        // earlier plan took there is kept only to fill up the candidates.
+        let want = self.policy.edge_candidates;
         let mut cands: Vec<usize> = Vec::new();
+        let mut taken: Vec<usize> = Vec::new();
         for &q in &self.edge_index {
-            if cands.len() >= self.policy.edge_candidates || self.first_free[q] >= limit {
+            if cands.len() >= want || self.first_free[q] >= limit {
                 break;
             }
-            if eligible(q) {
-                cands.push(q);
+            let fresh = self.free[q * self.n_slots + self.first_free[q]] > 0;
+            if (fresh || taken.len() < want) && eligible(q) {
+                if fresh { cands.push(q) } else { taken.push(q) }
             }
         }
+        let fill = want.saturating_sub(cands.len());
+        cands.extend(taken.into_iter().take(fill));
         // Keep the current location first so a running job can stay put.
         for &(q, _) in &ctx.location {
             if !self.is_cloud(q) && !cands.contains(&q) {
