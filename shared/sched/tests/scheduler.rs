@@ -940,6 +940,7 @@ fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
         d1.explanation.reason
     );
     assert_eq!(d1.action, Action::Pause, "{}", d1.explanation.reason);
+    assert_eq!(d1.explanation.why.first(), Some(&Reason::InTurn));
     let resume = d1.segments.first().unwrap();
     assert!(resume.start_ms >= d2.segments[0].end_ms, "{resume:?}");
     assert!(d1.explanation.expected_finish_ms.unwrap() <= now + 10 * H);

@@ -229,7 +229,7 @@ fn plan_round(
                 .or_else(|| round.plan(&ctx, Want::Guarantee).ok())
                 .ok_or(Stuck(j.spec.id))?;
             let story = Story::Replanned {
-                broke: Reason::Reshuffled,
+                broke: Reason::InTurn,
                 plan: c.why,
             };
             decisions.push(round.decide(&ctx, verdict, c.segs, story));

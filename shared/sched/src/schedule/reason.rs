@@ -56,6 +56,9 @@ pub enum Reason {
     WorkDone,
     /// New jobs arrived, and every guarantee was planned again, earliest deadline first.
     Reshuffled,
+    /// Under queue admission a guaranteed job is planned again every round,
+    /// in its turn with the queue, shortest first.
+    InTurn,
     /// A guaranteed job its reservation leaves idle now runs ahead on free capacity.
     RunsAhead {
         /// Where.
@@ -219,6 +222,9 @@ impl fmt::Display for Reason {
                 grace_ms / 1000
             ),
             Reason::WorkDone => f.write_str("its work is done"),
+            Reason::InTurn => f.write_str(
+                "guaranteed jobs take their turn with the queue each round, shortest first",
+            ),
             Reason::Reshuffled => f.write_str(
                 "new jobs arrived and every guarantee was planned again, earliest deadline first",
             ),
