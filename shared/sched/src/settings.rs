@@ -59,7 +59,8 @@ impl Default for Policy {
     /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
     /// 2-minute grace, shortest remaining time first (every job states its
     /// iterations), 12 candidates, up to 8 edge nodes, best-effort jobs on
-    /// leftover cloud capacity too, queue admission, each job's own
+    /// leftover cloud capacity too, queue admission with guaranteed jobs
+    /// running ahead on capacity nothing holds now, each job's own
     /// `on_infeasible`.
     fn default() -> Self {
         Policy {
@@ -73,7 +74,7 @@ impl Default for Policy {
             max_edge_nodes: 8,
             best_effort_cloud: true,
             admission: AdmissionMode::Queue,
-            run_ahead: false,
+            run_ahead: true,
             reshuffle: false,
             on_infeasible: None,
         }

@@ -10,12 +10,14 @@ use tidemill_sched::*;
 const NOW: i64 = 18 * H;
 const NIGHT: (i64, i64) = (22 * H, 30 * H);
 
-/// Reserve admission in least-attained-service order: the policy these
-/// hand-built scenarios were written for (queue admission has its own tests).
+/// Reserve admission in least-attained-service order, without running
+/// ahead: the policy these hand-built scenarios were written for (queue
+/// admission has its own tests).
 fn policy() -> Policy {
     Policy {
         admission: AdmissionMode::Reserve,
         best_effort_order: BestEffortOrder::LeastAttainedService,
+        run_ahead: false,
         ..Policy::default()
     }
 }
