@@ -310,11 +310,7 @@ fn several_edge_nodes_only_when_the_cost_model_says_faster() {
 
     // Over a slow edge-edge link the sync makes two boxes slower than one: no multi-edge.
     let mut w = world(nodes, vec![j]);
-    w.links.edge_edge = cost::LinkSpec {
-        bandwidth_bps: 1e6,
-        latency_s: 0.05,
-        loss: 0.0,
-    };
+    w.links.edge_edge = link(1e6, 0.05);
     let d = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
     assert_ne!(
         d.explanation.shape,
@@ -813,17 +809,9 @@ fn a_multi_edge_placement_stays_inside_one_site() {
         edge("e2", 1, &[NIGHT], 90.0),
         edge("f2", 1, &[NIGHT], 90.0),
     ];
-    let lan = cost::LinkSpec {
-        bandwidth_bps: 1.25e9,
-        latency_s: 0.0002,
-        loss: 0.0,
-    };
+    let lan = link(1.25e9, 0.0002);
     let mut w = world(nodes, vec![j]);
-    w.links.edge_edge = cost::LinkSpec {
-        bandwidth_bps: 1.25e6,
-        latency_s: 0.01,
-        loss: 0.0,
-    };
+    w.links.edge_edge = link(1.25e6, 0.01);
     let across = schedule(&w, NOW, &policy()).decision(1).unwrap().clone();
     assert_eq!(
         across.verdict,
@@ -862,11 +850,7 @@ fn each_round_leaves_the_edge_alone_when_the_move_back_costs_more_than_it_gains(
     // tail must start, so job 2 waits for the cloud instead.
     let now = NOW;
     let mut w = busy_cloud_idle_edge(now);
-    w.links.cloud_edge = cost::LinkSpec {
-        bandwidth_bps: 0.5e6,
-        latency_s: 0.03,
-        loss: 0.0,
-    };
+    w.links.cloud_edge = link(0.5e6, 0.03);
     let d2 = schedule(&w, now, &each_round())
         .decision(2)
         .unwrap()

@@ -4,10 +4,13 @@
 
 use crate::decision::{Action, Explanation, JobDecision, Segment, Shape, Verdict};
 
+use crate::world::OnInfeasible;
+
 use super::DONE_EPS_ITERS;
-use super::explain::Story;
+use super::explain::{Entry, Story};
 use super::grid::Round;
 use super::job::JobCtx;
+use super::plan::Candidate;
 use super::reason::{Reason, Share, Stretch};
 use super::walk::Seg;
 
@@ -90,6 +93,37 @@ impl<'a> Round<'a> {
                 why,
             },
             segments,
+        }
+    }
+
+    /// A new SLO job admitted as guaranteed from now, on plan `c`.
+    pub(super) fn admit(&mut self, ctx: &JobCtx, c: Candidate) -> JobDecision {
+        let verdict = Verdict::Guaranteed {
+            since_ms: self.now_ms,
+        };
+        self.decide(ctx, verdict, c.segs, Story::Admitted(c.why))
+    }
+
+    /// A job guaranteed since `since_ms` on a new plan `c`, and why it has one.
+    pub(super) fn replan(
+        &mut self,
+        ctx: &JobCtx,
+        since_ms: i64,
+        broke: Reason,
+        c: Candidate,
+    ) -> JobDecision {
+        let story = Story::Replanned { broke, plan: c.why };
+        self.decide(ctx, Verdict::Guaranteed { since_ms }, c.segs, story)
+    }
+
+    /// A new SLO job no plan can guarantee, for `fail`: its rejection, or
+    /// (`Err`) the entry under which it runs best-effort, as it asked.
+    pub(super) fn refuse(&mut self, ctx: &JobCtx, fail: Reason) -> Result<JobDecision, Entry> {
+        match self.policy.on_infeasible_for(&ctx.job.spec) {
+            OnInfeasible::Reject => {
+                Ok(self.decide(ctx, Verdict::Rejected, Vec::new(), Story::Rejected(fail)))
+            }
+            OnInfeasible::BestEffort => Err(Entry::Downgraded(fail)),
         }
     }
 

@@ -157,13 +157,7 @@ fn plan_round(
             let ctx = round.job_ctx(j);
             let verdict = Verdict::Guaranteed { since_ms };
             match round.plan(&ctx, Want::Guarantee) {
-                Ok(c) => {
-                    let story = Story::Replanned {
-                        broke: why,
-                        plan: c.why,
-                    };
-                    decisions.push(round.decide(&ctx, verdict, c.segs, story));
-                }
+                Ok(c) => decisions.push(round.replan(&ctx, since_ms, why, c)),
                 Err(fail) => {
                     let c = round
                         .plan(&ctx, Want::MeetDeadline)
@@ -178,17 +172,14 @@ fn plan_round(
         pending.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
         for j in pending {
             let ctx = round.job_ctx(j);
-            match round.plan(&ctx, Want::Guarantee) {
-                Ok(c) => {
-                    let verdict = Verdict::Guaranteed { since_ms: now_ms };
-                    decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
-                }
-                Err(fail) => match policy.on_infeasible_for(&j.spec) {
-                    OnInfeasible::Reject => {
-                        let story = Story::Rejected(fail);
-                        decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
-                    }
-                    OnInfeasible::BestEffort => best_effort.push((j, Entry::Downgraded(fail))),
+            match round
+                .plan(&ctx, Want::Guarantee)
+                .map(|c| round.admit(&ctx, c))
+            {
+                Ok(d) => decisions.push(d),
+                Err(fail) => match round.refuse(&ctx, fail) {
+                    Ok(d) => decisions.push(d),
+                    Err(entry) => best_effort.push((j, entry)),
                 },
             }
         }
@@ -221,18 +212,13 @@ fn plan_round(
     for (_, j, entry) in best_effort {
         let ctx = round.job_ctx(j);
         if let Entry::Held { since_ms } = entry {
-            let verdict = Verdict::Guaranteed { since_ms };
             let c = round
                 .plan(&ctx, Want::MeetDeadline)
                 .ok()
-                .filter(|c| c.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms))
+                .filter(|c| c.finishes_by(j.spec.deadline_ms))
                 .or_else(|| round.plan(&ctx, Want::Guarantee).ok())
                 .ok_or(Stuck(j.spec.id))?;
-            let story = Story::Replanned {
-                broke: Reason::InTurn,
-                plan: c.why,
-            };
-            decisions.push(round.decide(&ctx, verdict, c.segs, story));
+            decisions.push(round.replan(&ctx, since_ms, Reason::InTurn, c));
             continue;
         }
         let mut want = Want::Leftover;
@@ -253,12 +239,8 @@ fn plan_round(
             }
         }
         let (segs, outcome) = match round.plan(&ctx, want) {
-            Ok(c)
-                if matches!(entry, Entry::Queued)
-                    && c.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms) =>
-            {
-                let verdict = Verdict::Guaranteed { since_ms: now_ms };
-                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
+            Ok(c) if matches!(entry, Entry::Queued) && c.finishes_by(j.spec.deadline_ms) => {
+                decisions.push(round.admit(&ctx, c));
                 continue;
             }
             Ok(c) => (c.segs, Outcome::Runs(c.why)),
@@ -336,24 +318,13 @@ fn reshuffle<'a>(
         };
         match (round.plan(&ctx, Want::Guarantee), since) {
             (Ok(c), Some(since_ms)) => {
-                let story = Story::Replanned {
-                    broke: Reason::Reshuffled,
-                    plan: c.why,
-                };
-                let verdict = Verdict::Guaranteed { since_ms };
-                decisions.push(round.decide(&ctx, verdict, c.segs, story));
+                decisions.push(round.replan(&ctx, since_ms, Reason::Reshuffled, c));
             }
-            (Ok(c), None) => {
-                let verdict = Verdict::Guaranteed { since_ms: now_ms };
-                decisions.push(round.decide(&ctx, verdict, c.segs, Story::Admitted(c.why)));
-            }
+            (Ok(c), None) => decisions.push(round.admit(&ctx, c)),
             (Err(_), Some(_)) => return None,
-            (Err(fail), None) => match policy.on_infeasible_for(&j.spec) {
-                OnInfeasible::Reject => {
-                    let story = Story::Rejected(fail);
-                    decisions.push(round.decide(&ctx, Verdict::Rejected, Vec::new(), story));
-                }
-                OnInfeasible::BestEffort => downgraded.push((j, Entry::Downgraded(fail))),
+            (Err(fail), None) => match round.refuse(&ctx, fail) {
+                Ok(d) => decisions.push(d),
+                Err(entry) => downgraded.push((j, entry)),
             },
         }
     }

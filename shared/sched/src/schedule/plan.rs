@@ -33,6 +33,13 @@ pub(super) struct Candidate {
     pub(super) why: Reason,
 }
 
+impl Candidate {
+    /// Whether the plan finishes the work by `deadline_ms`.
+    pub(super) fn finishes_by(&self, deadline_ms: i64) -> bool {
+        self.finish_ms.is_some_and(|f| f <= deadline_ms)
+    }
+}
+
 impl<'a> Round<'a> {
     /// Plans a job for what `want` asks; see [`Want`].
     pub(super) fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, Reason> {
@@ -73,7 +80,7 @@ impl<'a> Round<'a> {
                 *best = Some(c);
             }
         };
-        if !deadline && let Some(c) = self.stay(ctx, limit, deadline_ms) {
+        if !deadline && let Some(c) = self.stay(ctx, limit, due.then_some(deadline_ms)) {
             return Ok(c);
         }
         let opts = self.edge_options(ctx, limit);
@@ -168,7 +175,7 @@ impl<'a> Round<'a> {
                 &mut best,
             );
         }
-        let misses = |b: &Candidate| due && b.finish_ms.is_none_or(|f| f > deadline_ms);
+        let misses = |b: &Candidate| due && !b.finishes_by(deadline_ms);
         // Cloud capacity free now is for best-effort work only if the policy
         // says so; under each-round admission it is where SLO jobs run.
         let cloud_now_allowed = self.policy.best_effort_cloud
@@ -237,9 +244,9 @@ impl<'a> Round<'a> {
     }
 
     /// A running job without a reservation stays where it runs when it can
-    /// go on there now and, if it has a deadline, still meets it: moving it
-    /// would pay a checkpoint and a restart for nothing it needs.
-    fn stay(&self, ctx: &JobCtx, limit: usize, deadline_ms: i64) -> Option<Candidate> {
+    /// go on there now and, if it is held to `deadline_ms`, still meets it:
+    /// moving it would pay a checkpoint and a restart for nothing it needs.
+    fn stay(&self, ctx: &JobCtx, limit: usize, deadline_ms: Option<i64>) -> Option<Candidate> {
         if !ctx.job.progress.running || ctx.location.is_empty() {
             return None;
         }
@@ -256,11 +263,8 @@ impl<'a> Round<'a> {
         )?;
         run.segs.first().filter(|s| s.first_slot == 0)?;
         let finish_ms = run.finished;
-        if deadline_ms < i64::MAX && finish_ms.is_none_or(|f| f > deadline_ms) {
-            return None;
-        }
         let cost = run.segs.iter().map(|s| s.cost).sum();
-        Some(Candidate {
+        let c = Candidate {
             segs: run.segs,
             cost,
             finish_ms,
@@ -268,7 +272,8 @@ impl<'a> Round<'a> {
                 place: self.shares(&ctx.location),
                 finish_ms,
             },
-        })
+        };
+        deadline_ms.is_none_or(|d| c.finishes_by(d)).then_some(c)
     }
 
     /// Without a reservation, a job the cloud cannot take now gains ground on

@@ -84,6 +84,15 @@ pub fn job(
     }
 }
 
+/// A loss-free link: bytes/s and one-way seconds.
+pub fn link(bandwidth_bps: f64, latency_s: f64) -> cost::LinkSpec {
+    cost::LinkSpec {
+        bandwidth_bps,
+        latency_s,
+        loss: 0.0,
+    }
+}
+
 pub fn world(nodes: Vec<NodeSpec>, jobs: Vec<JobState>) -> WorldSnapshot {
     WorldSnapshot {
         nodes,
