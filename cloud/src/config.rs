@@ -270,6 +270,30 @@ mod tests {
     }
 
     #[test]
+    fn a_promise_lead_is_read_in_hours_and_must_be_positive() {
+        let with = |line: &str| DEFAULT_CONFIG.replace("promise_lead_h = 1.0", line);
+        assert_eq!(
+            CloudConfig::default().scheduler.tidemill.promise_lead_ms,
+            3_600_000
+        );
+        let cfg =
+            config_file::parse::<CloudConfig>(&with("promise_lead_h = 0.5"), Path::new("c.toml"))
+                .unwrap();
+        assert_eq!(cfg.scheduler.tidemill.promise_lead_ms, 1_800_000);
+        cfg.validate().unwrap();
+        let cfg = config_file::parse::<CloudConfig>(&with(""), Path::new("c.toml")).unwrap();
+        assert_eq!(cfg.scheduler.tidemill.promise_lead_ms, 3_600_000);
+        let cfg =
+            config_file::parse::<CloudConfig>(&with("promise_lead_h = 0"), Path::new("c.toml"))
+                .unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`scheduler.tidemill.promise_lead_h` = 0 is invalid: more than 0 hours"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn rejects_bad_values_naming_the_key() {
         let mut cfg = CloudConfig::default();
         cfg.scheduler.idle_cpu_threshold_pct = 0.0;

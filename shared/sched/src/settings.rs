@@ -53,15 +53,23 @@ pub struct Policy {
     /// What becomes of every SLO job no plan can guarantee, overriding the
     /// job's own `on_infeasible`; `None` leaves it to each job.
     pub on_infeasible: Option<OnInfeasible>,
+    /// With queue admission, how far ahead of its planned finish a job may
+    /// be promised, ms: a promise keeps a long job going when a burst of
+    /// shorter ones arrives after it, which costs deadlines (README:
+    /// Admission), so a shorter lead trades notice for deadlines. At least
+    /// the horizon: promised as soon as a plan on capacity nobody holds
+    /// meets the deadline, which is when it starts.
+    #[serde(rename = "promise_lead_h", with = "hours_as_ms")]
+    pub promise_lead_ms: i64,
 }
 
 impl Default for Policy {
     /// 15-minute slots (the forecast's), 48 h horizon, γ = 2, 30 s restart,
     /// 2-minute grace, shortest remaining time first (every job states its
     /// iterations), 12 candidates, up to 8 edge nodes, best-effort jobs on
-    /// leftover cloud capacity too, queue admission with guaranteed jobs
-    /// running ahead on capacity nothing holds now, each job's own
-    /// `on_infeasible`.
+    /// leftover cloud capacity too, queue admission promising a job once its
+    /// plan finishes within the hour, guaranteed jobs running ahead on
+    /// capacity nothing holds now, each job's own `on_infeasible`.
     fn default() -> Self {
         Policy {
             slot_ms: 900_000,
@@ -77,6 +85,7 @@ impl Default for Policy {
             run_ahead: true,
             reshuffle: false,
             on_infeasible: None,
+            promise_lead_ms: 3_600_000,
         }
     }
 }
@@ -149,6 +158,13 @@ impl Policy {
         }
         if self.max_edge_nodes == 0 {
             return bad("max_edge_nodes", "0".into(), "at least 1");
+        }
+        if self.promise_lead_ms <= 0 {
+            return bad(
+                "promise_lead_h",
+                (self.promise_lead_ms as f64 / 3.6e6).to_string(),
+                "more than 0 hours (horizon_h or more promises on start)",
+            );
         }
         Ok(())
     }

@@ -623,6 +623,15 @@ mod guarantee {
         fn the_default_queue_admission_breaks_no_guarantee_and_overbooks_no_node((nodes, jobs) in arb_instance()) {
             keeps_guarantees(Policy::default(), nodes, jobs)?;
         }
+
+        #[test]
+        fn a_promise_lead_breaks_no_guarantee_and_overbooks_no_node(
+            (nodes, jobs) in arb_instance(),
+            lead_h in 1i64..=48,
+        ) {
+            let lead = Policy { promise_lead_ms: lead_h * H, ..Policy::default() };
+            keeps_guarantees(lead, nodes, jobs)?;
+        }
     }
 
     #[test]
@@ -871,6 +880,20 @@ fn queue() -> Policy {
     }
 }
 
+/// Progress of a job that has run `minutes` on the one A100 "c1" at 6.8 it/s.
+fn ran_on_c1(minutes: f64) -> Progress {
+    Progress {
+        done_iters: minutes * 60.0 * 6.8,
+        attained_s: minutes * 60.0,
+        location: vec![Assignment {
+            node_id: "c1".into(),
+            workers: 1,
+        }],
+        running: true,
+        startup_left_s: 0.0,
+    }
+}
+
 #[test]
 fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
     // One A100. Job 1 (20 000 it ≈ 49 min, due in 10 h) is admitted when it
@@ -896,16 +919,7 @@ fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
     let mut j1 = w.jobs[0].clone();
     j1.admission = d1.verdict.admission().unwrap();
     j1.reservation = d1.segments.clone();
-    j1.progress = Progress {
-        done_iters: 10.0 * 60.0 * 6.8,
-        attained_s: 600.0,
-        location: vec![Assignment {
-            node_id: "c1".into(),
-            workers: 1,
-        }],
-        running: true,
-        startup_left_s: 0.0,
-    };
+    j1.progress = ran_on_c1(10.0);
     let j2 = job(2, JobClass::Slo, later, later + 30 * 60_000, 5_000.0);
     let plan = schedule(
         &world(vec![cloud("c1", 1)], vec![j1.clone(), j2.clone()]),
@@ -938,6 +952,48 @@ fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
     };
     let plan = schedule(&world(vec![cloud("c1", 1)], vec![j1, j2]), later, &reserve);
     assert_eq!(plan.decision(2).unwrap().verdict, Verdict::Rejected);
+}
+
+#[test]
+fn a_promise_lead_defers_the_guarantee_until_the_finish_is_that_close() {
+    // One A100, job 1: 20 000 it ≈ 49 min at 6.8 it/s, due in 10 h. With a
+    // 30-minute promise lead it runs at once but unpromised; 30 minutes later
+    // (12 240 it done, about 19 min left) its plan finishes within the lead
+    // and it is guaranteed from then.
+    let lead = Policy {
+        promise_lead_ms: 30 * 60_000,
+        ..queue()
+    };
+    let now = NOW;
+    let w = world(
+        vec![cloud("c1", 1)],
+        vec![job(1, JobClass::Slo, now, now + 10 * H, 20_000.0)],
+    );
+    let d = schedule(&w, now, &lead).decision(1).unwrap().clone();
+    assert_eq!(d.verdict, Verdict::BestEffort, "{}", d.explanation.reason);
+    assert!(matches!(d.action, Action::Start { .. }));
+    assert!(
+        d.explanation.reason.contains("finishes within 0.50 h"),
+        "{}",
+        d.explanation.reason
+    );
+
+    let later = now + 30 * 60_000;
+    let mut j1 = w.jobs[0].clone();
+    j1.admission = d.verdict.admission().unwrap();
+    j1.progress = ran_on_c1(30.0);
+    let d = schedule(&world(vec![cloud("c1", 1)], vec![j1]), later, &lead)
+        .decision(1)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        d.verdict,
+        Verdict::Guaranteed { since_ms: later },
+        "{}",
+        d.explanation.reason
+    );
+    assert_eq!(d.action, Action::Continue);
+    assert!(d.explanation.expected_finish_ms.unwrap() <= later + 30 * 60_000);
 }
 
 #[test]

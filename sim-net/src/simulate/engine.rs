@@ -331,7 +331,7 @@ impl Run<'_> {
         }
         for &j in &d.guarantee {
             if let Some(job) = self.jobs.get_mut(j) {
-                job.guaranteed = true;
+                job.guaranteed_ms.get_or_insert(now);
             }
         }
         self.active

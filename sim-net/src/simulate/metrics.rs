@@ -17,7 +17,9 @@
 //!   no job held).
 //! - Guarantees: `guaranteed_jobs` are the jobs a policy admitted with a
 //!   promise to meet their deadline; `guaranteed_missed` those of them that
-//!   did not finish by it.
+//!   did not finish by it; `promise_notice_h_median` is the median, over
+//!   guaranteed jobs, of deadline − first promise, hours: how much warning
+//!   a promise gave.
 //! - `edge_gain` = DSR(policy) − DSR(the same policy on the same world with no
 //!   edge box), filled in by the run that made both (0 for a policy that never
 //!   uses the edge).
@@ -73,6 +75,9 @@ pub struct PolicyMetrics {
     pub guaranteed_jobs: usize,
     /// Guaranteed jobs that missed their deadline.
     pub guaranteed_missed: usize,
+    /// Median notice a promise gave, hours: deadline − the time of the
+    /// promise, over guaranteed jobs (`None` without any).
+    pub promise_notice_h_median: Option<f64>,
     /// Jobs rejected at admission.
     pub rejected: usize,
     /// Admitted jobs given up on after their deadline passed.
@@ -157,7 +162,12 @@ pub fn summarise(
         .collect();
     be_jct.sort_by(f64::total_cmp);
     let count = |s: JobStatus| jobs.iter().filter(|j| j.status == s).count();
-    let guaranteed: Vec<&JobRun> = jobs.iter().filter(|j| j.guaranteed).collect();
+    let guaranteed: Vec<&JobRun> = jobs.iter().filter(|j| j.guaranteed_ms.is_some()).collect();
+    let mut notice_h: Vec<f64> = guaranteed
+        .iter()
+        .filter_map(|j| Some((j.spec.deadline_ms - j.guaranteed_ms?) as f64 / 3.6e6))
+        .collect();
+    notice_h.sort_by(f64::total_cmp);
     let guaranteed_missed = guaranteed
         .iter()
         .filter(|j| j.finish_ms.is_none_or(|f| f > j.spec.deadline_ms))
@@ -176,6 +186,7 @@ pub fn summarise(
         dsr_without_edge: None,
         guaranteed_jobs: guaranteed.len(),
         guaranteed_missed,
+        promise_notice_h_median: (!notice_h.is_empty()).then(|| notice_h[(notice_h.len() - 1) / 2]),
         rejected: count(JobStatus::Rejected),
         abandoned: count(JobStatus::Abandoned),
         unfinished: count(JobStatus::Active),
@@ -204,5 +215,51 @@ pub fn summarise(
         rounds: acc.rounds,
         forecasts,
         elapsed_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit;
+    use super::*;
+
+    const H: i64 = 3_600_000;
+
+    /// A job due at `deadline_h`, promised at `promised_h` (if ever),
+    /// finished at `finish_h` (if ever).
+    fn run(id: u64, deadline_h: i64, promised_h: Option<i64>, finish_h: Option<i64>) -> JobRun {
+        let mut spec = testkit::job("m").spec;
+        spec.id = id;
+        spec.deadline_ms = deadline_h * H;
+        let mut j = JobRun::new(spec, 1);
+        j.guaranteed_ms = promised_h.map(|h| h * H);
+        j.finish_ms = finish_h.map(|h| h * H);
+        if j.finish_ms.is_some() {
+            j.status = JobStatus::Done;
+        }
+        j
+    }
+
+    #[test]
+    fn guarantees_count_their_misses_and_the_median_notice() {
+        // Promised 10 h, 4 h and 1 h before their deadlines (median 4 h); the
+        // second finishes late, the fourth was never promised.
+        let jobs = [
+            run(1, 12, Some(2), Some(11)),
+            run(2, 12, Some(8), Some(13)),
+            run(3, 12, Some(11), Some(12)),
+            run(4, 12, None, None),
+        ];
+        let m = summarise(
+            "p",
+            &jobs,
+            &Accumulators::default(),
+            EdgeTotals::default(),
+            None,
+            0.0,
+        );
+        assert_eq!((m.guaranteed_jobs, m.guaranteed_missed), (3, 1));
+        assert_eq!(m.promise_notice_h_median, Some(4.0));
+        assert_eq!(m.deadlines_met, 2);
     }
 }

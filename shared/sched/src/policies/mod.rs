@@ -222,8 +222,9 @@ pub struct JobRun {
     pub migrations: u32,
     /// Stops while running (checkpoint and wait).
     pub preemptions: u32,
-    /// The policy promised it its deadline at some round (admitted with a guarantee).
-    pub guaranteed: bool,
+    /// When the policy first promised it its deadline (admitted it with a
+    /// guarantee), Unix ms; `None` if it never did.
+    pub guaranteed_ms: Option<i64>,
 }
 
 impl JobRun {
@@ -244,7 +245,7 @@ impl JobRun {
             finish_ms: None,
             migrations: 0,
             preemptions: 0,
-            guaranteed: false,
+            guaranteed_ms: None,
         }
     }
 

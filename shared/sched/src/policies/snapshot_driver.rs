@@ -189,7 +189,10 @@ impl SnapshotDriver {
             };
             job.location = location;
             job.startup_left_s = state.progress.startup_left_s;
-            job.guaranteed = matches!(state.admission, Admission::Guaranteed { .. });
+            job.guaranteed_ms = match state.admission {
+                Admission::Guaranteed { since_ms } => Some(since_ms),
+                _ => None,
+            };
             job.status = JobStatus::Active;
             active.push(slot);
         }

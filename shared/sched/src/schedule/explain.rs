@@ -12,8 +12,13 @@ pub(super) enum Entry {
     BestEffortJob,
     /// An SLO job under each-round admission.
     EachRound,
-    /// An SLO job queued for a plan that meets its deadline (queue admission).
-    Queued,
+    /// An SLO job queued for a plan that meets its deadline (queue
+    /// admission), promised once that plan finishes within `lead_ms`; `None`
+    /// when the lead reaches the horizon, so the promise comes on start.
+    Queued {
+        /// The policy's promise lead, ms, when shorter than the horizon.
+        lead_ms: Option<i64>,
+    },
     /// A guaranteed job taking its turn with the queued ones (queue admission).
     Held {
         /// When it was admitted, Unix ms.
@@ -82,7 +87,7 @@ impl Story {
                     Entry::Downgraded(r) => Some(r),
                     Entry::BestEffortJob
                     | Entry::EachRound
-                    | Entry::Queued
+                    | Entry::Queued { .. }
                     | Entry::Held { .. } => None,
                 };
                 let outcome = match outcome {
@@ -118,8 +123,15 @@ impl fmt::Display for Story {
                         f.write_str("admitted without a reservation (admission = each-round)")?
                     }
                     Entry::Held { .. } => f.write_str("guaranteed")?,
-                    Entry::Queued => f.write_str(
+                    Entry::Queued { lead_ms: None } => f.write_str(
                         "queued until a plan meets its deadline on capacity nobody holds (admission = queue)",
+                    )?,
+                    Entry::Queued {
+                        lead_ms: Some(lead),
+                    } => write!(
+                        f,
+                        "queued until a plan on capacity nobody holds meets its deadline and finishes within {:.2} h (admission = queue, promise_lead_h)",
+                        *lead as f64 / 3.6e6
                     )?,
                     Entry::Downgraded(r) => write!(
                         f,

@@ -112,7 +112,13 @@ fn plan_round(
                 best_effort.push((j, Entry::Held { since_ms }));
             }
             (Admission::Guaranteed { .. }, _, _) => guaranteed.push(j),
-            (_, JobClass::Slo, AdmissionMode::Queue) => best_effort.push((j, Entry::Queued)),
+            (_, JobClass::Slo, AdmissionMode::Queue) => best_effort.push((
+                j,
+                Entry::Queued {
+                    lead_ms: (policy.promise_lead_ms < policy.horizon_ms)
+                        .then_some(policy.promise_lead_ms),
+                },
+            )),
             (Admission::Pending, JobClass::Slo, AdmissionMode::Reserve) => pending.push(j),
             (Admission::Pending, JobClass::Slo, AdmissionMode::EachRound) => {
                 best_effort.push((j, Entry::EachRound));
@@ -208,6 +214,13 @@ fn plan_round(
             .then(a.0.1.total_cmp(&b.0.1))
             .then(a.0.2.cmp(&b.0.2))
     });
+    // A queued job is promised a plan that meets its deadline, once that
+    // plan's finish is within the policy's promise lead.
+    let promised = |c: &plan::Candidate, deadline_ms: i64| {
+        c.finishes_by(deadline_ms)
+            && c.finish_ms
+                .is_some_and(|f| f - now_ms <= policy.promise_lead_ms)
+    };
     let mut waiting = Vec::new();
     for (_, j, entry) in best_effort {
         let ctx = round.job_ctx(j);
@@ -239,7 +252,7 @@ fn plan_round(
             }
         }
         let (segs, outcome) = match round.plan(&ctx, want) {
-            Ok(c) if matches!(entry, Entry::Queued) && c.finishes_by(j.spec.deadline_ms) => {
+            Ok(c) if matches!(entry, Entry::Queued { .. }) && promised(&c, j.spec.deadline_ms) => {
                 decisions.push(round.admit(&ctx, c));
                 continue;
             }
