@@ -443,12 +443,13 @@ pub enum AdmissionMode {
     /// best-effort`, runs on). Serves more deadlines under bursts that
     /// overload the cluster, promises none.
     EachRound,
-    /// A job queues without a promise, as under `each-round` (and may gain
-    /// ground on idle edge devices meanwhile), until capacity nobody holds
-    /// can finish it by its deadline; it is then admitted as guaranteed with
-    /// that plan as its reservation, which later rounds keep first, as under
-    /// `reserve`. The promise comes when the job starts (or its edge window
-    /// is booked), not on arrival, so a burst is served shortest first.
+    /// A job runs or waits without a promise, as under `each-round` (and may
+    /// gain ground on idle edge devices meanwhile), until a plan on capacity
+    /// nobody holds finishes it by its deadline and within
+    /// `Policy::promise_lead_ms`; it is then guaranteed with that plan, and
+    /// later rounds give it a plan that still meets its deadline, in its turn
+    /// with the queue or first. The promise comes late, not on arrival, so a
+    /// burst is served shortest first.
     #[default]
     Queue,
 }

@@ -18,8 +18,8 @@
 //! - Guarantees: `guaranteed_jobs` are the jobs a policy admitted with a
 //!   promise to meet their deadline; `guaranteed_missed` those of them that
 //!   did not finish by it; `promise_notice_h_median` is the median, over
-//!   guaranteed jobs, of deadline − first promise, hours: how much warning
-//!   a promise gave.
+//!   guaranteed jobs, of deadline − first promise, hours (nearest rank: the
+//!   ⌈n/2⌉-th smallest of n): how much warning a promise gave.
 //! - `edge_gain` = DSR(policy) − DSR(the same policy on the same world with no
 //!   edge box), filled in by the run that made both (0 for a policy that never
 //!   uses the edge).
@@ -75,8 +75,8 @@ pub struct PolicyMetrics {
     pub guaranteed_jobs: usize,
     /// Guaranteed jobs that missed their deadline.
     pub guaranteed_missed: usize,
-    /// Median notice a promise gave, hours: deadline − the time of the
-    /// promise, over guaranteed jobs (`None` without any).
+    /// Median notice a promise gave, hours (nearest rank): deadline − the
+    /// time of the first promise, over guaranteed jobs (`None` without any).
     pub promise_notice_h_median: Option<f64>,
     /// Jobs rejected at admission.
     pub rejected: usize,
@@ -242,13 +242,15 @@ mod tests {
 
     #[test]
     fn guarantees_count_their_misses_and_the_median_notice() {
-        // Promised 10 h, 4 h and 1 h before their deadlines (median 4 h); the
-        // second finishes late, the fourth was never promised.
+        // Promised 10, 4, 1 and 6 h before their deadlines: the nearest-rank
+        // median of 1, 4, 6, 10 is the 2nd smallest, 4 h. The second finishes
+        // late, the fourth never, the fifth was never promised.
         let jobs = [
             run(1, 12, Some(2), Some(11)),
             run(2, 12, Some(8), Some(13)),
             run(3, 12, Some(11), Some(12)),
-            run(4, 12, None, None),
+            run(4, 12, Some(6), None),
+            run(5, 12, None, None),
         ];
         let m = summarise(
             "p",
@@ -258,7 +260,7 @@ mod tests {
             None,
             0.0,
         );
-        assert_eq!((m.guaranteed_jobs, m.guaranteed_missed), (3, 1));
+        assert_eq!((m.guaranteed_jobs, m.guaranteed_missed), (4, 2));
         assert_eq!(m.promise_notice_h_median, Some(4.0));
         assert_eq!(m.deadlines_met, 2);
     }
