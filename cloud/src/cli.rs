@@ -319,7 +319,8 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
     println!("  cloud:    {:.2}", p.cloud_cost);
     println!("  reason:   {}", p.reason);
     for (k, seg) in p.segments.iter().enumerate() {
-        println!("  stretch {}: {}", k + 1, stretch_line(seg));
+        let why = stretch_why(k.checked_sub(1).map(|j| &p.segments[j]), seg);
+        println!("  stretch {}: {}; {why}", k + 1, stretch_line(seg));
     }
     if let Some(w) = &job.work {
         println!(
@@ -352,6 +353,45 @@ fn stretch_line(s: &tidemill_sched::Segment) -> String {
         s.startup_s,
         s.cloud_cost
     )
+}
+
+/// Why a stretch differs from the one before it: where the plan resizes,
+/// moves or pauses, each paid as a checkpoint and a restart.
+fn stretch_why(prev: Option<&tidemill_sched::Segment>, s: &tidemill_sched::Segment) -> String {
+    let workers = |s: &tidemill_sched::Segment| s.on.iter().map(|a| a.workers).sum::<u32>();
+    let within = |a: &tidemill_sched::Segment, b: &tidemill_sched::Segment| {
+        a.on.iter()
+            .all(|x| b.on.iter().any(|y| y.node_id == x.node_id))
+    };
+    let site = |s: &tidemill_sched::Segment| {
+        if s.cloud_cost > 0.0 {
+            "the cloud"
+        } else {
+            "idle edge capacity"
+        }
+    };
+    match prev {
+        None => format!("starts on {}", site(s)),
+        Some(p) if p.on == s.on && s.start_ms > p.end_ms => {
+            "resumes where it paused (restart)".into()
+        }
+        Some(p) if p.on == s.on => "continues".into(),
+        Some(p) if workers(s) > workers(p) && within(p, s) => format!(
+            "grows from {} to {} workers as capacity frees (checkpoint and restart)",
+            workers(p),
+            workers(s)
+        ),
+        Some(p) if workers(s) < workers(p) && within(s, p) => format!(
+            "shrinks from {} to {} workers as capacity is taken (checkpoint and restart)",
+            workers(p),
+            workers(s)
+        ),
+        Some(p) => format!(
+            "moves from {} to {} (checkpoint transfer and restart)",
+            site(p),
+            site(s)
+        ),
+    }
 }
 
 fn serve(args: ServeArgs) -> Outcome {
@@ -424,6 +464,55 @@ mod tests {
         assert_eq!(
             stretch_line(&seg),
             "2026-01-01 00:00:00 → 2026-01-01 01:00:00 UTC on e1×1, e2×2: 7139 iterations at 0.500 s a step after 30.5 s of start-up, cost 0.00"
+        );
+        assert_eq!(stretch_why(None, &seg), "starts on idle edge capacity");
+    }
+
+    #[test]
+    fn a_stretch_says_why_it_resizes_moves_or_resumes() {
+        let on = |nodes: &[(&str, u32)], start_ms: i64, cost: f64| Segment {
+            start_ms,
+            end_ms: start_ms + 1_000,
+            on: nodes
+                .iter()
+                .map(|&(n, w)| Assignment {
+                    node_id: n.into(),
+                    workers: w,
+                })
+                .collect(),
+            startup_s: 30.0,
+            step: StepTime {
+                compute_s: 0.1,
+                sync_s: 0.0,
+                total_s: 0.1,
+            },
+            iters: 10.0,
+            cloud_cost: cost,
+        };
+        let one = on(&[("c2", 1)], 0, 1.0);
+        let two = on(&[("c1", 1), ("c2", 1)], 1_000, 2.0);
+        assert_eq!(
+            stretch_why(Some(&one), &two),
+            "grows from 1 to 2 workers as capacity frees (checkpoint and restart)"
+        );
+        assert_eq!(
+            stretch_why(Some(&two), &on(&[("c1", 1)], 2_000, 1.0)),
+            "shrinks from 2 to 1 workers as capacity is taken (checkpoint and restart)"
+        );
+        assert_eq!(
+            stretch_why(Some(&one), &on(&[("c2", 1)], 1_000, 1.0)),
+            "continues"
+        );
+        assert_eq!(
+            stretch_why(Some(&one), &on(&[("c2", 1)], 5_000, 1.0)),
+            "resumes where it paused (restart)"
+        );
+        assert_eq!(
+            stretch_why(
+                Some(&on(&[("e1", 1)], 0, 0.0)),
+                &on(&[("c1", 1)], 1_000, 1.0)
+            ),
+            "moves from idle edge capacity to the cloud (checkpoint transfer and restart)"
         );
     }
 }

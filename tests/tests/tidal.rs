@@ -9,8 +9,8 @@ mod support;
 use std::process::Command;
 
 use support::cluster::{
-    Cluster, DECLARED_IPS, Job, STEP_WALL_S, TRAINER, assert_met_deadline, job, ran_to_an_end,
-    write_idle_trace,
+    Cluster, Job, TRAINER, assert_met_deadline, job, ran_to_an_end, resumed_at, write_ddp_job,
+    write_ddp_table, write_idle_trace,
 };
 use support::write_trace;
 
@@ -195,13 +195,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
         "it finished on the other edge: {job:#}"
     );
     let tail = job["output_tail"].to_string();
-    let resumed: u32 = tail
-        .split("resumed at ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("the second run resumed from the checkpoint: {tail}"));
-    assert!((1..42).contains(&resumed), "{tail}");
+    assert!((1..42).contains(&resumed_at(&tail)), "{tail}");
     assert!(tail.contains("trained 42 iterations on flood"), "{tail}");
     assert_met_deadline(&job);
 }
@@ -219,43 +213,24 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
     let trace = dir.path().join("trace.csv");
     std::fs::write(&trace, csv).unwrap();
     // One worker does an iteration per 330 s; two do 1.9 times as many.
-    let tables = dir.path().join("throughputs");
-    std::fs::create_dir_all(&tables).unwrap();
-    std::fs::write(
-        tables.join("ddp.csv"),
-        format!(
-            "global_batch_size,1,2\n32,{},{}\n",
-            DECLARED_IPS,
-            1.9 * DECLARED_IPS
-        ),
-    )
-    .unwrap();
+    let throughput = write_ddp_table(dir.path());
     let names = ["a", "b"];
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
-    let throughput = format!("cpu = {:?}\n", tables.display().to_string());
     let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, &throughput, None);
 
     // 24 iterations: 2.2 h on one worker, 1.2 h on two; the deadline is 1.8 h.
     let trainer = dir.path().join("trainer.sh");
     std::fs::write(&trainer, TRAINER).unwrap();
-    let deadline = chrono::DateTime::from_timestamp_millis(cluster.tide_now() + 6_480_000)
-        .unwrap()
-        .to_rfc3339();
     let checkpoints = dir.path().join("checkpoints");
-    let file = dir.path().join("ddp.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"ddp\"\ncommand = [\"sh\", {trainer:?}, \"24\", \"{STEP_WALL_S}\"]\n\
-             deadline = \"{deadline}\"\non_infeasible = \"reject\"\n\
-             [env]\nTIDEMILL_CHECKPOINT_DIR = {checkpoints:?}\n\
-             [work]\nmodel = \"ddp\"\niterations = 24\nglobal_batch = 32\n\
-             model_bytes = 97500000\nmin_workers = 1\nmax_workers = 2\n",
-            trainer = trainer.display().to_string(),
-            checkpoints = checkpoints.display().to_string(),
-        ),
-    )
-    .unwrap();
+    let file = write_ddp_job(
+        dir.path(),
+        "ddp",
+        &trainer,
+        24,
+        2,
+        cluster.tide_now() + 6_480_000,
+        &checkpoints,
+    );
     let id: u64 = cluster
         .coord
         .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])

@@ -50,6 +50,11 @@ pub struct Policy {
     /// earliest deadline first, unless that would break one (see
     /// `schedule::reshuffle`).
     pub reshuffle: bool,
+    /// A job no fixed worker count fits may run with a worker count that
+    /// changes between stretches on one cloud group, fewer while capacity
+    /// is scarce and more when it frees up, each resize charged as
+    /// checkpoint plus restart (see `schedule/elastic.rs`).
+    pub elastic: bool,
     /// What becomes of every SLO job no plan can guarantee, overriding the
     /// job's own `on_infeasible`; `None` leaves it to each job.
     pub on_infeasible: Option<OnInfeasible>,
@@ -84,6 +89,7 @@ impl Default for Policy {
             admission: AdmissionMode::Queue,
             run_ahead: true,
             reshuffle: false,
+            elastic: true,
             on_infeasible: None,
             promise_lead_ms: 3_600_000,
         }

@@ -562,14 +562,19 @@ mod guarantee {
                 let edges: Vec<_> = (0..n_edge).map(arb_edge).collect();
                 let jobs: Vec<_> = (0..n_jobs as u64).map(arb_job).collect();
                 (Just(n_cloud), Just(gpus), edges, jobs).prop_map(|(n_cloud, gpus, edges, jobs)| {
-                    let mut nodes: Vec<NodeSpec> = (0..n_cloud)
-                        .map(|i| cloud(&format!("c{i}"), gpus))
-                        .collect();
-                    nodes.extend(edges);
-                    (nodes, jobs)
+                    (clouds_and(n_cloud, gpus, edges), jobs)
                 })
             },
         )
+    }
+
+    /// `n_cloud` cloud nodes of `gpus` GPUs each, then `edges`.
+    fn clouds_and(n_cloud: usize, gpus: u32, edges: Vec<NodeSpec>) -> Vec<NodeSpec> {
+        let mut nodes: Vec<NodeSpec> = (0..n_cloud)
+            .map(|i| cloud(&format!("c{i}"), gpus))
+            .collect();
+        nodes.extend(edges);
+        nodes
     }
 
     /// Runs the instance under `policy` (with a 40 h horizon) and checks
@@ -600,8 +605,48 @@ mod guarantee {
         Ok(())
     }
 
+    /// A busy cloud of 4 to 8 GPUs per node and 3 to 8 jobs of up to 8
+    /// workers arriving within 2 hours, due 1 to 8 hours later, so shapes
+    /// must change to fit.
+    fn arb_elastic_instance() -> impl Strategy<Value = (Vec<NodeSpec>, Vec<JobState>)> {
+        (1usize..=2, 4u32..=8, 0usize..=2, 3usize..=8).prop_flat_map(
+            |(n_cloud, gpus, n_edge, n_jobs)| {
+                let edges: Vec<_> = (0..n_edge).map(arb_edge).collect();
+                let jobs: Vec<_> = (0..n_jobs as u64)
+                    .map(|id| {
+                        (
+                            arb_job(id),
+                            0i64..2 * 60,
+                            60i64..8 * 60,
+                            1u32..=8,
+                            20_000.0f64..300_000.0,
+                        )
+                            .prop_map(
+                                |(mut j, sub_min, slack_min, maxw, iters)| {
+                                    j.spec.submitted_ms = 14 * H + sub_min * 60_000;
+                                    j.spec.deadline_ms = j.spec.submitted_ms + slack_min * 60_000;
+                                    j.spec.max_workers = maxw;
+                                    j.spec.iterations = iters;
+                                    j
+                                },
+                            )
+                    })
+                    .collect();
+                (Just(n_cloud), Just(gpus), edges, jobs).prop_map(|(n_cloud, gpus, edges, jobs)| {
+                    (clouds_and(n_cloud, gpus, edges), jobs)
+                })
+            },
+        )
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn elastic_plans_break_no_guarantee_and_overbook_no_node((nodes, jobs) in arb_elastic_instance()) {
+            keeps_guarantees(Policy::default(), nodes.clone(), jobs.clone())?;
+            keeps_guarantees(super::policy(), nodes, jobs)?;
+        }
 
         #[test]
         fn guaranteed_jobs_never_miss_their_deadlines((nodes, jobs) in arb_instance()) {
@@ -632,6 +677,31 @@ mod guarantee {
             let lead = Policy { promise_lead_ms: lead_h * H, ..Policy::default() };
             keeps_guarantees(lead, nodes, jobs)?;
         }
+    }
+
+    #[test]
+    fn the_elastic_property_test_sees_elastic_guarantees() {
+        // Sanity: over the first 64 instances of the elastic strategy, under
+        // reserve admission, some guaranteed jobs ran on elastic plans (2 do).
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]);
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+        let strategy = arb_elastic_instance();
+        let mut elastic = 0;
+        for _ in 0..64 {
+            let (nodes, jobs) = strategy.new_tree(&mut runner).unwrap().current();
+            let policy = Policy {
+                horizon_ms: 40 * H,
+                ..super::policy()
+            };
+            let out = simulate(nodes, jobs, &policy, 14 * H, 56 * H);
+            elastic += out
+                .iter()
+                .filter(|o| o.ever_guaranteed && o.elastic_rounds > 0)
+                .count();
+        }
+        assert!(elastic > 0, "no elastic guarantee in 64 instances");
     }
 
     #[test]
@@ -1025,4 +1095,115 @@ fn a_box_taken_at_its_first_free_slot_yields_to_a_free_one() {
         (on(1), on(2)),
         (vec!["e1".to_string()], vec!["e2".to_string()])
     );
+}
+
+/// One 4-GPU A100 node; job 1 (82 600 it, 2 workers at 11.8 it/s: about
+/// 1 h 57 min) is due at 21:00, job 2 (240 000 it, up to 4 workers) at 23:00.
+/// No data to stage, no checkpoint to move, so every start-up is the 30 s
+/// restart (plus a link latency on the first).
+fn elastic_world() -> WorldSnapshot {
+    let mut j1 = job(1, JobClass::Slo, NOW, NOW + 3 * H, 82_600.0);
+    j1.spec.max_workers = 2;
+    let mut j2 = job(2, JobClass::Slo, NOW, NOW + 5 * H, 240_000.0);
+    j2.spec.max_workers = 4;
+    for j in [&mut j1, &mut j2] {
+        j.spec.dataset_bytes = 0;
+        j.spec.checkpoint_bytes = 0;
+    }
+    world(vec![cloud("c1", 4)], vec![j1, j2])
+}
+
+#[test]
+fn an_elastic_plan_admits_a_job_no_fixed_worker_count_fits() {
+    // Job 1 holds 2 of the 4 GPUs until about 19:57, so the slot 19:45-20:00
+    // still has only 2 free. Job 2 by fixed shape: 2 workers for 5 h do at
+    // most 11.8 × 18 000 = 212 400 it, 4 workers from 20:00 at most
+    // 18.3 × 10 800 = 197 640 it: neither reaches 240 000. Elastic: 2 workers
+    // 18:00-20:00 do (7 200 − 30) × 11.8 = 84 606 it; the resize to 4 on the
+    // same node moves nothing and costs the 30 s restart; the remaining
+    // 155 394 it take 155 394 / 18.3 = 8 491.5 s, so it finishes at
+    // 20:00 + 30 s + 8 491.5 s = 22:22:01.5, before its 23:00 deadline.
+    let plan = schedule(&elastic_world(), NOW, &policy());
+    let d = plan.decision(2).unwrap();
+    assert!(
+        matches!(d.verdict, Verdict::Guaranteed { .. }),
+        "{}",
+        d.explanation.reason
+    );
+    assert!(
+        matches!(
+            d.explanation.why.last(),
+            Some(Reason::Elastic { resizes: 1, .. })
+        ),
+        "{:?}",
+        d.explanation.why
+    );
+    assert!(
+        d.explanation.reason.contains("1 resize(s)"),
+        "{}",
+        d.explanation.reason
+    );
+    let [grow_from, grow_to] = d.segments.as_slice() else {
+        panic!("two stretches expected: {:?}", d.segments);
+    };
+    assert_eq!((grow_from.start_ms, grow_from.end_ms), (NOW, 20 * H));
+    assert_eq!(grow_from.on[0].workers, 2);
+    assert!(
+        (grow_from.iters - (7_200.0 - 30.0) * 11.8).abs() < 1.0,
+        "{grow_from:?}"
+    );
+    assert_eq!(grow_to.start_ms, 20 * H);
+    assert_eq!(grow_to.on[0].workers, 4);
+    assert_eq!(grow_to.startup_s, 30.0);
+    let finish = 20 * H + ((30.0 + (240_000.0 - grow_from.iters) / 18.3) * 1000.0) as i64;
+    assert!(
+        (grow_to.end_ms - finish).abs() <= 1_000,
+        "{} vs {finish}",
+        grow_to.end_ms
+    );
+    assert!((grow_to.end_ms - (22 * H + (22 * 60 + 1) * 1000 + 500)).abs() <= 2_000);
+
+    // Without elastic shapes the same job is turned away.
+    let d = without_elastic(policy());
+    assert_eq!(d.verdict, Verdict::Rejected, "{}", d.explanation.reason);
+}
+
+/// Job 2's decision in [`elastic_world`] under `policy` with elastic shapes off.
+fn without_elastic(policy: Policy) -> JobDecision {
+    let fixed = Policy {
+        elastic: false,
+        ..policy
+    };
+    let plan = schedule(&elastic_world(), NOW, &fixed);
+    plan.decision(2).unwrap().clone()
+}
+
+#[test]
+fn queue_admission_runs_fewer_workers_now_and_grows_when_capacity_frees() {
+    // Under the default, job 1 (shorter) runs first on 2 GPUs. Job 2 would
+    // meet its deadline alone on 4 workers, but only 2 are free now: it
+    // starts on those 2 and its plan grows to 4 once job 1 is done.
+    let plan = schedule(&elastic_world(), NOW, &Policy::default());
+    let d = plan.decision(2).unwrap();
+    let Action::Start { on } = &d.action else {
+        panic!("{:?}: {}", d.action, d.explanation.reason);
+    };
+    assert_eq!(on[0].workers, 2);
+    let workers: Vec<u32> = d.segments.iter().map(|s| s.on[0].workers).collect();
+    assert_eq!(workers, [2, 4], "{}", d.explanation.reason);
+    assert!(d.explanation.expected_finish_ms.unwrap() <= NOW + 5 * H);
+    let d = without_elastic(Policy::default());
+    assert_eq!(d.action, Action::Wait, "{}", d.explanation.reason);
+}
+
+#[test]
+fn the_executor_meets_an_elastic_guarantee_through_its_resize() {
+    // The world's physics charge the resize as a move: job 2 still finishes
+    // by its deadline, and job 1 by its own.
+    let w = elastic_world();
+    let out = simulate(w.nodes.clone(), w.jobs.clone(), &policy(), NOW, NOW + 6 * H);
+    for o in &out {
+        assert!(o.ever_guaranteed, "{out:?}");
+        assert!(o.finished_ms.is_some_and(|f| f <= o.deadline_ms), "{out:?}");
+    }
 }

@@ -110,6 +110,66 @@ cpu = {rate}
     file
 }
 
+/// Writes the `ddp` model's throughput table for the `cpu` class (one worker
+/// at [`DECLARED_IPS`], two at 1.9 times that) under `dir`; returns the
+/// `[scheduler.throughput]` line that points the coordinator at it.
+pub fn write_ddp_table(dir: &Path) -> String {
+    let tables = dir.join("throughputs");
+    std::fs::create_dir_all(&tables).unwrap();
+    std::fs::write(
+        tables.join("ddp.csv"),
+        format!(
+            "global_batch_size,1,2\n32,{},{}\n",
+            DECLARED_IPS,
+            1.9 * DECLARED_IPS
+        ),
+    )
+    .unwrap();
+    format!("cpu = {:?}\n", tables.display().to_string())
+}
+
+/// Writes job `name` of the `ddp` model ([`write_ddp_table`]): `iterations`
+/// of `trainer`, on 1 to `max_workers` workers, due at `deadline_ms`, its
+/// checkpoints in `checkpoints`; returns the job file's path.
+pub fn write_ddp_job(
+    dir: &Path,
+    name: &str,
+    trainer: &Path,
+    iterations: u32,
+    max_workers: u32,
+    deadline_ms: i64,
+    checkpoints: &Path,
+) -> PathBuf {
+    let deadline = chrono::DateTime::from_timestamp_millis(deadline_ms)
+        .unwrap()
+        .to_rfc3339();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"{name}\"\ncommand = [\"sh\", {trainer:?}, \"{iterations}\", \"{STEP_WALL_S}\"]\n\
+             deadline = \"{deadline}\"\non_infeasible = \"reject\"\n\
+             [env]\nTIDEMILL_CHECKPOINT_DIR = {checkpoints:?}\n\
+             [work]\nmodel = \"ddp\"\niterations = {iterations}\nglobal_batch = 32\n\
+             model_bytes = 97500000\ncheckpoint_bytes = 1000000\nmin_workers = 1\nmax_workers = {max_workers}\n",
+            trainer = trainer.display().to_string(),
+            checkpoints = checkpoints.display().to_string(),
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// The step a resumed trainer says it resumed at (`resumed at N`) in a
+/// job's output tail; panics naming the tail when it did not resume.
+pub fn resumed_at(tail: &str) -> u32 {
+    tail.split("resumed at ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the job resumed from its checkpoint: {tail}"))
+}
+
 /// Writes a day-long trace (`tidemill` CSV format) in which every one of
 /// `nodes` sits at 8 % CPU, well under any idle threshold; returns its path.
 pub fn write_idle_trace(dir: &Path, nodes: &[&str]) -> PathBuf {

@@ -143,13 +143,17 @@ impl<'a> Round<'a> {
     /// when it ends.
     pub(super) fn reserved(&self, segs: &[Seg]) -> Reason {
         Reason::Reserved {
-            stretches: segs
-                .iter()
-                .map(|s| Stretch {
-                    place: self.shares(&s.place),
-                    until_ms: s.end_ms,
-                })
-                .collect(),
+            stretches: self.stretches(segs),
         }
+    }
+
+    /// Where each of `segs` runs and when it ends, as explanations name them.
+    pub(super) fn stretches(&self, segs: &[Seg]) -> Vec<Stretch> {
+        segs.iter()
+            .map(|s| Stretch {
+                place: self.shares(&s.place),
+                until_ms: s.end_ms,
+            })
+            .collect()
     }
 }

@@ -22,13 +22,17 @@
 //! A plan for one job picks, among an edge placement (none, one node, or the
 //! top-k candidate nodes together) followed, if needed, by a cloud tail that
 //! starts as late as the deadline allows, the one with the least cloud cost,
-//! then the earliest finish. Edge candidates are found through an index sorted
-//! by first free slot, and cloud nodes are grouped by (class, size, price), so a
-//! round costs about jobs × (candidates + groups) × slots, not jobs × nodes.
+//! then the earliest finish. When no fixed worker count fits the cloud
+//! capacity left, an elastic cloud plan may ([`elastic`]): fewer workers while
+//! capacity is scarce, more once it frees up, each resize paid for. Edge
+//! candidates are found through an index sorted by first free slot, and cloud
+//! nodes are grouped by (class, size, price), so a round costs about jobs ×
+//! (candidates + groups) × slots, not jobs × nodes.
 //!
 //! The stages live in submodules: [`grid`] (free capacity), [`job`] (per-job
 //! facts and timings), [`walk`] (a placement over the slots), [`options`]
-//! (candidates worth trying), [`cloud`] (cloud plans), [`plan`] (choosing
+//! (candidates worth trying), [`cloud`] (cloud plans), [`elastic`] (cloud
+//! plans whose worker count changes between stretches), [`plan`] (choosing
 //! one), [`keep`] (standing reservations), [`reason`] (why, typed),
 //! [`explain`] (the path a job took) and [`decide`] (the decision and its
 //! explanation); this module runs the round's phases.
@@ -36,6 +40,7 @@
 mod ahead;
 mod cloud;
 mod decide;
+mod elastic;
 mod explain;
 mod grid;
 mod job;

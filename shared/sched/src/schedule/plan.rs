@@ -175,6 +175,13 @@ impl<'a> Round<'a> {
                 &mut best,
             );
         }
+        // No fixed shape fits: the share the job needs over time may.
+        if deadline
+            && best.is_none()
+            && let Some(c) = self.elastic(ctx, deadline_ms, false)
+        {
+            best = Some(c);
+        }
         let misses = |b: &Candidate| due && !b.finishes_by(deadline_ms);
         // Cloud capacity free now is for best-effort work only if the policy
         // says so; under each-round admission it is where SLO jobs run.
@@ -186,6 +193,18 @@ impl<'a> Round<'a> {
                 .as_ref()
                 .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
             && let Some(c) = self.cloud_now(ctx, owed0)
+        {
+            best = Some(c);
+        }
+        // Fewer workers now and more when capacity frees up may still meet
+        // the deadline where no shape free now does.
+        if due
+            && !deadline
+            && cloud_now_allowed
+            && best
+                .as_ref()
+                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
+            && let Some(c) = self.elastic(ctx, deadline_ms, true)
         {
             best = Some(c);
         }

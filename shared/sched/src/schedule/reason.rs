@@ -158,6 +158,17 @@ pub enum Reason {
         /// Expected finish within the horizon, Unix ms.
         finish_ms: Option<i64>,
     },
+    /// No fixed worker count fits the cloud capacity left, but one cloud
+    /// group does the work by the deadline with a worker count that changes
+    /// between stretches, each resize paid as checkpoint plus restart.
+    Elastic {
+        /// Its stretches, in order.
+        stretches: Vec<Stretch>,
+        /// Changes of placement between stretches.
+        resizes: usize,
+        /// Its cost, currency units.
+        cost: f64,
+    },
     /// No edge capacity is free now; unreserved cloud capacity runs it.
     CloudNow {
         /// The cloud placement.
@@ -273,15 +284,16 @@ impl fmt::Display for Reason {
             Reason::Reserved { stretches } if stretches.is_empty() => {
                 f.write_str("nothing left to run")
             }
-            Reason::Reserved { stretches } => {
-                for (i, s) in stretches.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", then ")?;
-                    }
-                    write!(f, "{} until {}", Place(&s.place), Utc(s.until_ms))?;
-                }
-                Ok(())
-            }
+            Reason::Reserved { stretches } => Stretches(stretches).fmt(f),
+            Reason::Elastic {
+                stretches,
+                resizes,
+                cost,
+            } => write!(
+                f,
+                "no fixed worker count fits the cloud capacity left; elastic: {}, {resizes} resize(s) paid as checkpoint and restart, for {cost:.2}",
+                Stretches(stretches)
+            ),
             Reason::EdgeFinishes { place, finish_ms } => write!(
                 f,
                 "{} finishes on idle edge capacity at {} with no cloud cost",
@@ -333,6 +345,21 @@ impl fmt::Display for Reason {
                 Place(place)
             ),
         }
+    }
+}
+
+/// Stretches in words: `PLACE until TIME`, joined by `, then `.
+struct Stretches<'a>(&'a [Stretch]);
+
+impl fmt::Display for Stretches<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", then ")?;
+            }
+            write!(f, "{} until {}", Place(&s.place), Utc(s.until_ms))?;
+        }
+        Ok(())
     }
 }
 

@@ -185,6 +185,8 @@ pub struct Outcome {
     pub deadline_ms: i64,
     pub ever_guaranteed: bool,
     pub finished_ms: Option<i64>,
+    /// Rounds whose plan for the job was elastic (its worker count changes).
+    pub elastic_rounds: usize,
 }
 
 /// Runs `jobs` (arriving at `submitted_ms`) on `nodes` from `t0` to `t_end`,
@@ -209,6 +211,7 @@ pub fn simulate(
                 deadline_ms: j.spec.deadline_ms,
                 ever_guaranteed: false,
                 finished_ms: None,
+                elastic_rounds: 0,
             });
             w.jobs.push(j);
         }
@@ -224,6 +227,13 @@ pub fn simulate(
         for j in w.jobs.iter_mut() {
             let d = plan.decision(j.spec.id).expect("every job gets a decision");
             let out = outcomes.iter_mut().find(|o| o.job_id == j.spec.id).unwrap();
+            if d.explanation
+                .why
+                .iter()
+                .any(|r| matches!(r, Reason::Elastic { .. }))
+            {
+                out.elastic_rounds += 1;
+            }
             match d.verdict.admission() {
                 None => {
                     assert!(!out.ever_guaranteed, "job {} lost its guarantee", j.spec.id);
