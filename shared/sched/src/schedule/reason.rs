@@ -169,7 +169,7 @@ pub enum Reason {
         /// Its cost, currency units.
         cost: f64,
     },
-    /// No edge capacity is free now; unreserved cloud capacity runs it.
+    /// The edge offers nothing better now; unreserved cloud capacity runs it.
     CloudNow {
         /// The cloud placement.
         place: Vec<Share>,
@@ -341,7 +341,7 @@ impl fmt::Display for Reason {
             } => write!(f, "keeps running on {} while it stays free", Place(place)),
             Reason::CloudNow { place, cost } => write!(
                 f,
-                "no free edge capacity now; runs on cloud capacity no reservation holds, {} for {cost:.2}",
+                "the edge offers nothing better now; runs on cloud capacity no reservation holds, {} for {cost:.2}",
                 Place(place)
             ),
         }
