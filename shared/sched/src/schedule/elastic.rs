@@ -20,6 +20,8 @@
 //! stays free within the same stretch, `s_b` the resize (seconds) and `t_a`,
 //! `t_b` the step times (seconds per iteration).
 
+use crate::cost::class_compute_s;
+
 use super::DONE_EPS_ITERS;
 use super::cloud::spread;
 use super::grid::{CloudGroup, Place, Round};
@@ -50,10 +52,23 @@ impl<'a> Round<'a> {
             // the job's minimum share, which leaves the rest to other jobs.
             let spec = &ctx.job.spec;
             let options = Self::worker_options(spec.min_workers, spec.max_workers, g.devices);
-            let Some(segs) = (1..=options.len()).find_map(|cap| {
-                let segs = self.elastic_on(ctx, g, &options[..cap], limit)?;
-                let starts = !now || segs.first().is_some_and(|s| s.first_slot == 0);
-                (starts && segs.last().is_some_and(|s| s.end_ms <= deadline_ms)).then_some(segs)
+            // No cap below the first whose compute alone (no start-up, no
+            // sync: [`class_compute_s`] with its measured sync taken out),
+            // held from now to the deadline, does the work.
+            let secs = (deadline_ms - self.now_ms) as f64 / 1000.0;
+            let table = ctx.tables[g.class];
+            let Some(least) = options.iter().position(|&w| {
+                table
+                    .and_then(|t| t.lookup(spec.global_batch, w))
+                    .is_some_and(|t| secs / class_compute_s(&t, 2) >= ctx.remaining)
+            }) else {
+                continue;
+            };
+            let Some(segs) = (least + 1..=options.len()).find_map(|cap| {
+                let segs = self.elastic_on(ctx, g, &options[..cap], limit, now)?;
+                segs.last()
+                    .is_some_and(|s| s.end_ms <= deadline_ms)
+                    .then_some(segs)
             }) else {
                 continue;
             };
@@ -79,13 +94,14 @@ impl<'a> Round<'a> {
 
     /// The job on group `g` over slots `[0, limit)`, stretch by stretch, on
     /// worker counts among `options`, until its work is done; `None` if it
-    /// is not done by then.
+    /// is not done by then, or, with `now`, if it cannot run in slot 0.
     fn elastic_on(
         &self,
         ctx: &JobCtx,
         g: &CloudGroup,
         options: &[u32],
         limit: usize,
+        now: bool,
     ) -> Option<Vec<Seg>> {
         let mut segs: Vec<Seg> = Vec::new();
         let mut from = ctx.location.clone();
@@ -101,6 +117,8 @@ impl<'a> Round<'a> {
                 (Some(c), Some(b)) if self.grows(ctx, &c, &b, s, limit, ctx.remaining - done) => b,
                 (Some(c), _) => c,
                 (None, Some(b)) => b,
+                // With `now` the plan must run in the slot in progress.
+                (None, None) if now && s == 0 => return None,
                 (None, None) => {
                     s += 1;
                     continue;
