@@ -228,3 +228,86 @@ impl<'a> Round<'a> {
         on_b > on_a
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Policy;
+    use crate::throughput::ThroughputTables;
+    use crate::world::{
+        Admission, DataSite, JobClass, JobSpec, JobState, LinkTable, NodeKind, NodeSpec,
+        OnInfeasible, Progress, WorldSnapshot,
+    };
+
+    const H: i64 = 3_600_000;
+
+    fn world() -> WorldSnapshot {
+        let mut throughput = ThroughputTables::default();
+        throughput
+            .insert_csv(
+                "A100",
+                "m",
+                "m.csv",
+                "global_batch_size,1,2,4\n64,6.8,11.8,18.3\n",
+            )
+            .unwrap();
+        WorldSnapshot {
+            nodes: vec![NodeSpec {
+                id: "c1".into(),
+                class: "A100".into(),
+                devices: 4,
+                memory_per_device_bytes: 80 << 30,
+                online: true,
+                kind: NodeKind::Cloud {
+                    price_per_gpu_hour: 3.0,
+                },
+            }],
+            links: LinkTable::default(),
+            jobs: vec![JobState {
+                spec: JobSpec {
+                    id: 1,
+                    class: JobClass::Slo,
+                    submitted_ms: 18 * H,
+                    deadline_ms: 21 * H,
+                    iterations: 1e9,
+                    global_batch: 64,
+                    model: "m".into(),
+                    model_bytes: 0,
+                    dataset_bytes: 0,
+                    dataset_site: DataSite::Cloud,
+                    min_workers: 1,
+                    max_workers: 4,
+                    memory_per_worker_bytes: 1 << 30,
+                    checkpoint_bytes: 0,
+                    on_infeasible: OnInfeasible::Reject,
+                },
+                admission: Admission::Pending,
+                progress: Progress::default(),
+                reservation: Vec::new(),
+            }],
+            throughput,
+        }
+    }
+
+    /// Growing from 2 to 4 workers on the one node, with 3 h (10 800 s) left
+    /// and more work than either finishes: it pays when
+    /// (10 800 − s_b) × 18.3 > 10 800 × 11.8, that is when the resize
+    /// s_b = restart_s (nothing moves) is under 10 800 × (1 − 11.8 / 18.3)
+    /// = 3 836.07 s.
+    #[test]
+    fn a_resize_pays_only_when_the_larger_shape_gains_more_than_it_costs() {
+        let w = world();
+        for (restart_s, pays) in [(3_830.0, true), (3_840.0, false)] {
+            let policy = Policy {
+                restart_s,
+                ..Policy::default()
+            };
+            let round = Round::new(&w, 18 * H, &policy);
+            let ctx = round.job_ctx(&w.jobs[0]);
+            let limit = round.slots_before(21 * H);
+            let grows = round.grows(&ctx, &vec![(0, 2)], &vec![(0, 4)], 0, limit, 1e9);
+            assert_eq!(grows, pays, "restart_s {restart_s}");
+            assert!(!round.grows(&ctx, &vec![(0, 4)], &vec![(0, 2)], 0, limit, 1e9));
+        }
+    }
+}
