@@ -52,16 +52,9 @@ fn submit(
         workers,
         now_ms + (deadline_h * 3.6e6) as i64,
         &dir.join("checkpoints").join(name),
+        extra,
     );
-    let mut text = std::fs::read_to_string(&file).unwrap();
-    text.push_str(extra);
-    std::fs::write(&file, text).unwrap();
-    cluster
-        .coord
-        .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
-        .trim()
-        .parse()
-        .expect("job id")
+    cluster.coord.submit_file(&file)
 }
 
 #[test]

@@ -230,13 +230,9 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         2,
         cluster.tide_now() + 6_480_000,
         &checkpoints,
+        "",
     );
-    let id: u64 = cluster
-        .coord
-        .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
-        .trim()
-        .parse()
-        .unwrap();
+    let id = cluster.coord.submit_file(&file);
     cluster.wait_until_ended(id);
 
     let job = cluster.coord.job(id);

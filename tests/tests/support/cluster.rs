@@ -71,10 +71,7 @@ pub fn now_ms() -> i64 {
 /// Writes the job file of `j`, running `trainer`, with its deadline counted
 /// from `tide_now_ms`; returns its path.
 pub fn write_job(dir: &Path, j: &Job, trainer: &Path, tide_now_ms: i64) -> PathBuf {
-    let deadline_ms = tide_now_ms + (j.deadline_h * 3.6e6) as i64;
-    let deadline = chrono::DateTime::from_timestamp_millis(deadline_ms)
-        .unwrap()
-        .to_rfc3339();
+    let deadline = rfc3339(tide_now_ms + (j.deadline_h * 3.6e6) as i64);
     let file = dir.join(format!("{}.toml", j.name));
     let checkpoints = dir.join("checkpoints").join(j.name);
     std::fs::write(
@@ -128,9 +125,18 @@ pub fn write_ddp_table(dir: &Path) -> String {
     format!("cpu = {:?}\n", tables.display().to_string())
 }
 
+/// Unix ms as the RFC 3339 time a job file's `deadline` takes.
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339()
+}
+
 /// Writes job `name` of the `ddp` model ([`write_ddp_table`]): `iterations`
 /// of `trainer`, on 1 to `max_workers` workers, due at `deadline_ms`, its
-/// checkpoints in `checkpoints`; returns the job file's path.
+/// checkpoints in `checkpoints`, with `extra_work` lines appended to its
+/// `[work]` table; returns the job file's path.
+#[allow(clippy::too_many_arguments)]
 pub fn write_ddp_job(
     dir: &Path,
     name: &str,
@@ -139,10 +145,9 @@ pub fn write_ddp_job(
     max_workers: u32,
     deadline_ms: i64,
     checkpoints: &Path,
+    extra_work: &str,
 ) -> PathBuf {
-    let deadline = chrono::DateTime::from_timestamp_millis(deadline_ms)
-        .unwrap()
-        .to_rfc3339();
+    let deadline = rfc3339(deadline_ms);
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(
         &file,
@@ -151,7 +156,7 @@ pub fn write_ddp_job(
              deadline = \"{deadline}\"\non_infeasible = \"reject\"\n\
              [env]\nTIDEMILL_CHECKPOINT_DIR = {checkpoints:?}\n\
              [work]\nmodel = \"ddp\"\niterations = {iterations}\nglobal_batch = 32\n\
-             model_bytes = 97500000\ncheckpoint_bytes = 1000000\nmin_workers = 1\nmax_workers = {max_workers}\n",
+             model_bytes = 97500000\ncheckpoint_bytes = 1000000\nmin_workers = 1\nmax_workers = {max_workers}\n{extra_work}",
             trainer = trainer.display().to_string(),
             checkpoints = checkpoints.display().to_string(),
         ),
@@ -342,10 +347,6 @@ impl Cluster {
             std::fs::write(&trainer, TRAINER).unwrap();
         }
         let file = write_job(dir, j, &trainer, self.tide_now());
-        self.coord
-            .cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
-            .trim()
-            .parse()
-            .expect("job id")
+        self.coord.submit_file(&file)
     }
 }

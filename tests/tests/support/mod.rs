@@ -251,6 +251,11 @@ impl Coordinator {
             format!("name = {name:?}\ncommand = [{cmd}]\ndeadline = \"2099-01-01T00:00:00Z\"\n"),
         )
         .unwrap();
+        self.submit_file(&file)
+    }
+
+    /// Submits the job file at `file`; returns the job's id.
+    pub fn submit_file(&self, file: &Path) -> u64 {
         self.cli(&["jobs", "submit", "--file", file.to_str().unwrap()])
             .trim()
             .parse()

@@ -5,7 +5,7 @@
 use crate::cost::gpu_cost;
 
 use super::DONE_EPS_ITERS;
-use super::grid::{Place, Round};
+use super::grid::{CloudGroup, Place, Round};
 use super::job::JobCtx;
 use super::plan::Candidate;
 use super::reason::Reason;
@@ -70,10 +70,7 @@ impl<'a> Round<'a> {
         let spec = &ctx.job.spec;
         let mut configs: Vec<CloudConfig> = Vec::new();
         for (gi, g) in self.cloud_groups.iter().enumerate() {
-            let node0 = g.nodes[0];
-            if ctx.tables[g.class].is_none()
-                || self.world.nodes[node0].memory_per_device_bytes < spec.memory_per_worker_bytes
-            {
+            if !self.runs_on(ctx, g) {
                 continue;
             }
             for w in Self::worker_options(spec.min_workers, spec.max_workers, g.devices) {
@@ -181,6 +178,14 @@ impl<'a> Round<'a> {
 }
 
 impl Round<'_> {
+    /// Whether the job can run on group `g` at all: its class has the job's
+    /// throughput table and its devices the memory a worker needs.
+    pub(super) fn runs_on(&self, ctx: &JobCtx, g: &CloudGroup) -> bool {
+        ctx.tables[g.class].is_some()
+            && self.world.nodes[g.nodes[0]].memory_per_device_bytes
+                >= ctx.job.spec.memory_per_worker_bytes
+    }
+
     /// `c`'s workers on nodes of its group free in the slot in progress, if
     /// enough of them are.
     pub(super) fn free_now(&self, c: &CloudConfig) -> Option<Place> {

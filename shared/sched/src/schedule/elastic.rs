@@ -7,10 +7,10 @@
 //! The plan stays on one cloud group, under the smallest cap on its worker
 //! count that meets the deadline (the job's minimum share; the rest is left
 //! to other jobs). In each slot it runs on the most workers under the cap
-//! the group has free, keeping its placement while that stays free. Every change of placement is a resize,
-//! charged as checkpoint plus restart through [`Round::startup`]: the
-//! checkpoint's transfer where the new placement adds nodes, plus
-//! `restart_s`. A larger placement replaces a smaller one that is still free
+//! the group has free, keeping its placement while that stays free. Every
+//! change of placement is a resize, charged as checkpoint plus restart
+//! through [`Round::startup`]: the checkpoint's transfer where the new
+//! placement adds nodes, plus `restart_s`. A larger placement replaces a smaller one that is still free
 //! only when the resize pays within the stretch the larger one stays free:
 //!
 //! `min(W, max(0, D_b − s_b) / t_b) > min(W, D_a / t_a)`
@@ -40,22 +40,16 @@ impl<'a> Round<'a> {
             return None;
         }
         let limit = self.slots_before(deadline_ms);
-        let mut best: Option<Candidate> = None;
-        for g in &self.cloud_groups {
-            if ctx.tables[g.class].is_none()
-                || self.world.nodes[g.nodes[0]].memory_per_device_bytes
-                    < ctx.job.spec.memory_per_worker_bytes
-            {
-                continue;
-            }
+        let spec = &ctx.job.spec;
+        let secs = (deadline_ms - self.now_ms) as f64 / 1000.0;
+        let mut best: Option<(f64, Vec<Seg>)> = None;
+        for g in self.cloud_groups.iter().filter(|g| self.runs_on(ctx, g)) {
             // The smallest cap on the worker count that meets the deadline:
             // the job's minimum share, which leaves the rest to other jobs.
-            let spec = &ctx.job.spec;
             let options = Self::worker_options(spec.min_workers, spec.max_workers, g.devices);
             // No cap below the first whose compute alone (no start-up, no
             // sync: [`class_compute_s`] with its measured sync taken out),
             // held from now to the deadline, does the work.
-            let secs = (deadline_ms - self.now_ms) as f64 / 1000.0;
             let table = ctx.tables[g.class];
             let Some(least) = options.iter().position(|&w| {
                 table
@@ -72,24 +66,23 @@ impl<'a> Round<'a> {
             }) else {
                 continue;
             };
-            let finish_ms = segs.last().map(|s| s.end_ms);
             let cost: f64 = segs.iter().map(|s| s.cost).sum();
-            if best.as_ref().is_some_and(|b| b.cost <= cost) {
-                continue;
+            if best.as_ref().is_none_or(|b| cost < b.0) {
+                best = Some((cost, segs));
             }
-            let why = Reason::Elastic {
-                stretches: self.stretches(&segs),
-                resizes: segs.windows(2).filter(|w| w[0].place != w[1].place).count(),
-                cost,
-            };
-            best = Some(Candidate {
-                segs,
-                cost,
-                finish_ms,
-                why,
-            });
         }
-        best
+        let (cost, segs) = best?;
+        let why = Reason::Elastic {
+            stretches: self.stretches(&segs),
+            resizes: segs.windows(2).filter(|w| w[0].place != w[1].place).count(),
+            cost,
+        };
+        Some(Candidate {
+            finish_ms: segs.last().map(|s| s.end_ms),
+            segs,
+            cost,
+            why,
+        })
     }
 
     /// The job on group `g` over slots `[0, limit)`, stretch by stretch, on
@@ -104,16 +97,17 @@ impl<'a> Round<'a> {
         now: bool,
     ) -> Option<Vec<Seg>> {
         let mut segs: Vec<Seg> = Vec::new();
-        let mut from = ctx.location.clone();
         let mut owed = ctx.job.progress.startup_left_s;
+        // The placement of the last stretch, where the checkpoint is.
         let mut cur: Option<Place> = None;
         let mut done = 0.0;
         let mut s = 0;
         while s < limit {
             let kept = cur.clone().filter(|c| self.usable(c, s));
-            // A running job keeps its own nodes where it can.
-            let prefer = cur.as_deref().unwrap_or(&ctx.location);
-            let place = match (kept, self.widest(g, options, s, prefer)) {
+            // Where the checkpoint is; a running job keeps its own nodes
+            // where it can.
+            let from = cur.as_deref().unwrap_or(&ctx.location);
+            let place = match (kept, self.widest(g, options, s, from)) {
                 (Some(c), Some(b)) if self.grows(ctx, &c, &b, s, limit, ctx.remaining - done) => b,
                 (Some(c), _) => c,
                 (None, Some(b)) => b,
@@ -136,16 +130,7 @@ impl<'a> Round<'a> {
             {
                 end += 1;
             }
-            let run = self.walk(
-                ctx,
-                &place,
-                &from,
-                owed,
-                s,
-                end,
-                ctx.remaining - done,
-                false,
-            )?;
+            let run = self.walk(ctx, &place, from, owed, s, end, ctx.remaining - done, false)?;
             for seg in run.segs {
                 done += seg.iters;
                 owed = (seg.startup_s - (seg.end_ms - seg.start_ms) as f64 / 1000.0).max(0.0);
@@ -154,7 +139,6 @@ impl<'a> Round<'a> {
             if done >= ctx.remaining - DONE_EPS_ITERS {
                 return Some(segs);
             }
-            from = place.clone();
             cur = Some(place);
             s = end;
         }

@@ -182,16 +182,21 @@ impl<'a> Round<'a> {
         {
             best = Some(c);
         }
-        let misses = |b: &Candidate| due && !b.finishes_by(deadline_ms);
         // Cloud capacity free now is for best-effort work only if the policy
         // says so; under each-round admission it is where SLO jobs run.
         let cloud_now_allowed = self.policy.best_effort_cloud
             || (due && self.policy.admission != AdmissionMode::Reserve);
-        if !deadline
-            && cloud_now_allowed
-            && best
-                .as_ref()
-                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
+        // Without a reservation, a plan that does not run now, or misses the
+        // deadline it is held to, gives way to cloud capacity free now.
+        let idle_now = |best: &Option<Candidate>| {
+            !deadline
+                && cloud_now_allowed
+                && best.as_ref().is_none_or(|b| {
+                    b.segs.first().is_none_or(|s| s.first_slot > 0)
+                        || (due && !b.finishes_by(deadline_ms))
+                })
+        };
+        if idle_now(&best)
             && let Some(c) = self.cloud_now(ctx, owed0)
         {
             best = Some(c);
@@ -199,11 +204,7 @@ impl<'a> Round<'a> {
         // Fewer workers now and more when capacity frees up may still meet
         // the deadline where no shape free now does.
         if due
-            && !deadline
-            && cloud_now_allowed
-            && best
-                .as_ref()
-                .is_none_or(|b| b.segs.first().is_none_or(|s| s.first_slot > 0) || misses(b))
+            && idle_now(&best)
             && let Some(c) = self.elastic(ctx, deadline_ms, true)
         {
             best = Some(c);
