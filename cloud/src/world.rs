@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tidemill_forecast::Resource;
+use tidemill_forecast::{Quantiles, Resource};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::cost::LinkSpec;
 use tidemill_sched::{
@@ -79,7 +79,7 @@ fn node_spec(
 }
 
 /// Idle windows from the forecast, by the rule both the coordinator and the
-/// simulator use ([`EdgeAvailability::from_p90s`]) over the node's CPU and
+/// simulator use ([`EdgeAvailability::from_forecast`]) over the node's CPU and
 /// accelerator forecasts. The load now is the highest of the node's latest
 /// CPU and accelerator utilisation. A sample taken before the slot in
 /// progress began says nothing about that slot and is not used: the tide has
@@ -104,16 +104,15 @@ fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) ->
             idle_threshold_pct: 0.0,
         };
     };
-    let p90: Vec<Vec<Option<f64>>> = IDLE_RESOURCES
+    let slots: Vec<&[Option<Quantiles>]> = IDLE_RESOURCES
         .iter()
         .filter_map(|r| f.resource(*r))
-        .map(|r| r.slots.iter().map(|q| q.map(|q| q.p90)).collect())
+        .map(|r| r.slots.as_slice())
         .collect();
-    let p90: Vec<&[Option<f64>]> = p90.iter().map(Vec::as_slice).collect();
-    EdgeAvailability::from_p90s(
+    EdgeAvailability::from_forecast(
         f.start_ms,
         i64::from(f.slot_len_s) * 1000,
-        &p90,
+        &slots,
         f.idle_threshold_pct,
         now_ms,
         util_now,

@@ -64,10 +64,12 @@ fn world(n_nodes: usize, n_jobs: usize) -> WorldSnapshot {
                             Window {
                                 start_ms: start,
                                 end_ms: start + len,
+                                confidence: 0.95,
                             },
                             Window {
                                 start_ms: start + 24 * H,
                                 end_ms: start + 24 * H + len,
+                                confidence: 0.95,
                             },
                         ],
                         util_now_pct: Some(70.0),

@@ -3,6 +3,7 @@
 //! policy knobs. The caller (coordinator or simulator) builds it each round.
 
 use serde::{Deserialize, Serialize};
+use tidemill_forecast::{Quantiles, idle_probability};
 
 use crate::cost::LinkSpec;
 use crate::throughput::ThroughputTables;
@@ -62,13 +63,45 @@ pub struct EdgeAvailability {
     pub idle_threshold_pct: f64,
 }
 
-/// A half-open time interval `[start_ms, end_ms)`, Unix ms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// An idle window: the half-open interval `[start_ms, end_ms)`, Unix ms, and
+/// how sure the forecast is of it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Window {
     /// Start, Unix ms.
     pub start_ms: i64,
     /// End, Unix ms (exclusive).
     pub end_ms: i64,
+    /// Probability (0-1) that the window's least certain slot is really idle,
+    /// by the forecast's own reading of its P50 and P90
+    /// ([`tidemill_forecast::idle_probability`]); 1 for a slot observed or a
+    /// load known for certain.
+    #[serde(default = "certain")]
+    pub confidence: f64,
+}
+
+fn certain() -> f64 {
+    1.0
+}
+
+impl Window {
+    /// The last instant (Unix ms) a plan may count on the window at `now_ms`,
+    /// leaving a margin that grows with the forecast's doubt about it:
+    ///
+    /// margin = grace + (1 − c) × R / 2,  usable until end − margin
+    ///
+    /// with `grace` the time to checkpoint and yield (ms), `c` the window's
+    /// [`Window::confidence`] and `R = end − max(start, now)` what is left of
+    /// it (ms). Reading: with probability c the window holds to its end;
+    /// otherwise the tide comes in at a time uniform over what is left, which
+    /// loses R / 2 on average, so (1 − c) × R / 2 is the idle time the
+    /// forecast expects to lose. A window that has held so far has less left
+    /// to lose, so its margin shrinks as it runs; one known for certain keeps
+    /// only the grace.
+    pub fn usable_until_ms(&self, now_ms: i64, grace_ms: i64) -> i64 {
+        let left = (self.end_ms - self.start_ms.max(now_ms)).max(0) as f64;
+        let doubt = (1.0 - self.confidence.clamp(0.0, 1.0)) * left / 2.0;
+        self.end_ms - grace_ms - doubt.round() as i64
+    }
 }
 
 impl EdgeAvailability {
@@ -76,33 +109,41 @@ impl EdgeAvailability {
     /// simulator both use. On the slot grid `start_ms + k × slot_ms` (Unix ms),
     /// slot `k` is idle when the P90 utilisation (percent) of every forecast
     /// resource the node has (CPU and accelerator, one slice each in
-    /// `p90_util_pct`, indexed by slot) is known and below
-    /// `idle_threshold_pct`; the forecast covers as many slots as its shortest
-    /// resource. The slot in progress at `now_ms` is observed, not forecast:
-    /// when `util_now_pct` (the highest utilisation the node reports now) is
-    /// known, it alone judges that slot, the slot just before `start_ms`
-    /// included (a forecast starts at the next slot boundary, so a node idle
-    /// now and forecast idle next has a window that covers the present).
-    /// Adjacent idle slots merge into windows.
+    /// `forecast`, indexed by slot) is known and below `idle_threshold_pct`;
+    /// the forecast covers as many slots as its shortest resource. The slot in
+    /// progress at `now_ms` is observed, not forecast: when `util_now_pct`
+    /// (the highest utilisation the node reports now) is known, it alone
+    /// judges that slot, the slot just before `start_ms` included (a forecast
+    /// starts at the next slot boundary, so a node idle now and forecast idle
+    /// next has a window that covers the present), and that slot is certain.
+    /// Adjacent idle slots merge into windows. A forecast slot's confidence is
+    /// the least [`tidemill_forecast::idle_probability`] over the resources;
+    /// a window's is its least certain slot's, as the forecaster's own idle
+    /// windows count it.
     ///
     /// A `tidemill-forecast` `NodeForecast` maps in as its `start_ms`,
-    /// `slot_len_s × 1000` and the per-slot P90s of its CPU and GPU forecasts.
-    pub fn from_p90s(
+    /// `slot_len_s × 1000` and the per-slot quantiles of its CPU and GPU forecasts.
+    pub fn from_forecast(
         start_ms: i64,
         slot_ms: i64,
-        p90_util_pct: &[&[Option<f64>]],
+        forecast: &[&[Option<Quantiles>]],
         idle_threshold_pct: f64,
         now_ms: i64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        let below = |p: Option<f64>| p.is_some_and(|p| p < idle_threshold_pct);
-        let slots = p90_util_pct.iter().map(|r| r.len()).min().unwrap_or(0) as i64;
+        let slot_confidence = |k: usize| -> Option<f64> {
+            forecast.iter().try_fold(1.0f64, |c, r| {
+                let q = r[k].filter(|q| q.p90 < idle_threshold_pct)?;
+                Some(c.min(idle_probability(&q, idle_threshold_pct)))
+            })
+        };
+        let slots = forecast.iter().map(|r| r.len()).min().unwrap_or(0) as i64;
         let in_progress = (now_ms - start_ms).div_euclid(slot_ms.max(1));
         let now = util_now_pct.filter(|_| (-1..slots).contains(&in_progress));
         let first = if now.is_some() { in_progress.min(0) } else { 0 };
         let idle = (first..slots).map(|k| match now {
-            Some(u) if k == in_progress => below(Some(u)),
-            _ => p90_util_pct.iter().all(|r| below(r[k as usize])),
+            Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(1.0),
+            _ => slot_confidence(k as usize),
         });
         EdgeAvailability::from_idle_slots(
             start_ms + first * slot_ms,
@@ -116,7 +157,7 @@ impl EdgeAvailability {
     /// Builds windows from one per-slot utilisation series known for certain
     /// (the simulator's oracle reads the true load): a slot is idle when its
     /// value is known and below `idle_threshold_pct`; adjacent idle slots
-    /// merge. Forecasts go through [`EdgeAvailability::from_p90s`].
+    /// merge, each certain. Forecasts go through [`EdgeAvailability::from_forecast`].
     pub fn from_known_load(
         start_ms: i64,
         slot_ms: i64,
@@ -129,31 +170,36 @@ impl EdgeAvailability {
             slot_ms,
             util_pct
                 .iter()
-                .map(|p| p.is_some_and(|p| p < idle_threshold_pct)),
+                .map(|p| p.is_some_and(|p| p < idle_threshold_pct).then_some(1.0)),
             idle_threshold_pct,
             util_now_pct,
         )
     }
 
-    /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into windows.
+    /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
+    /// windows; `idle` gives each slot's confidence, `None` where it is busy.
     fn from_idle_slots(
         start_ms: i64,
         slot_ms: i64,
-        idle: impl IntoIterator<Item = bool>,
+        idle: impl IntoIterator<Item = Option<f64>>,
         idle_threshold_pct: f64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
         let mut windows: Vec<Window> = Vec::new();
         for (i, idle) in idle.into_iter().enumerate() {
-            if !idle {
+            let Some(confidence) = idle else {
                 continue;
-            }
+            };
             let s = start_ms + i as i64 * slot_ms;
             match windows.last_mut() {
-                Some(w) if w.end_ms == s => w.end_ms = s + slot_ms,
+                Some(w) if w.end_ms == s => {
+                    w.end_ms = s + slot_ms;
+                    w.confidence = w.confidence.min(confidence);
+                }
                 _ => windows.push(Window {
                     start_ms: s,
                     end_ms: s + slot_ms,
+                    confidence,
                 }),
             }
         }
@@ -458,15 +504,24 @@ pub enum AdmissionMode {
 mod tests {
     use super::*;
 
+    /// A forecast slot with P90 `p90` and a P50 10 points below it.
+    fn q(p90: f64) -> Option<Quantiles> {
+        Some(Quantiles {
+            p10: 0.0,
+            p50: p90 - 10.0,
+            p90,
+        })
+    }
+
     /// Hand-worked: threshold 30 %, slots of 100 ms from 1 000. CPU and GPU
     /// are both under 30 % in slots 0 and 3 only (CPU 50 % in slot 1, GPU
     /// 40 % in slot 2, CPU unknown in slot 4).
     #[test]
     fn a_slot_is_idle_when_every_resource_is_and_the_load_now_judges_the_present() {
-        let cpu = [Some(10.0), Some(50.0), Some(10.0), Some(10.0), None];
-        let gpu = [Some(10.0), Some(10.0), Some(40.0), Some(20.0), Some(5.0)];
+        let cpu = [q(10.0), q(50.0), q(10.0), q(10.0), None];
+        let gpu = [q(10.0), q(10.0), q(40.0), q(20.0), q(5.0)];
         let spans = |now_ms: i64, util_now: Option<f64>| -> Vec<(i64, i64)> {
-            EdgeAvailability::from_p90s(1_000, 100, &[&cpu, &gpu], 30.0, now_ms, util_now)
+            EdgeAvailability::from_forecast(1_000, 100, &[&cpu, &gpu], 30.0, now_ms, util_now)
                 .windows
                 .iter()
                 .map(|w| (w.start_ms, w.end_ms))
@@ -484,14 +539,64 @@ mod tests {
         // Busy now (60 %) in slot 3, forecast idle: only slot 0 is left.
         assert_eq!(spans(1_320, Some(60.0)), vec![(1_000, 1_100)]);
         // A forecast covers only as many slots as its shortest resource.
-        let short = EdgeAvailability::from_p90s(1_000, 100, &[&gpu[..3], &gpu], 30.0, 0, None);
+        let short = EdgeAvailability::from_forecast(1_000, 100, &[&gpu[..3], &gpu], 30.0, 0, None);
         assert_eq!(
-            short.windows,
-            vec![Window {
-                start_ms: 1_000,
-                end_ms: 1_200
-            }]
+            short
+                .windows
+                .iter()
+                .map(|w| (w.start_ms, w.end_ms))
+                .collect::<Vec<_>>(),
+            vec![(1_000, 1_200)]
         );
+    }
+
+    /// Hand-worked confidences, threshold 30 %: P50 10, P90 20 gives
+    /// Φ(1.2816 × (30 − 10) / (20 − 10)) = Φ(2.563) = 0.99481; P50 10, P90 28
+    /// gives Φ(1.2816 × 20 / 18) = Φ(1.424) = 0.92277. A window takes its
+    /// least certain slot's, a resource its least certain resource's, and an
+    /// observed slot is certain.
+    #[test]
+    fn a_window_is_as_sure_as_its_least_certain_slot() {
+        let at = |p50: f64, p90: f64| Some(Quantiles { p10: 0.0, p50, p90 });
+        let cpu = [at(10.0, 20.0), at(10.0, 28.0), at(10.0, 20.0)];
+        let gpu = [at(10.0, 20.0), at(10.0, 20.0), at(0.0, 1.0)];
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&cpu, &gpu], 30.0, 0, None);
+        assert_eq!(a.windows.len(), 1);
+        assert!((a.windows[0].confidence - 0.92277).abs() < 1e-5, "{a:?}");
+        let last =
+            EdgeAvailability::from_forecast(1_000, 100, &[&cpu[2..], &gpu[2..]], 30.0, 0, None);
+        assert!(
+            (last.windows[0].confidence - 0.99481).abs() < 1e-5,
+            "{last:?}"
+        );
+        // Idle now in slot 1 (observed): only slots 0 and 2 are forecast.
+        let now =
+            EdgeAvailability::from_forecast(1_000, 100, &[&cpu, &gpu], 30.0, 1_150, Some(5.0));
+        assert!(
+            (now.windows[0].confidence - 0.99481).abs() < 1e-5,
+            "{now:?}"
+        );
+        let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
+        assert_eq!(known.windows[0].confidence, 1.0);
+    }
+
+    /// Hand-worked margins, grace 120 s: a 6-hour window (21 600 000 ms) at
+    /// confidence 0.95 seen from its start loses 0.05 × 21 600 000 / 2 =
+    /// 540 000 ms more, so it is usable until 21 600 000 − 120 000 − 540 000
+    /// = 20 940 000; three hours in, half as much (270 000): 21 210 000; a
+    /// certain window keeps the grace alone: 21 480 000.
+    #[test]
+    fn the_margin_before_a_window_ends_grows_with_its_doubt() {
+        let w = |confidence| Window {
+            start_ms: 0,
+            end_ms: 21_600_000,
+            confidence,
+        };
+        assert_eq!(w(0.95).usable_until_ms(0, 120_000), 20_940_000);
+        assert_eq!(w(0.95).usable_until_ms(10_800_000, 120_000), 21_210_000);
+        assert_eq!(w(1.0).usable_until_ms(0, 120_000), 21_480_000);
+        // Before the window opens, all of it is left to lose.
+        assert_eq!(w(0.95).usable_until_ms(-5_000, 120_000), 20_940_000);
     }
 
     #[test]
@@ -503,11 +608,13 @@ mod tests {
             vec![
                 Window {
                     start_ms: 1_100,
-                    end_ms: 1_300
+                    end_ms: 1_300,
+                    confidence: 1.0
                 },
                 Window {
                     start_ms: 1_400,
-                    end_ms: 1_500
+                    end_ms: 1_500,
+                    confidence: 1.0
                 }
             ]
         );

@@ -272,11 +272,34 @@ fn window_end_stops_edge_work_before_the_grace_period() {
     assert!(
         matches!(
             d.explanation.why.first(),
-            Some(Reason::WindowEnds { node, grace_ms }) if node == "e1" && *grace_ms == p.grace_ms
+            Some(Reason::WindowEnds { node, margin_ms }) if node == "e1" && *margin_ms == p.grace_ms
         ),
         "{:?}",
         d.explanation.why
     );
+}
+
+/// The same window at confidence 0.92, seen at 18:00 with all 8 hours of it
+/// left: the margin is 20 min + (1 − 0.92) × 8 h / 2 = 20 + 19.2 = 39.2 min,
+/// so the job must be off by 05:20:48 and its last whole slot is 05:00–05:15.
+/// A doubtful window is trusted less far; a certain one (the test above) to
+/// 05:30.
+#[test]
+fn a_doubtful_window_ends_edge_work_earlier() {
+    let p = Policy {
+        grace_ms: 20 * 60_000,
+        ..policy()
+    };
+    let mut e1 = edge("e1", 1, &[NIGHT], 10.0);
+    if let NodeKind::Edge(av) = &mut e1.kind {
+        av.windows[0].confidence = 0.92;
+    }
+    let w = world(
+        vec![e1],
+        vec![job(1, JobClass::BestEffort, NOW, 32 * H, 1e6)],
+    );
+    let d = schedule(&w, NOW, &p).decision(1).unwrap().clone();
+    assert_eq!(d.segments.last().unwrap().end_ms, NIGHT.1 - 3 * H / 4);
 }
 
 #[test]

@@ -41,7 +41,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
-use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster, Resource};
+use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster, Quantiles, Resource};
 use tidemill_sched::EdgeAvailability;
 
 use crate::backtest::SlotMeans;
@@ -459,8 +459,8 @@ pub struct OnlineForecasts {
     issued_ms: Option<i64>,
     /// Start of the first slot of the forecasts in `latest`, ms.
     start_ms: i64,
-    /// Each box's P90 per slot, as issued at the last refresh boundary.
-    latest: Vec<P90>,
+    /// Each box's forecast per slot, as issued at the last refresh boundary.
+    latest: Vec<Slots>,
     memo: Option<Memo>,
     threads: usize,
     /// Forecasts made, and forecasts taken from the memo.
@@ -476,16 +476,16 @@ pub struct ForecastCounts {
     pub reused: u64,
 }
 
-/// A forecast's P90 per slot, percent; shared by the boxes it serves.
-type P90 = Arc<[Option<f64>]>;
+/// A forecast's quantiles per slot, percent; shared by the boxes it serves.
+type Slots = Arc<[Option<Quantiles>]>;
 
 /// Forecasts by window key, in two generations of at most
 /// [`MEMO_GENERATION`] entries: when the newer fills, the older is dropped, so
 /// the memo stays bounded when windows never repeat (a trace longer than the run).
 #[derive(Default)]
 struct Memo {
-    newer: HashMap<WindowKey, P90>,
-    older: HashMap<WindowKey, P90>,
+    newer: HashMap<WindowKey, Slots>,
+    older: HashMap<WindowKey, Slots>,
 }
 
 /// Entries per memo generation: about 1.6 kB each with a 24-hour horizon of
@@ -493,7 +493,7 @@ struct Memo {
 const MEMO_GENERATION: usize = 1 << 15;
 
 impl Memo {
-    fn get(&mut self, key: &WindowKey) -> Option<P90> {
+    fn get(&mut self, key: &WindowKey) -> Option<Slots> {
         if let Some(f) = self.newer.get(key) {
             return Some(f.clone());
         }
@@ -502,7 +502,7 @@ impl Memo {
         Some(f)
     }
 
-    fn insert(&mut self, key: WindowKey, f: P90) {
+    fn insert(&mut self, key: WindowKey, f: Slots) {
         if self.newer.len() >= MEMO_GENERATION {
             self.older = std::mem::take(&mut self.newer);
         }
@@ -512,7 +512,7 @@ impl Memo {
 
 /// Where one box's forecast comes from at a refresh.
 enum Source {
-    Memo(P90),
+    Memo(Slots),
     /// Made from this box's own window (keyed when the window is full).
     Made(Option<WindowKey>),
     /// The same window as an earlier box's at this refresh.
@@ -541,11 +541,11 @@ impl OnlineForecasts {
         })
     }
 
-    /// Box `e`'s availability at `now_ms`: the P90 forecast of its one
+    /// Box `e`'s availability at `now_ms`: the forecast of its one
     /// resource (CPU) issued at the last refresh boundary (`refresh_ms` grid),
     /// made from every bin reported by then, and its latest reported load,
     /// turned into windows by the live coordinator's rule,
-    /// [`EdgeAvailability::from_p90s`]. The first call after a boundary
+    /// [`EdgeAvailability::from_forecast`]. The first call after a boundary
     /// refreshes every box.
     pub fn availability(
         &mut self,
@@ -558,7 +558,7 @@ impl OnlineForecasts {
         if self.issued_ms != Some(issued_ms) {
             self.refresh(world, issued_ms);
         }
-        EdgeAvailability::from_p90s(
+        EdgeAvailability::from_forecast(
             self.start_ms,
             self.config.slot_len_ms(),
             &[&self.latest[e]],
@@ -620,13 +620,11 @@ impl OnlineForecasts {
             .filter(|&e| matches!(sources[e], Source::Made(_)))
             .collect();
         let models = &self.models;
-        let made_for: HashMap<usize, P90> = on_threads(to_make, self.threads, |e| {
-            let p90 = models[e]
+        let made_for: HashMap<usize, Slots> = on_threads(to_make, self.threads, |e| {
+            let slots = models[e]
                 .forecast_resource(Resource::Cpu, issued_ms)
-                .map_or(P90::from([]), |(_, f)| {
-                    f.slots.iter().map(|q| q.map(|q| q.p90)).collect()
-                });
-            (e, p90)
+                .map_or(Slots::from([]), |(_, f)| Slots::from(f.slots));
+            (e, slots)
         })
         .into_iter()
         .collect();

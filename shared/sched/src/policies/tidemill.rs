@@ -5,7 +5,7 @@
 //! actions (start, continue, migrate, pause, wait, reject). Edge windows come
 //! from the view's [`super::EdgeSignals::availability`]: in the simulator each
 //! box's online forecaster (P90 under the threshold, via
-//! [`crate::EdgeAvailability::from_p90s`]), or the truth with `--oracle-forecast`.
+//! [`crate::EdgeAvailability::from_forecast`]), or the truth with `--oracle-forecast`.
 //! `cloud-only` is the same scheduler with no edge box in its snapshot.
 //!
 //! What this adapter decides, not the scheduler: an SLO job whose deadline

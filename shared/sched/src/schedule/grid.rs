@@ -1,6 +1,7 @@
 //! The round's grid of free capacity: policy slots from `now` to the horizon,
 //! free devices per node and slot (edge nodes only inside their idle windows,
-//! less the grace, and not while the tide is in), the index of edge nodes by
+//! less a margin that grows with the forecast's doubt,
+//! [`crate::Window::usable_until_ms`], and not while the tide is in), the index of edge nodes by
 //! first free slot and the cloud nodes grouped by (class, size, price).
 //! Reserving a plan takes its devices off the grid.
 
@@ -102,7 +103,10 @@ impl<'a> Round<'a> {
                     let mut w = av.windows.iter().peekable();
                     for (s, cell) in row.iter_mut().enumerate() {
                         let (start, end) = slot_bounds(now_ms, base_ms, slot, s);
-                        while w.peek().is_some_and(|w| w.end_ms - policy.grace_ms < end) {
+                        while w
+                            .peek()
+                            .is_some_and(|w| w.usable_until_ms(now_ms, policy.grace_ms) < end)
+                        {
                             w.next();
                         }
                         let inside = w.peek().is_some_and(|w| w.start_ms <= start);

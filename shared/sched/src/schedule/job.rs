@@ -37,10 +37,17 @@ impl<'a> Round<'a> {
                         load_pct: av.util_now_pct.unwrap_or(0.0),
                         threshold_pct: av.idle_threshold_pct,
                     }),
-                    NodeKind::Edge(_) if self.free[q * self.n_slots] == 0 => {
+                    NodeKind::Edge(av) if self.free[q * self.n_slots] == 0 => {
+                        let grace = self.policy.grace_ms;
                         Some(Reason::WindowEnds {
                             node: self.world.nodes[q].id.clone(),
-                            grace_ms: self.policy.grace_ms,
+                            margin_ms: av
+                                .windows
+                                .iter()
+                                .find(|w| w.start_ms <= self.now_ms && self.now_ms < w.end_ms)
+                                .map_or(grace, |w| {
+                                    w.end_ms - w.usable_until_ms(self.now_ms, grace)
+                                }),
                         })
                     }
                     _ => None,

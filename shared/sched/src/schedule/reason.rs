@@ -49,8 +49,9 @@ pub enum Reason {
     WindowEnds {
         /// The edge node.
         node: String,
-        /// The policy's grace before a window ends, ms.
-        grace_ms: i64,
+        /// The margin the plan left before the window's end, ms: the
+        /// policy's grace plus the forecast's doubt ([`crate::Window::usable_until_ms`]).
+        margin_ms: i64,
     },
     /// Nothing is left to plan.
     WorkDone,
@@ -227,10 +228,10 @@ impl fmt::Display for Reason {
                 f,
                 "the tide came in on {node} (primary load {load_pct:.0}% > {threshold_pct:.0}% threshold)"
             ),
-            Reason::WindowEnds { node, grace_ms } => write!(
+            Reason::WindowEnds { node, margin_ms } => write!(
                 f,
-                "the idle window on {node} ends (grace {} s)",
-                grace_ms / 1000
+                "the idle window on {node} ends (margin {} s: grace and the forecast's doubt)",
+                margin_ms / 1000
             ),
             Reason::WorkDone => f.write_str("its work is done"),
             Reason::InTurn => f.write_str(
@@ -449,11 +450,11 @@ mod tests {
         );
         let window = Reason::WindowEnds {
             node: "e1".into(),
-            grace_ms: 1_200_000,
+            margin_ms: 1_200_000,
         };
         assert_eq!(
             window.to_string(),
-            "the idle window on e1 ends (grace 1200 s)"
+            "the idle window on e1 ends (margin 1200 s: grace and the forecast's doubt)"
         );
     }
 

@@ -42,6 +42,7 @@ pub fn edge(id: &str, devices: u32, windows: &[(i64, i64)], util_now: f64) -> No
                 .map(|&(s, e)| Window {
                     start_ms: s,
                     end_ms: e,
+                    confidence: 1.0,
                 })
                 .collect(),
             util_now_pct: Some(util_now),
