@@ -10,3 +10,4 @@ pub mod plot;
 pub mod simulate;
 pub mod sweep;
 pub mod trace;
+pub mod wan;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{demo, forecast_eval, gen_trace, simulate, sweep};
+use tidemill_sim::{demo, forecast_eval, gen_trace, simulate, sweep, wan};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +32,10 @@ enum Command {
     /// Run one scenario over a grid of settings (`--vary KEY=V1,V2,...`) for
     /// every policy, on all cores; write CSV, JSON and SVG line charts.
     Sweep(sweep::Args),
+    /// Relay UDP between an edge and the coordinator through emulated WAN
+    /// impairment: delay, jitter, loss, reordering, duplication, a rate limit
+    /// and outages, in each direction.
+    Wan(wan::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
             lifecycle::exit_quietly_on_closed_pipe();
             sweep::run(&args).map_err(Into::into)
         }
+        Command::Wan(args) => wan::run(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
