@@ -10,17 +10,33 @@ use crate::{IdleWindow, Quantiles};
 /// Smallest P50-to-P90 spread used when converting to a probability, percent.
 const MIN_SPREAD_PCT: f64 = 1e-6;
 
+/// Φ⁻¹(0.9), the standard normal's 90th percentile: how many standard
+/// deviations the P90 lies above the P50. A constant, because the scheduler
+/// reads a probability for every forecast slot of every box each round.
+const Z90: f64 = 1.281_551_565_544_600_8;
+
 /// Probability (0-1) that utilisation stays under `threshold_pct`, reading the
 /// upper half of the forecast as a normal distribution:
 ///
-/// p = Φ(z₀.₉ · (threshold − P50) / (P90 − P50)), with z₀.₉ = Φ⁻¹(0.9) ≈ 1.2816
+/// p = Φ(z),  z = z₀.₉ · (threshold − P50) / (P90 − P50),  z₀.₉ = Φ⁻¹(0.9) ≈ 1.2816
 ///
-/// (all in percent; the spread is floored at 1e-6). p ≥ 0.9 exactly when P90 ≤ threshold.
+/// (all in percent; the spread is floored at 1e-6). p ≥ 0.9 exactly when P90 ≤
+/// threshold. `z` is [`idle_score`] and `Φ` [`score_probability`].
 pub fn idle_probability(q: &Quantiles, threshold_pct: f64) -> f64 {
-    let std_normal = Normal::standard();
-    let z90 = std_normal.inverse_cdf(0.9);
+    score_probability(idle_score(q, threshold_pct))
+}
+
+/// The standard score `z` of [`idle_probability`]. The probability rises with
+/// it, so the least certain of many slots is the one with the lowest score,
+/// and a caller that wants only that one takes `Φ` once.
+pub fn idle_score(q: &Quantiles, threshold_pct: f64) -> f64 {
     let spread = (q.p90 - q.p50).max(MIN_SPREAD_PCT);
-    std_normal.cdf(z90 * (threshold_pct - q.p50) / spread)
+    Z90 * (threshold_pct - q.p50) / spread
+}
+
+/// `Φ(z)`: the probability of an [`idle_score`] (1 for `+∞`).
+pub fn score_probability(z: f64) -> f64 {
+    Normal::standard().cdf(z)
 }
 
 /// True when a slot counts as idle: `idle_probability(q, threshold_pct) ≥
@@ -70,6 +86,11 @@ mod tests {
 
     fn q(p50: f64, p90: f64) -> Quantiles {
         Quantiles { p10: 0.0, p50, p90 }
+    }
+
+    #[test]
+    fn z90_is_the_normal_90th_percentile() {
+        assert!((Normal::standard().inverse_cdf(0.9) - Z90).abs() < 1e-12);
     }
 
     #[test]

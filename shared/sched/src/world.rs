@@ -3,7 +3,7 @@
 //! policy knobs. The caller (coordinator or simulator) builds it each round.
 
 use serde::{Deserialize, Serialize};
-use tidemill_forecast::{Quantiles, idle_probability};
+use tidemill_forecast::{Quantiles, idle_score, score_probability};
 
 use crate::cost::LinkSpec;
 use crate::throughput::ThroughputTables;
@@ -131,10 +131,10 @@ impl EdgeAvailability {
         now_ms: i64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        let slot_confidence = |k: usize| -> Option<f64> {
-            forecast.iter().try_fold(1.0f64, |c, r| {
+        let slot_score = |k: usize| -> Option<f64> {
+            forecast.iter().try_fold(f64::INFINITY, |z, r| {
                 let q = r[k].filter(|q| q.p90 < idle_threshold_pct)?;
-                Some(c.min(idle_probability(&q, idle_threshold_pct)))
+                Some(z.min(idle_score(&q, idle_threshold_pct)))
             })
         };
         let slots = forecast.iter().map(|r| r.len()).min().unwrap_or(0) as i64;
@@ -142,8 +142,8 @@ impl EdgeAvailability {
         let now = util_now_pct.filter(|_| (-1..slots).contains(&in_progress));
         let first = if now.is_some() { in_progress.min(0) } else { 0 };
         let idle = (first..slots).map(|k| match now {
-            Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(1.0),
-            _ => slot_confidence(k as usize),
+            Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(f64::INFINITY),
+            _ => slot_score(k as usize),
         });
         EdgeAvailability::from_idle_slots(
             start_ms + first * slot_ms,
@@ -168,16 +168,19 @@ impl EdgeAvailability {
         EdgeAvailability::from_idle_slots(
             start_ms,
             slot_ms,
-            util_pct
-                .iter()
-                .map(|p| p.is_some_and(|p| p < idle_threshold_pct).then_some(1.0)),
+            util_pct.iter().map(|p| {
+                p.is_some_and(|p| p < idle_threshold_pct)
+                    .then_some(f64::INFINITY)
+            }),
             idle_threshold_pct,
             util_now_pct,
         )
     }
 
     /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
-    /// windows; `idle` gives each slot's confidence, `None` where it is busy.
+    /// windows; `idle` gives each slot's [`idle_score`] (`+∞` where it is
+    /// certain), `None` where it is busy. A window's confidence is the
+    /// probability of its lowest score, taken once per window.
     fn from_idle_slots(
         start_ms: i64,
         slot_ms: i64,
@@ -185,24 +188,29 @@ impl EdgeAvailability {
         idle_threshold_pct: f64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        let mut windows: Vec<Window> = Vec::new();
+        // (start, end, lowest score) of each run of idle slots.
+        let mut runs: Vec<(i64, i64, f64)> = Vec::new();
         for (i, idle) in idle.into_iter().enumerate() {
-            let Some(confidence) = idle else {
+            let Some(score) = idle else {
                 continue;
             };
             let s = start_ms + i as i64 * slot_ms;
-            match windows.last_mut() {
-                Some(w) if w.end_ms == s => {
-                    w.end_ms = s + slot_ms;
-                    w.confidence = w.confidence.min(confidence);
+            match runs.last_mut() {
+                Some((_, end, low)) if *end == s => {
+                    *end = s + slot_ms;
+                    *low = low.min(score);
                 }
-                _ => windows.push(Window {
-                    start_ms: s,
-                    end_ms: s + slot_ms,
-                    confidence,
-                }),
+                _ => runs.push((s, s + slot_ms, score)),
             }
         }
+        let windows = runs
+            .into_iter()
+            .map(|(start_ms, end_ms, low)| Window {
+                start_ms,
+                end_ms,
+                confidence: score_probability(low),
+            })
+            .collect();
         EdgeAvailability {
             windows,
             util_now_pct,

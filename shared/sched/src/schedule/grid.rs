@@ -100,16 +100,17 @@ impl<'a> Round<'a> {
                             .find(|w| w.start_ms <= now_ms && now_ms < w.end_ms)
                             .map_or(now_ms, |w| w.end_ms);
                     }
-                    let mut w = av.windows.iter().peekable();
+                    let mut w = av
+                        .windows
+                        .iter()
+                        .map(|w| (w.start_ms, w.usable_until_ms(now_ms, policy.grace_ms)))
+                        .peekable();
                     for (s, cell) in row.iter_mut().enumerate() {
                         let (start, end) = slot_bounds(now_ms, base_ms, slot, s);
-                        while w
-                            .peek()
-                            .is_some_and(|w| w.usable_until_ms(now_ms, policy.grace_ms) < end)
-                        {
+                        while w.peek().is_some_and(|&(_, usable)| usable < end) {
                             w.next();
                         }
-                        let inside = w.peek().is_some_and(|w| w.start_ms <= start);
+                        let inside = w.peek().is_some_and(|&(from, _)| from <= start);
                         if inside && start >= blocked_until {
                             *cell = n.devices;
                             first_free[i] = first_free[i].min(s);
