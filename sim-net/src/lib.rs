@@ -2,6 +2,7 @@
 //! demo cluster on loopback.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod allreduce;
 pub mod backtest;
 pub mod demo;
 pub mod forecast_eval;

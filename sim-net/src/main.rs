@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{demo, forecast_eval, gen_trace, simulate, sweep, wan};
+use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, sweep, wan};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,6 +19,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Ring all-reduce over TCP among a job's ranks (RANK, WORLD_SIZE,
+    /// MASTER_ADDR, MASTER_PORT from the environment), printing each step's
+    /// time: the workload the cost model's sync term describes.
+    Allreduce(allreduce::Args),
     /// Run a whole cluster on loopback, replaying a generated tidal trace, and
     /// schedule a few jobs onto the idle edges.
     Demo(demo::Args),
@@ -40,6 +44,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match Cli::parse().command {
+        Command::Allreduce(args) => allreduce::run(&args).map_err(Into::into),
         Command::Demo(args) => demo::run(&args).map_err(Into::into),
         Command::ForecastEval(args) => {
             lifecycle::exit_quietly_on_closed_pipe();
