@@ -125,16 +125,20 @@ fn link_table(cfg: &SchedulerConfig, links: &[LinkRecord]) -> LinkTable {
     let cloud: Vec<&String> = cfg.cloud_nodes.keys().collect();
     let mut measured = Vec::new();
     for l in links {
+        let to_cloud = l.to == tidemill_proto::CLOUD_PEER;
+        // The senders' congestion control is the deployment's, from its class default.
+        let class = if to_cloud {
+            &cfg.links.cloud_edge
+        } else {
+            &cfg.links.edge_edge
+        };
         let link = LinkSpec {
             bandwidth_bps: l.bandwidth_bps,
             latency_s: l.rtt_ms / 2000.0,
             loss: l.loss,
+            congestion: class.congestion,
         };
-        let ends: Vec<&String> = if l.to == tidemill_proto::CLOUD_PEER {
-            cloud.clone()
-        } else {
-            vec![&l.to]
-        };
+        let ends: Vec<&String> = if to_cloud { cloud.clone() } else { vec![&l.to] };
         for b in ends {
             measured.push(MeasuredLink {
                 a: l.from.clone(),

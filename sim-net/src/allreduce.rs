@@ -615,14 +615,36 @@ pub fn run(args: &Args) -> Result<(), AllreduceError> {
         println!("step {}: {:.6} s", k + 1, t.as_secs_f64());
     }
     println!(
-        "median step: {:.6} s for {} bytes over {} ranks (rank {}, {} steps)",
-        median(&times).as_secs_f64(),
-        args.bytes,
-        ring.world,
-        ring.rank,
-        times.len()
+        "{}",
+        median_line(
+            median(&times),
+            args.bytes,
+            ring.world,
+            ring.rank,
+            times.len()
+        )
     );
     Ok(())
+}
+
+/// The summary line [`run`] prints last, which [`median_in_output`] reads.
+fn median_line(median: Duration, bytes: usize, world: u32, rank: u32, steps: usize) -> String {
+    format!(
+        "median step: {:.6} s for {bytes} bytes over {world} ranks (rank {rank}, {steps} steps)",
+        median.as_secs_f64()
+    )
+}
+
+/// The median step, in seconds, in the output of [`run`] (its
+/// `median step: S s ...` line), for whoever reads a rank's output.
+pub fn median_in_output(output: &str) -> Option<f64> {
+    output
+        .split("median step: ")
+        .nth(1)?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Rank `rank`'s value of element `i` before a step.
@@ -915,6 +937,18 @@ mod tests {
                 assert_eq!(times.len(), 3);
             }
         }
+    }
+
+    #[test]
+    fn the_median_line_reads_back() {
+        let line = median_line(Duration::from_micros(1_234_567), 4096, 3, 1, 8);
+        assert_eq!(
+            line,
+            "median step: 1.234567 s for 4096 bytes over 3 ranks (rank 1, 8 steps)"
+        );
+        let output = format!("step 1: 1.2 s\n{line}\n");
+        assert_eq!(median_in_output(&output), Some(1.234_567));
+        assert_eq!(median_in_output("step 1: 1.2 s"), None);
     }
 
     #[test]

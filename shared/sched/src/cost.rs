@@ -16,6 +16,20 @@ pub const MSS_BYTES: f64 = 1200.0;
 /// as Pollux (Qiao et al., OSDI '21) fits for data-parallel jobs.
 pub const DEFAULT_GAMMA: f64 = 2.0;
 
+/// How the senders' TCP (or QUIC) reacts to loss, which decides what a lossy
+/// link delivers. A deployment picks one with its kernel setting
+/// (`net.ipv4.tcp_congestion_control`); most kernels default to Cubic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Congestion {
+    /// Cubic or Reno: the window shrinks on every loss, and grows until the
+    /// bottleneck's queue drops a packet.
+    #[default]
+    LossBased,
+    /// BBR: paces at the bottleneck rate it measures and ignores random loss.
+    RateBased,
+}
+
 /// One network path between two nodes, as measured or as a class default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkSpec {
@@ -25,21 +39,47 @@ pub struct LinkSpec {
     pub latency_s: f64,
     /// Packet loss rate, 0..1.
     pub loss: f64,
+    /// The senders' congestion control.
+    #[serde(default)]
+    pub congestion: Congestion,
 }
 
 impl LinkSpec {
     /// Usable throughput of the link, bytes/s.
     ///
-    /// `B_eff = min(B, 1.22 × MSS / (RTT × √p))` with `RTT = 2 × latency_s`
-    /// (the Mathis et al. bound for a loss-based congestion controller);
-    /// with no loss, or no latency, `B_eff = B`.
+    /// Loss-based: `B_eff = min(B, 1.22 × MSS / (RTT × √p))` with
+    /// `RTT = 2 × latency_s` (the Mathis et al. bound); with no loss, or no
+    /// latency, `B_eff = B`. Rate-based: `B_eff = B × (1 − p)`, the share not
+    /// spent on resending what was lost.
     pub fn effective_bandwidth_bps(&self) -> f64 {
         let rtt = 2.0 * self.latency_s;
         if self.loss <= 0.0 || rtt <= 0.0 {
             return self.bandwidth_bps;
         }
-        let mathis = 1.22 * MSS_BYTES / (rtt * self.loss.sqrt());
-        self.bandwidth_bps.min(mathis)
+        match self.congestion {
+            Congestion::LossBased => {
+                let mathis = 1.22 * MSS_BYTES / (rtt * self.loss.sqrt());
+                self.bandwidth_bps.min(mathis)
+            }
+            Congestion::RateBased => self.bandwidth_bps * (1.0 - self.loss.min(1.0)),
+        }
+    }
+
+    /// The share `q` of transfers of `bytes` that wait one extra round trip to
+    /// resend a lost packet before they complete.
+    ///
+    /// Loss-based: `q = 1`, as the sender's window grows until the bottleneck
+    /// drops a packet even on a loss-free link. Rate-based: the chance that at
+    /// least one of the `⌈bytes / MSS⌉` packets is lost,
+    /// `q = 1 − (1 − p)^⌈bytes / MSS⌉`.
+    pub fn recovery_share(&self, bytes: f64) -> f64 {
+        match self.congestion {
+            Congestion::LossBased => 1.0,
+            Congestion::RateBased => {
+                let packets = (bytes / MSS_BYTES).ceil().max(1.0);
+                1.0 - (1.0 - self.loss.clamp(0.0, 1.0)).powf(packets)
+            }
+        }
     }
 
     /// Seconds to move `bytes` over the link: `bytes / B_eff + latency_s`; zero bytes take no time.
@@ -69,17 +109,25 @@ pub struct StepTime {
 
 /// Seconds of one ring all-reduce of `model_bytes` among `ring_nodes` nodes over `link`.
 ///
-/// `T_n = 2(n−1)/n × M / B_eff + 2(n−1) × latency_s`, n = nodes in the ring
-/// (workers that share a node reduce locally first, over the node's own fabric,
-/// which the measured throughput tables already include), M = model bytes.
-/// One node has no WAN term: `T_n = 0`.
+/// `T_n = 2(n−1)/n × M / B_eff + 2(n−1) × (latency_s + q × 1.25 × RTT)`,
+/// n = nodes in the ring (workers that share a node reduce locally first, over
+/// the node's own fabric, which the measured throughput tables already
+/// include), M = model bytes, RTT = 2 × latency_s, and q the
+/// [`LinkSpec::recovery_share`] of one chunk of `M/n` bytes. Each of the
+/// `2(n−1)` chunk transfers waits for its predecessor's chunk, so a chunk that
+/// loses a packet holds up the ring until the loss is detected and resent: a
+/// round trip plus the reordering window of a quarter round trip that RACK
+/// waits before it calls a packet lost (RFC 8985). One node has no WAN term:
+/// `T_n = 0`.
 pub fn ring_allreduce_s(ring_nodes: u32, model_bytes: f64, link: &LinkSpec) -> f64 {
     if ring_nodes <= 1 {
         return 0.0;
     }
     let n = f64::from(ring_nodes);
+    let chunk = model_bytes / n;
+    let per_chunk_s = link.latency_s + link.recovery_share(chunk) * 1.25 * 2.0 * link.latency_s;
     2.0 * (n - 1.0) / n * model_bytes / link.effective_bandwidth_bps()
-        + 2.0 * (n - 1.0) * link.latency_s
+        + 2.0 * (n - 1.0) * per_chunk_s
 }
 
 /// Combines compute and sync time: `T = (T_c^γ + T_n^γ)^(1/γ)`, γ ≥ 1 (see [`DEFAULT_GAMMA`]).
@@ -171,6 +219,7 @@ mod tests {
         bandwidth_bps: 125_000_000.0,
         latency_s: 0.020,
         loss: 0.0,
+        congestion: Congestion::LossBased,
     };
     /// ResNet-50: 25.6 M parameters, 97.5 MB in fp32 (as issue 4 states it).
     const RESNET50_BYTES: f64 = 97_500_000.0;
@@ -198,27 +247,28 @@ mod tests {
 
     #[test]
     fn two_workers_over_a_gigabit_20ms_link() {
-        // Tn = 2·1/2 · 97.5e6 / 125e6 + 2·1·0.020 = 0.78 + 0.04 = 0.82 s
-        close(ring_allreduce_s(2, RESNET50_BYTES, &GBIT_20MS), 0.82);
+        // Loss-based, so every chunk pays a round trip (q = 1):
+        // Tn = 2·1/2 · 97.5e6 / 125e6 + 2·1·(0.020 + 1.25 · 0.040) = 0.78 + 0.14 = 0.92 s
+        close(ring_allreduce_s(2, RESNET50_BYTES, &GBIT_20MS), 0.92);
         // Tc = 1 / 11.838468717843664 = 0.084470... s
         let tc = 1.0 / A100_R50_B64[1].1;
         let t = step_time([tc, tc], 2, RESNET50_BYTES, Some(&GBIT_20MS), 2.0);
-        close(t.sync_s, 0.82);
-        // γ = 2: sqrt(0.084470^2 + 0.82^2) = 0.824339... s
-        close(t.total_s, (tc * tc + 0.82 * 0.82).sqrt());
-        assert!((t.total_s - 0.824_339).abs() < 1e-6, "{}", t.total_s);
-        // γ = 1 adds them: 0.904470... s
+        close(t.sync_s, 0.92);
+        // γ = 2: sqrt(0.084470^2 + 0.92^2) = 0.923870... s
+        close(t.total_s, (tc * tc + 0.92 * 0.92).sqrt());
+        assert!((t.total_s - 0.923_870).abs() < 1e-6, "{}", t.total_s);
+        // γ = 1 adds them: 1.004470... s
         let t1 = step_time([tc], 2, RESNET50_BYTES, Some(&GBIT_20MS), 1.0);
-        close(t1.total_s, tc + 0.82);
+        close(t1.total_s, tc + 0.92);
     }
 
     #[test]
     fn eight_workers_over_a_gigabit_20ms_link() {
-        // Tn = 2·7/8 · 0.78 + 2·7·0.020 = 1.365 + 0.28 = 1.645 s
-        close(ring_allreduce_s(8, RESNET50_BYTES, &GBIT_20MS), 1.645);
+        // Tn = 2·7/8 · 0.78 + 2·7·(0.020 + 0.050) = 1.365 + 0.98 = 2.345 s
+        close(ring_allreduce_s(8, RESNET50_BYTES, &GBIT_20MS), 2.345);
         let tc = 1.0 / A100_R50_B64[2].1; // 0.047024... s
         let t = step_time([tc; 8], 8, RESNET50_BYTES, Some(&GBIT_20MS), 2.0);
-        assert!((t.total_s - 1.645_672).abs() < 1e-6, "{}", t.total_s);
+        assert!((t.total_s - 2.345_471).abs() < 1e-6, "{}", t.total_s);
         // The WAN makes 8 workers slower per step than one A100 alone.
         assert!(t.total_s > 1.0 / A100_R50_B64[0].1);
     }
@@ -231,8 +281,8 @@ mod tests {
         let t4 = 1.0 / 0.5;
         let t = step_time([a100, t4], 2, RESNET50_BYTES, Some(&GBIT_20MS), 2.0);
         close(t.compute_s, 2.0);
-        // sqrt(2.0^2 + 0.82^2) = 2.161573... s
-        assert!((t.total_s - 2.161_573).abs() < 1e-6, "{}", t.total_s);
+        // sqrt(2.0^2 + 0.92^2) = 2.201454... s
+        assert!((t.total_s - 2.201_454).abs() < 1e-6, "{}", t.total_s);
     }
 
     #[test]
@@ -246,11 +296,11 @@ mod tests {
         // One node: the measured step, 1/2 = 0.5 s.
         close(class_compute_s(&split, 1), 0.5);
         // Two nodes: compute alone, 0.5 − 0.1 = 0.4 s; with the ring over
-        // 1 Gb/s, 20 ms (0.82 s, above): sqrt(0.4² + 0.82²) = 0.912359... s.
+        // 1 Gb/s, 20 ms (0.92 s, above): sqrt(0.4² + 0.92²) = 1.003195... s.
         let tc = class_compute_s(&split, 2);
         close(tc, 0.4);
         let t = step_time([tc], 2, RESNET50_BYTES, Some(&GBIT_20MS), 2.0);
-        assert!((t.total_s - 0.912_359).abs() < 1e-6, "{}", t.total_s);
+        assert!((t.total_s - 1.003_195).abs() < 1e-6, "{}", t.total_s);
         // An ElasticFlow-format cell (no split) keeps its whole step on any placement.
         let grid = Throughput {
             sync_s: None,
@@ -270,6 +320,37 @@ mod tests {
         close(lossy.effective_bandwidth_bps(), 366_000.0);
         close(GBIT_20MS.effective_bandwidth_bps(), 125_000_000.0);
         assert!(lossy.slower_than(&GBIT_20MS, 1e6));
+    }
+
+    #[test]
+    fn a_rate_based_sender_loses_only_what_it_resends() {
+        let bbr = LinkSpec {
+            loss: 0.01,
+            congestion: Congestion::RateBased,
+            ..GBIT_20MS
+        };
+        // 125e6 · (1 − 0.01) = 123 750 000 bytes/s, where Cubic gets 366 000.
+        close(bbr.effective_bandwidth_bps(), 123_750_000.0);
+        // Without loss it never waits to resend, a loss-based sender always does.
+        let clean = LinkSpec {
+            congestion: Congestion::RateBased,
+            ..GBIT_20MS
+        };
+        close(clean.recovery_share(1e6), 0.0);
+        close(GBIT_20MS.recovery_share(1e6), 1.0);
+        // 100 Mb/s, 30 ms, 0.5 % loss, 1 MiB over 3 ranks: chunks of
+        // 349 525.3 B, ⌈/1200⌉ = 292 packets, q = 1 − 0.995^292 = 0.768613;
+        // Tn = 4/3 · 1 048 576 / (12.5e6 · 0.995) + 4 · (0.030 + 0.768613 · 1.25 · 0.060)
+        //    = 0.112410 + 0.350584 = 0.462994 s
+        let lab = LinkSpec {
+            bandwidth_bps: 12.5e6,
+            latency_s: 0.030,
+            loss: 0.005,
+            congestion: Congestion::RateBased,
+        };
+        assert!((lab.recovery_share(1_048_576.0 / 3.0) - 0.768_613).abs() < 1e-6);
+        let t = ring_allreduce_s(3, 1_048_576.0, &lab);
+        assert!((t - 0.462_994).abs() < 1e-6, "{t}");
     }
 
     #[test]

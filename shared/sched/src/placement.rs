@@ -434,6 +434,7 @@ mod tests {
                 bandwidth_bps,
                 latency_s: 0.001,
                 loss: 0.0,
+                congestion: crate::cost::Congestion::LossBased,
             },
         };
         let table = LinkTable {

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use tidemill_forecast::{Quantiles, idle_score, score_probability};
 
-use crate::cost::LinkSpec;
+use crate::cost::{Congestion, LinkSpec};
 use crate::throughput::ThroughputTables;
 
 /// Everything one scheduling round decides on.
@@ -281,16 +281,19 @@ impl Default for LinkTable {
                 bandwidth_bps: 125e6,
                 latency_s: 0.005,
                 loss: 0.0,
+                congestion: Congestion::LossBased,
             },
             cloud_edge: LinkSpec {
                 bandwidth_bps: 12.5e6,
                 latency_s: 0.030,
                 loss: 1e-4,
+                congestion: Congestion::LossBased,
             },
             cloud_cloud: LinkSpec {
                 bandwidth_bps: 1.25e9,
                 latency_s: 0.001,
                 loss: 0.0,
+                congestion: Congestion::LossBased,
             },
             measured: Vec::new(),
         }
@@ -308,6 +311,10 @@ pub struct LinkDefault {
     /// Packet loss share, 0 to 1.
     #[serde(default)]
     pub loss: f64,
+    /// The senders' congestion control: `loss-based` (Cubic, Reno) or
+    /// `rate-based` (BBR).
+    #[serde(default)]
+    pub congestion: Congestion,
 }
 
 impl LinkDefault {
@@ -317,6 +324,7 @@ impl LinkDefault {
             bandwidth_bps: self.bandwidth_mbps * 1e6 / 8.0,
             latency_s: self.latency_ms / 1000.0,
             loss: self.loss,
+            congestion: self.congestion,
         }
     }
 }
@@ -636,6 +644,7 @@ mod tests {
             bandwidth_bps: 1.0,
             latency_s: 0.1,
             loss: 0.0,
+            congestion: Congestion::LossBased,
         };
         t.measured.push(MeasuredLink {
             a: "z".into(),

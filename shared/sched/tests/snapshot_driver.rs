@@ -57,6 +57,7 @@ fn edgeflow_starts_a_job_on_an_idle_edge_and_keeps_it_there() {
         bandwidth_bps: 12.5e6,
         latency_s: 0.03,
         loss: 0.0,
+        congestion: cost::Congestion::LossBased,
     };
     let mut d = driver(PolicyName::Edgeflow);
     let plan = d.plan(&w, 0);

@@ -6,7 +6,9 @@
 //! [`impair`] decides (sans-IO, seeded, time passed in), [`relay`] moves the
 //! datagrams, [`scenario`] reads the TOML that sets up several paths at once.
 
+pub mod hub;
 pub mod impair;
+pub mod netns;
 pub mod relay;
 pub mod scenario;
 

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use tidemill_sched::cost::{Congestion, LinkSpec};
 
 /// The longest delay or jitter a scenario may ask for, in milliseconds (one hour):
 /// more is a typo, and it keeps every duration far from overflow.
@@ -151,6 +152,17 @@ impl Default for Impairment {
 }
 
 impl Impairment {
+    /// The link the cost model should see on a path impaired like this, with
+    /// its senders under `congestion`; `None` without a rate limit.
+    pub fn link_spec(&self, congestion: Congestion) -> Option<LinkSpec> {
+        Some(LinkSpec {
+            bandwidth_bps: self.rate_mbps? * 1e6 / 8.0,
+            latency_s: self.delay_ms / 1000.0,
+            loss: self.loss,
+            congestion,
+        })
+    }
+
     /// Checks every value against its range.
     pub fn check(&self) -> Result<(), Invalid> {
         let bad = |key, value: String, rule| Err(Invalid { key, value, rule });

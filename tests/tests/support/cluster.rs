@@ -211,6 +211,18 @@ pub fn assert_met_deadline(job: &serde_json::Value) {
     );
 }
 
+/// Where a [`Cluster`] runs: its coordinator's addresses, and how an edge's
+/// command becomes one that runs on the edge's own host (a network namespace,
+/// say).
+pub struct Net<'a> {
+    /// The coordinator, at addresses the edges can reach.
+    pub coord: Coordinator,
+    /// Wraps edge `node`'s command.
+    pub edge: &'a dyn Fn(&str, Command) -> Command,
+    /// Seconds between an edge's rounds of link probes.
+    pub probe_interval_secs: u64,
+}
+
 /// A coordinator and replaying nodes on one accelerated clock.
 pub struct Cluster {
     /// The coordinator's addresses, for its client commands.
@@ -238,16 +250,52 @@ impl Cluster {
         throughput: &str,
         policy: Option<&str>,
     ) -> Cluster {
+        let net = Net {
+            coord: Coordinator::new(dir),
+            edge: &|_, cmd| cmd,
+            probe_interval_secs: 1,
+        };
+        Cluster::start_on(
+            dir,
+            trace,
+            nodes,
+            cloud_nodes,
+            forecasting,
+            throughput,
+            policy,
+            net,
+        )
+    }
+
+    /// [`Cluster::start`] on the network `net` gives: the coordinator at its
+    /// addresses, each edge's command as `net` wraps it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_on(
+        dir: &Path,
+        trace: &Path,
+        nodes: &[(&str, &str)],
+        cloud_nodes: &[&str],
+        forecasting: &[&str],
+        throughput: &str,
+        policy: Option<&str>,
+        net: Net,
+    ) -> Cluster {
         let anchor = now_ms();
-        let coord = Coordinator::new(dir);
+        let coord = net.coord;
         let rented: String = cloud_nodes
             .iter()
             .map(|n| format!("{n} = {{ price_per_gpu_hour = 2.0 }}\n"))
             .collect();
         let tables = format!("[scheduler.throughput]\n{throughput}");
         let policy_args: Vec<&str> = policy.map_or(Vec::new(), |p| vec!["--policy", p]);
+        // The server certificate names the address edges dial.
+        let tls_names = format!(
+            "tls_names = [\"localhost\", \"127.0.0.1\", \"{}\"]",
+            coord.quic.ip()
+        );
         let cloud = coord.start_with_args(
             &[
+                ("tls_names = [\"localhost\", \"127.0.0.1\"]", &tls_names),
                 ("speed = 1.0", &format!("speed = {SPEED}")),
                 (
                     "# anchor_ms = 1767225600000",
@@ -273,7 +321,10 @@ impl Cluster {
             .unwrap();
         let toml = String::from_utf8(defaults.stdout)
             .unwrap()
-            .replace("interval_secs = 600", "interval_secs = 1")
+            .replace(
+                "interval_secs = 600",
+                &format!("interval_secs = {}", net.probe_interval_secs),
+            )
             .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
             .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")
             .replace(
@@ -288,7 +339,7 @@ impl Cluster {
                 cmd.args(["--sample-interval", "300"])
                     .args(["--speed", &SPEED.to_string()])
                     .args(["--clock-anchor", &anchor.to_string()]);
-                (node.to_string(), Proc::spawn(node, cmd))
+                (node.to_string(), Proc::spawn(node, (net.edge)(node, cmd)))
             })
             .collect();
         cloud.wait_for("edge connected", nodes.len(), PATIENCE);

@@ -91,6 +91,7 @@ pub fn link(bandwidth_bps: f64, latency_s: f64) -> cost::LinkSpec {
         bandwidth_bps,
         latency_s,
         loss: 0.0,
+        congestion: cost::Congestion::LossBased,
     }
 }
 
