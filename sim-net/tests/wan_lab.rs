@@ -102,3 +102,81 @@ fn the_ring_term_predicts_a_tcp_allreduce_over_impaired_links() {
     }
     assert!(off.is_empty(), "off by more than 25 %: {off:#?}");
 }
+
+/// `wan --netem` applies a scenario with the kernel's netem, or, on a kernel
+/// without it (this machine's), says so and what to run instead; either way
+/// it leaves no namespace behind.
+#[test]
+fn the_netem_back_end_applies_a_scenario_or_says_the_kernel_has_none() {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: netem needs root ({why})");
+        return;
+    }
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/wan/rural-lte.toml");
+    let mut child = std::process::Command::new(BIN)
+        .args(["wan", "--netem", "--scenario"])
+        .arg(&scenario)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tidemill-sim wan --netem");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    let ready = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(line) if line.contains("netem path ready") => break true,
+            Ok(line) => log.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break false,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                panic!("neither ready nor failed within 20 s: {log:#?}")
+            }
+        }
+    };
+    let namespaces = || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    if ready {
+        let qdisc = std::process::Command::new("tc")
+            .args(["-n", "tmn0", "qdisc", "show", "dev", "tmn0b"])
+            .output()
+            .unwrap();
+        let qdisc = String::from_utf8_lossy(&qdisc.stdout);
+        assert!(
+            qdisc.contains("netem") && qdisc.contains("delay 40"),
+            "{qdisc}"
+        );
+        let _ = std::process::Command::new("kill")
+            .arg(child.id().to_string())
+            .status();
+        assert!(child.wait().unwrap().success());
+        eprintln!("netem: applied rural-lte.toml: {qdisc}");
+    } else {
+        let status = child.wait().unwrap();
+        let message = log.join("\n");
+        assert_eq!(status.code(), Some(1), "{message}");
+        assert!(
+            message.contains("this kernel has no sch_netem"),
+            "{message}"
+        );
+        assert!(message.contains("without --netem"), "{message}");
+        eprintln!("netem: this kernel has none, as reported: {message}");
+    }
+    assert!(!namespaces().contains("tmn0"), "{}", namespaces());
+}

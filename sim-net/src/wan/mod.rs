@@ -8,6 +8,7 @@
 
 pub mod hub;
 pub mod impair;
+pub mod netem;
 pub mod netns;
 pub mod relay;
 pub mod scenario;
@@ -55,6 +56,10 @@ pub struct Args {
     /// A TOML scenario with one or more paths (see configs/wan/).
     #[arg(long)]
     pub scenario: Option<PathBuf>,
+    /// Apply the paths with the kernel's netem on veth pairs in network
+    /// namespaces instead of relaying (needs root and sch_netem).
+    #[arg(long)]
+    pub netem: bool,
 }
 
 /// Why `wan` failed.
@@ -76,6 +81,9 @@ pub enum WanError {
     /// A relay failed.
     #[error(transparent)]
     Relay(#[from] RelayError),
+    /// The netem back end failed.
+    #[error(transparent)]
+    Netem(#[from] netem::NetemError),
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -123,6 +131,22 @@ pub fn run(args: &Args) -> Result<(), WanError> {
         .enable_all()
         .build()
         .map_err(WanError::Runtime)?;
+    if args.netem {
+        let specs: Vec<PathSpec> = paths.into_iter().map(|(spec, _)| spec).collect();
+        let mut netem = netem::NetemPaths::create(&specs)?;
+        for (k, spec) in specs.iter().enumerate() {
+            let (_, _, ns, here, _) = netem::names(k);
+            println!(
+                "path {}: start the edge with `ip netns exec {ns} tidemill-edge run --coordinator {here}:{port} ...`, \
+                 the coordinator listening on {here} or 0.0.0.0",
+                spec.name,
+                port = spec.upstream.port()
+            );
+        }
+        return rt
+            .block_on(netem.run_until_stopped())
+            .map_err(WanError::from);
+    }
     rt.block_on(async {
         let mut relays = JoinSet::new();
         for (spec, seed) in paths {

@@ -34,15 +34,8 @@ pub enum LabError {
         source: std::io::Error,
     },
     /// An `ip` command failed.
-    #[error(
-        "`ip {args}` failed: {message}; the lab needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2"
-    )]
-    Ip {
-        /// Its arguments.
-        args: String,
-        /// Its stderr, or why it did not start.
-        message: String,
-    },
+    #[error("{0}; the lab needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2")]
+    Ip(CommandFailed),
     /// The hub's runtime could not start, or not watch the devices.
     #[error("cannot start the hub that joins the lab's nodes: {0}")]
     Hub(std::io::Error),
@@ -214,13 +207,24 @@ fn open_tun(device: &str) -> Result<File, LabError> {
     Ok(file)
 }
 
-/// Runs `ip` with `args`.
-fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
-    let fail = |message: String| LabError::Ip {
-        args: args.join(" "),
+/// A command that failed: its command line, and its stderr or why it did
+/// not start.
+#[derive(Debug, thiserror::Error)]
+#[error("`{command}` failed: {message}")]
+pub struct CommandFailed {
+    /// The command line.
+    pub command: String,
+    /// Its stderr, or why it did not start.
+    pub message: String,
+}
+
+/// Runs `program` with `args`; shared with the netem back end.
+pub(super) fn run(program: &str, args: &[&str]) -> Result<(), CommandFailed> {
+    let fail = |message: String| CommandFailed {
+        command: format!("{program} {}", args.join(" ")),
         message,
     };
-    let out = Command::new("ip")
+    let out = Command::new(program)
         .args(args)
         .output()
         .map_err(|e| fail(e.to_string()))?;
@@ -231,4 +235,9 @@ fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
             String::from_utf8_lossy(&out.stderr).trim().to_string(),
         ))
     }
+}
+
+/// Runs `ip` with `args`.
+fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
+    run("ip", args).map_err(LabError::Ip)
 }
