@@ -5,6 +5,8 @@
 //! times sees the same decisions on every run.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use str0m_netem::{
@@ -85,24 +87,60 @@ pub fn netem_config(imp: &Impairment, seed: u64) -> NetemConfig {
     config
 }
 
+/// A path's cut-off switch, for a partition at a moment a test or an operator
+/// chooses rather than one a scenario schedules. Clones share the switch.
+#[derive(Debug, Clone, Default)]
+pub struct PathSwitch(Arc<AtomicBool>);
+
+impl PathSwitch {
+    /// Cuts the path: it drops everything, both ways, until [`PathSwitch::heal`].
+    pub fn cut(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Heals the path.
+    pub fn heal(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the path is cut.
+    pub fn is_cut(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// When a path is partitioned: fixed windows and flapping, in time since the
-/// relay started. A partitioned path drops what arrives and what would leave.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// relay started, and its [`PathSwitch`]. A partitioned path drops what
+/// arrives and what would leave.
+#[derive(Debug, Clone, Default)]
 pub struct Outages {
     windows: Vec<Window>,
     flaps: Vec<Flap>,
+    switch: PathSwitch,
 }
 
 impl Outages {
     /// The outages of a path, as its scenario lists them.
     pub fn new(windows: Vec<Window>, flaps: Vec<Flap>) -> Self {
-        Self { windows, flaps }
+        Self {
+            windows,
+            flaps,
+            switch: PathSwitch::default(),
+        }
     }
 
-    /// Whether the path is down `t` after the relay started: inside a window
-    /// (`start_s ≤ t < end_s`), or flapping with
+    /// These outages, and whenever `switch` is cut.
+    pub fn with_switch(self, switch: PathSwitch) -> Self {
+        Self { switch, ..self }
+    }
+
+    /// Whether the path is down `t` after the relay started: cut by its
+    /// switch, inside a window (`start_s ≤ t < end_s`), or flapping with
     /// `start_s ≤ t < until_s` and `(t − start_s) mod period_s < down_s`.
     pub fn is_down(&self, t: Duration) -> bool {
+        if self.switch.is_cut() {
+            return true;
+        }
         let t = t.as_secs_f64();
         self.windows.iter().any(|w| w.start_s <= t && t < w.end_s)
             || self
@@ -387,5 +425,19 @@ mod tests {
         dir.push(t0 + ms(450), dgram(3, 10));
         assert!(dir.pop_ready(t0 + ms(550)).is_empty());
         assert_eq!(dir.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_cut_switch_drops_until_healed() {
+        let t0 = Instant::now();
+        let switch = PathSwitch::default();
+        let outages = Outages::default().with_switch(switch.clone());
+        let mut dir = Direction::new(&Impairment::default(), outages, 1, t0);
+        switch.cut();
+        dir.push(t0, dgram(1, 10));
+        assert!(dir.pop_ready(t0).is_empty(), "dropped while cut");
+        switch.heal();
+        dir.push(t0 + ms(1), dgram(2, 10));
+        assert_eq!(tags(&dir.pop_ready(t0 + ms(1))), [2]);
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::impair::{Datagram, Direction, Outages};
+use super::impair::{Datagram, Direction, Outages, PathSwitch};
 use super::scenario::PathSpec;
 
 /// The largest datagram the relay receives whole: UDP's limit.
@@ -60,6 +60,7 @@ pub struct Relay {
     seed: u64,
     listener: Arc<UdpSocket>,
     local: SocketAddr,
+    switch: PathSwitch,
 }
 
 impl Relay {
@@ -78,6 +79,7 @@ impl Relay {
             seed,
             listener: Arc::new(listener),
             local,
+            switch: PathSwitch::default(),
         })
     }
 
@@ -86,10 +88,16 @@ impl Relay {
         self.local
     }
 
+    /// The switch that cuts this path at a moment of the caller's choosing.
+    pub fn switch(&self) -> PathSwitch {
+        self.switch.clone()
+    }
+
     /// Relays until the listening socket fails; outage times count from here.
     pub async fn run(self) -> Result<(), RelayError> {
         let start = Instant::now().into_std();
-        let outages = Outages::new(self.spec.outage.clone(), self.spec.flap.clone());
+        let outages = Outages::new(self.spec.outage.clone(), self.spec.flap.clone())
+            .with_switch(self.switch.clone());
         let mut up = Direction::new(&self.spec.up, outages.clone(), self.seed, start);
         let mut down = Direction::new(&self.spec.down, outages, self.seed.wrapping_add(1), start);
         let (reply_tx, mut reply_rx) = mpsc::channel::<Datagram>(REPLY_BACKLOG);

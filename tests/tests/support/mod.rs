@@ -105,6 +105,11 @@ impl Proc {
         self.wait_until(needle, count, timeout, |l| l.contains(needle));
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().expect("process status").is_none()
