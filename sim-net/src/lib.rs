@@ -9,6 +9,7 @@ pub mod forecast_eval;
 pub mod gen_trace;
 pub mod plot;
 pub mod simulate;
+pub mod swarm;
 pub mod sweep;
 pub mod trace;
 pub mod wan;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, sweep, wan};
+use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, swarm, sweep, wan};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,6 +33,9 @@ enum Command {
     /// Trace-driven simulation of tidemill against EdgeFlow and the classic
     /// baselines on the same jobs, nodes and edge load.
     Simulate(simulate::Args),
+    /// Run N simulated edges against one coordinator, each with its own QUIC
+    /// connection and node id, speaking the real protocol; prints progress.
+    Swarm(swarm::Args),
     /// Run one scenario over a grid of settings (`--vary KEY=V1,V2,...`) for
     /// every policy, on all cores; write CSV, JSON and SVG line charts.
     Sweep(sweep::Args),
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
             lifecycle::exit_quietly_on_closed_pipe();
             sweep::run(&args).map_err(Into::into)
         }
+        Command::Swarm(args) => swarm::run(&args).map_err(Into::into),
         Command::Wan(args) => wan::run(&args).map_err(Into::into),
     };
     match result {

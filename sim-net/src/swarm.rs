@@ -1,0 +1,520 @@
+//! `tidemill-sim swarm`: many simulated edges against one coordinator, to
+//! find how many it holds. Each edge has its own QUIC connection and node id
+//! and speaks the real protocol: a hello, sequence-numbered report batches at
+//! the sampling interval, each acknowledged before the next, a forecast every
+//! refresh, and after a reconnect the resend of every report the coordinator
+//! has not acknowledged (its welcome says which), as an edge's journal does.
+//! The journal here is in memory: the swarm measures the coordinator, not the
+//! edges' disks.
+//!
+//! A simulated edge runs no task: it answers every command with an error that
+//! says so, and the coordinator treats the assignment as refused. Loads are
+//! synthetic: a tidal day (busy by day, idle at night), phase-shifted per edge.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecast, NodeForecaster};
+use tidemill_proto::{
+    Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, ReportBody, Sample, WireError,
+};
+use tidemill_runtime::backoff::Backoff;
+use tidemill_runtime::frames;
+use tidemill_runtime::quic::{self, Timing};
+
+/// Reports sent in one batch at most, as the edge's link sends them.
+const BATCH: usize = 256;
+
+/// How long an edge waits for an acknowledgement before it reconnects.
+const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options of `swarm`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The coordinator's QUIC address.
+    #[arg(long)]
+    pub coordinator: SocketAddr,
+    /// The coordinator's CA certificate (its data dir's ca.pem).
+    #[arg(long)]
+    pub ca: PathBuf,
+    /// The name checked against the coordinator's certificate.
+    #[arg(long, default_value = "localhost")]
+    pub server_name: String,
+    /// How many simulated edges.
+    #[arg(long)]
+    pub edges: usize,
+    /// Seconds between an edge's samples, each a report.
+    #[arg(long, default_value_t = 10.0)]
+    pub sample_interval: f64,
+    /// Seconds between an edge's forecasts.
+    #[arg(long, default_value_t = 300.0)]
+    pub forecast_refresh: f64,
+    /// Node ids are this prefix and the edge's number.
+    #[arg(long, default_value = "swarm-")]
+    pub prefix: String,
+    /// Seconds between progress lines.
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_every: f64,
+    /// Stop after this many seconds; run until SIGINT or SIGTERM if absent.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seconds over which the edges start, evenly spread, so that their
+    /// handshakes do not all land at once.
+    #[arg(long, default_value_t = 10.0)]
+    pub ramp: f64,
+}
+
+/// Why `swarm` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SwarmError {
+    /// A flag is out of range.
+    #[error("--{flag} {value}: {rule}")]
+    BadOption {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        rule: &'static str,
+    },
+    /// The QUIC client endpoint could not be made.
+    #[error("cannot make the QUIC client (check --ca): {0}")]
+    Endpoint(#[from] quic::EndpointError),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What the swarm has done so far; every field counts up from the start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Edges with a session open now.
+    pub connected: AtomicUsize,
+    /// Sessions opened (reconnects included).
+    pub sessions: AtomicU64,
+    /// Reports journaled.
+    pub journaled: AtomicU64,
+    /// Reports acknowledged.
+    pub acked: AtomicU64,
+    /// UDP bytes sent, counted at each acknowledgement and at each session's end.
+    pub udp_tx_bytes: AtomicU64,
+    /// Report-to-acknowledgement latencies since the last [`Counters::take_latencies`], ms.
+    latencies_ms: Mutex<Vec<u32>>,
+}
+
+impl Counters {
+    /// The latencies recorded since the last call, sorted.
+    pub fn take_latencies(&self) -> Vec<u32> {
+        let mut l = std::mem::take(&mut *self.latencies_ms.lock().unwrap());
+        l.sort_unstable();
+        l
+    }
+}
+
+/// The `q`-quantile (0 to 1) of sorted `values`, by the nearest rank; `None` when empty.
+pub fn quantile(sorted: &[u32], q: f64) -> Option<u32> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+/// One simulated edge's journal: reports not yet acknowledged, with the time
+/// each was journaled.
+struct Outbox {
+    next_seq: u64,
+    pending: VecDeque<(Report, Instant)>,
+}
+
+impl Outbox {
+    fn append(&mut self, body: ReportBody) {
+        self.next_seq += 1;
+        self.pending.push_back((
+            Report {
+                seq: self.next_seq,
+                body,
+            },
+            Instant::now(),
+        ));
+    }
+
+    /// Drops every report up to `seq`, returning their journaling times.
+    fn ack(&mut self, seq: u64) -> Vec<Instant> {
+        let mut times = Vec::new();
+        while self.pending.front().is_some_and(|(r, _)| r.seq <= seq) {
+            times.extend(self.pending.pop_front().map(|(_, t)| t));
+        }
+        times
+    }
+}
+
+/// The forecast the edges send: one forecaster primed with a synthetic tidal
+/// week, asked again each refresh, shared by every edge (the coordinator
+/// stores each edge's copy as its own).
+struct SharedForecast {
+    model: NodeForecaster,
+    latest: Mutex<Option<(i64, Arc<NodeForecast>)>>,
+}
+
+impl SharedForecast {
+    fn new() -> SharedForecast {
+        let mut model = NodeForecaster::new(ForecastConfig::default())
+            .expect("the default forecast config is valid");
+        let now = now_ms();
+        for k in (0..7 * 288).rev() {
+            let t_ms = now - k * 300_000;
+            let load = tidal_cpu(t_ms, 0);
+            let _ = model.update(&LoadSample {
+                t_ms,
+                cpu_pct: Some(load),
+                mem_pct: Some(30.0),
+                gpu_pct: None,
+            });
+        }
+        SharedForecast {
+            model,
+            latest: Mutex::new(None),
+        }
+    }
+
+    /// A forecast made at most `refresh` ago.
+    fn get(&self, refresh: Duration) -> Arc<NodeForecast> {
+        let now = now_ms();
+        let mut latest = self.latest.lock().unwrap();
+        match &*latest {
+            Some((made, f)) if now - made < refresh.as_millis() as i64 => f.clone(),
+            _ => {
+                let f = Arc::new(self.model.forecast(now));
+                *latest = Some((now, f.clone()));
+                f
+            }
+        }
+    }
+}
+
+/// Wall time, Unix ms.
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A tidal CPU load in percent at `t_ms` for edge number `k`: 45 ± 40 over
+/// the day, peaking mid-afternoon, shifted by `k` minutes.
+fn tidal_cpu(t_ms: i64, k: usize) -> f64 {
+    let hour = ((t_ms / 60_000 + k as i64) % 1440) as f64 / 60.0;
+    45.0 + 40.0 * ((hour - 15.0) / 24.0 * std::f64::consts::TAU).cos()
+}
+
+/// Everything one edge task needs.
+struct Edge {
+    k: usize,
+    node_id: String,
+    args: Arc<Args>,
+    endpoint: quinn::Endpoint,
+    counters: Arc<Counters>,
+    forecast: Arc<SharedForecast>,
+    outbox: Mutex<Outbox>,
+    wake: tokio::sync::Notify,
+}
+
+impl Edge {
+    /// Journals a sample every interval and a forecast every refresh.
+    async fn sample(&self) {
+        let interval = Duration::from_secs_f64(self.args.sample_interval);
+        let refresh = Duration::from_secs_f64(self.args.forecast_refresh);
+        let mut ticks = tokio::time::interval(interval);
+        let mut last_forecast: Option<Instant> = None;
+        loop {
+            ticks.tick().await;
+            let t_ms = now_ms();
+            let sample = Sample {
+                t_ms,
+                cpu_pct: tidal_cpu(t_ms, self.k) as f32,
+                per_core_pct: vec![tidal_cpu(t_ms, self.k) as f32; 4],
+                mem_pct: 30.0,
+                net_rx_bytes: 0,
+                net_tx_bytes: 0,
+                gpu_pct: None,
+            };
+            let mut outbox = self.outbox.lock().unwrap();
+            outbox.append(ReportBody::Samples(vec![sample]));
+            let mut journaled = 1;
+            if last_forecast.is_none_or(|at| at.elapsed() >= refresh) {
+                let f = self.forecast.get(refresh);
+                outbox.append(ReportBody::Forecast(Box::new((*f).clone())));
+                last_forecast = Some(Instant::now());
+                journaled += 1;
+            }
+            drop(outbox);
+            self.counters
+                .journaled
+                .fetch_add(journaled, Ordering::Relaxed);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Connects, sends what is pending, and reconnects with backoff when the
+    /// session ends.
+    async fn link(&self) {
+        let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+        let mut rng: rand::rngs::StdRng = rand::make_rng();
+        loop {
+            if let Err(e) = self.session(&mut backoff).await {
+                let delay = backoff.next_delay(&mut rng);
+                tracing::debug!(node_id = %self.node_id, error = %e, retry_in_ms = delay.as_millis() as u64, "swarm edge link down");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+
+    async fn session(&self, backoff: &mut Backoff) -> Result<(), String> {
+        let connecting = self
+            .endpoint
+            .connect(self.args.coordinator, &self.args.server_name)
+            .map_err(|e| e.to_string())?;
+        let conn = connecting.await.map_err(|e| e.to_string())?;
+        let hello = EdgeMsg::Hello(Hello {
+            node_id: self.node_id.clone(),
+            capabilities: Capabilities {
+                cpu_cores: 4,
+                mem_bytes: 8 << 30,
+                accelerators: Vec::new(),
+                os: "linux".into(),
+                arch: "x86_64".into(),
+                daemon_version: env!("CARGO_PKG_VERSION").into(),
+            },
+            token: None,
+            probe_port: None,
+        });
+        let acked = match ask(&conn, &hello).await? {
+            CloudMsg::Welcome(w) => w.acked_seq,
+            other => return Err(format!("unexpected answer to the hello: {other:?}")),
+        };
+        self.outbox.lock().unwrap().ack(acked);
+        backoff.reset();
+        self.counters.sessions.fetch_add(1, Ordering::Relaxed);
+        self.counters.connected.fetch_add(1, Ordering::Relaxed);
+        let refuse = tokio::spawn(refuse_commands(conn.clone()));
+        let mut sent = 0;
+        let result = self.drain(&conn, &mut sent).await;
+        refuse.abort();
+        self.counters.connected.fetch_sub(1, Ordering::Relaxed);
+        self.count_sent(&conn, &mut sent);
+        conn.close(0u32.into(), b"swarm edge reconnects");
+        result
+    }
+
+    /// Adds the UDP bytes `conn` sent since `sent` to the counters.
+    fn count_sent(&self, conn: &quinn::Connection, sent: &mut u64) {
+        let now = conn.stats().udp_tx.bytes;
+        self.counters
+            .udp_tx_bytes
+            .fetch_add(now.saturating_sub(*sent), Ordering::Relaxed);
+        *sent = now;
+    }
+
+    /// Sends pending reports in batches, each acknowledged before the next.
+    async fn drain(&self, conn: &quinn::Connection, sent: &mut u64) -> Result<(), String> {
+        loop {
+            let wake = self.wake.notified();
+            let batch: Vec<Report> = self
+                .outbox
+                .lock()
+                .unwrap()
+                .pending
+                .iter()
+                .take(BATCH)
+                .map(|(r, _)| r.clone())
+                .collect();
+            let Some(last) = batch.last().map(|r| r.seq) else {
+                tokio::select! {
+                    () = wake => continue,
+                    e = conn.closed() => return Err(e.to_string()),
+                }
+            };
+            match ask(conn, &EdgeMsg::Reports(batch)).await? {
+                CloudMsg::Ack { seq } if seq >= last => {
+                    let times = self.outbox.lock().unwrap().ack(seq);
+                    self.counters
+                        .acked
+                        .fetch_add(times.len() as u64, Ordering::Relaxed);
+                    let mut lat = self.counters.latencies_ms.lock().unwrap();
+                    lat.extend(
+                        times
+                            .iter()
+                            .map(|t| t.elapsed().as_millis().min(u32::MAX as u128) as u32),
+                    );
+                    drop(lat);
+                    self.count_sent(conn, sent);
+                }
+                other => return Err(format!("unexpected answer to reports: {other:?}")),
+            }
+        }
+    }
+}
+
+/// One request and its answer, bounded by [`ACK_TIMEOUT`].
+async fn ask(conn: &quinn::Connection, msg: &EdgeMsg) -> Result<CloudMsg, String> {
+    match tokio::time::timeout(ACK_TIMEOUT, frames::request(conn, msg)).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within the ack timeout".into()),
+    }
+}
+
+/// Answers every command the coordinator sends with an error: a simulated
+/// edge runs no task.
+async fn refuse_commands(conn: quinn::Connection) {
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        tokio::spawn(async move {
+            let _ = frames::read_msg::<CloudMsg>(&mut recv).await;
+            let reply = EdgeMsg::Error(WireError {
+                code: ErrorCode::UnexpectedMessage,
+                message: "a simulated swarm edge runs no tasks".into(),
+            });
+            let _ = frames::write_msg(&mut send, &reply).await;
+            let _ = send.finish();
+        });
+    }
+}
+
+/// Checks the options.
+fn check(args: &Args) -> Result<(), SwarmError> {
+    let positive = |flag, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(SwarmError::BadOption {
+                flag,
+                value: v.to_string(),
+                rule: "must be a positive number of seconds",
+            })
+        }
+    };
+    positive("sample-interval", args.sample_interval)?;
+    positive("forecast-refresh", args.forecast_refresh)?;
+    positive("stats-every", args.stats_every)?;
+    if args.edges == 0 {
+        return Err(SwarmError::BadOption {
+            flag: "edges",
+            value: "0".into(),
+            rule: "must be at least 1",
+        });
+    }
+    Ok(())
+}
+
+/// Starts the swarm's edges on the current runtime and returns its counters;
+/// the edges run until the runtime stops.
+pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
+    check(&args)?;
+    let endpoint = quic::client(&args.ca, Timing::default())?;
+    let counters = Arc::new(Counters::default());
+    let forecast = Arc::new(SharedForecast::new());
+    let args = Arc::new(args);
+    for k in 0..args.edges {
+        let edge = Arc::new(Edge {
+            k,
+            node_id: format!("{}{k:05}", args.prefix),
+            args: args.clone(),
+            endpoint: endpoint.clone(),
+            counters: counters.clone(),
+            forecast: forecast.clone(),
+            outbox: Mutex::new(Outbox {
+                next_seq: 0,
+                pending: VecDeque::new(),
+            }),
+            wake: tokio::sync::Notify::new(),
+        });
+        let delay = Duration::from_secs_f64(args.ramp * k as f64 / args.edges as f64);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let sampler = edge.clone();
+            tokio::spawn(async move { sampler.sample().await });
+            edge.link().await;
+        });
+    }
+    Ok(counters)
+}
+
+/// Runs `swarm`: starts the edges and prints a progress line every
+/// `--stats-every` seconds until stopped.
+pub fn run(args: &Args) -> Result<(), SwarmError> {
+    tidemill_runtime::lifecycle::init_logging("info");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(SwarmError::Runtime)?;
+    rt.block_on(async {
+        let counters = start(args.clone())?;
+        let every = Duration::from_secs_f64(args.stats_every);
+        let started = Instant::now();
+        let mut ticks = tokio::time::interval(every);
+        ticks.tick().await;
+        println!(
+            "t_s edges_connected sessions journaled acked ack_p50_ms ack_p99_ms uplink_bps_per_edge"
+        );
+        let stop = tidemill_runtime::lifecycle::shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                _ = ticks.tick() => {
+                    let lat = counters.take_latencies();
+                    let fmt = |q| quantile(&lat, q).map_or("-".to_string(), |v| v.to_string());
+                    let uplink = counters.udp_tx_bytes.load(Ordering::Relaxed) as f64 * 8.0
+                        / started.elapsed().as_secs_f64()
+                        / args.edges as f64;
+                    println!(
+                        "{:.0} {} {} {} {} {} {} {uplink:.1}",
+                        started.elapsed().as_secs_f64(),
+                        counters.connected.load(Ordering::Relaxed),
+                        counters.sessions.load(Ordering::Relaxed),
+                        counters.journaled.load(Ordering::Relaxed),
+                        counters.acked.load(Ordering::Relaxed),
+                        fmt(0.5),
+                        fmt(0.99),
+                    );
+                    if args.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50));
+        assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile(&[7], 0.99), Some(7));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn an_ack_drops_exactly_the_reports_it_covers() {
+        let mut o = Outbox {
+            next_seq: 0,
+            pending: VecDeque::new(),
+        };
+        for _ in 0..5 {
+            o.append(ReportBody::Samples(Vec::new()));
+        }
+        assert_eq!(o.ack(3).len(), 3);
+        assert_eq!(o.pending.front().map(|(r, _)| r.seq), Some(4));
+        assert!(o.ack(2).is_empty(), "an old ack changes nothing");
+        assert_eq!(o.ack(9).len(), 2);
+    }
+}
