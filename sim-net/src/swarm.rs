@@ -29,6 +29,9 @@ use tidemill_runtime::quic::{self, Timing};
 /// Reports sent in one batch at most, as the edge's link sends them.
 const BATCH: usize = 256;
 
+/// Simulated edges that share one UDP socket.
+const EDGES_PER_SOCKET: usize = 250;
+
 /// How long an edge waits for an acknowledgement before it reconnects.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -412,7 +415,11 @@ fn check(args: &Args) -> Result<(), SwarmError> {
 /// the edges run until the runtime stops.
 pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
     check(&args)?;
-    let endpoint = quic::client(&args.ca, Timing::default())?;
+    // Real edges each have a socket of their own; a few hundred per socket
+    // keeps the swarm's own receive queues from being what breaks.
+    let endpoints: Vec<quinn::Endpoint> = (0..args.edges.div_ceil(EDGES_PER_SOCKET))
+        .map(|_| quic::client(&args.ca, Timing::default()))
+        .collect::<Result<_, _>>()?;
     let counters = Arc::new(Counters::default());
     let forecast = Arc::new(SharedForecast::new());
     let args = Arc::new(args);
@@ -421,7 +428,7 @@ pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
             k,
             node_id: format!("{}{k:05}", args.prefix),
             args: args.clone(),
-            endpoint: endpoint.clone(),
+            endpoint: endpoints[k / EDGES_PER_SOCKET].clone(),
             counters: counters.clone(),
             forecast: forecast.clone(),
             outbox: Mutex::new(Outbox {

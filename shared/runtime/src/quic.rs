@@ -93,6 +93,7 @@ pub fn server(
     config.transport_config(transport(timing)?);
     let bind = |source| EndpointError::Bind { addr, source };
     let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    widen_buffers(&socket);
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
     let cid_key = ring::hmac::sign(&key, b"tidemill connection-id key");
     let cid_key = u64::from_le_bytes(
@@ -107,6 +108,25 @@ pub fn server(
     let runtime = quinn::default_runtime()
         .ok_or_else(|| bind(std::io::Error::other("no async runtime is running")))?;
     quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(bind)
+}
+
+/// The UDP buffer size the coordinator asks for, each way. Thousands of edges
+/// share its one socket, and the Linux default (`net.core.rmem_default`,
+/// 212 992 B) drops datagrams in their bursts; the kernel caps the request
+/// at `net.core.rmem_max` and `net.core.wmem_max`.
+pub const UDP_BUFFER_BYTES: usize = 8 << 20;
+
+/// Asks for [`UDP_BUFFER_BYTES`] of receive and send buffer on `socket`, and
+/// logs what the kernel granted.
+fn widen_buffers(socket: &std::net::UdpSocket) {
+    let sock = socket2::SockRef::from(socket);
+    let _ = sock.set_recv_buffer_size(UDP_BUFFER_BYTES);
+    let _ = sock.set_send_buffer_size(UDP_BUFFER_BYTES);
+    tracing::debug!(
+        recv = sock.recv_buffer_size().unwrap_or(0),
+        send = sock.send_buffer_size().unwrap_or(0),
+        "UDP socket buffers"
+    );
 }
 
 /// Bytes in a stateless-reset key.
