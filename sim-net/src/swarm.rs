@@ -449,7 +449,8 @@ pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
 }
 
 /// Runs `swarm`: starts the edges and prints a progress line every
-/// `--stats-every` seconds until stopped.
+/// `--stats-every` seconds until stopped: the uplink per edge since the
+/// start (handshakes included) and over the last period.
 pub fn run(args: &Args) -> Result<(), SwarmError> {
     tidemill_runtime::lifecycle::init_logging("info");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -463,8 +464,9 @@ pub fn run(args: &Args) -> Result<(), SwarmError> {
         let mut ticks = tokio::time::interval(every);
         ticks.tick().await;
         println!(
-            "t_s edges_connected sessions journaled acked ack_p50_ms ack_p99_ms uplink_bps_per_edge"
+            "t_s edges_connected sessions journaled acked ack_p50_ms ack_p99_ms uplink_bps_per_edge uplink_bps_per_edge_window"
         );
+        let mut last = (Instant::now(), 0u64);
         let stop = tidemill_runtime::lifecycle::shutdown_signal();
         tokio::pin!(stop);
         loop {
@@ -473,11 +475,14 @@ pub fn run(args: &Args) -> Result<(), SwarmError> {
                 _ = ticks.tick() => {
                     let lat = counters.take_latencies();
                     let fmt = |q| quantile(&lat, q).map_or("-".to_string(), |v| v.to_string());
-                    let uplink = counters.udp_tx_bytes.load(Ordering::Relaxed) as f64 * 8.0
-                        / started.elapsed().as_secs_f64()
-                        / args.edges as f64;
+                    let sent = counters.udp_tx_bytes.load(Ordering::Relaxed);
+                    let per_edge =
+                        |bytes: u64, secs: f64| bytes as f64 * 8.0 / secs / args.edges as f64;
+                    let uplink = per_edge(sent, started.elapsed().as_secs_f64());
+                    let window = per_edge(sent - last.1, last.0.elapsed().as_secs_f64());
+                    last = (Instant::now(), sent);
                     println!(
-                        "{:.0} {} {} {} {} {} {} {uplink:.1}",
+                        "{:.0} {} {} {} {} {} {} {uplink:.1} {window:.1}",
                         started.elapsed().as_secs_f64(),
                         counters.connected.load(Ordering::Relaxed),
                         counters.sessions.load(Ordering::Relaxed),
