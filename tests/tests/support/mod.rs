@@ -351,13 +351,16 @@ pub fn host_cores_and_memory() -> (u64, u64) {
 }
 
 /// The report sequence numbers stored for each node, read from the coordinator's
-/// database (read-only, so the running coordinator is undisturbed).
+/// database (read-only, so the running coordinator is undisturbed), in one
+/// read transaction, so that a node's `last_seq` and its reports agree even
+/// while edges keep reporting.
 pub fn stored_report_seqs(data_dir: &Path) -> Vec<(String, u64, Vec<u64>)> {
-    let db = rusqlite::Connection::open_with_flags(
+    let mut db = rusqlite::Connection::open_with_flags(
         data_dir.join("tidemill.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )
     .expect("open the coordinator database");
+    let db = db.transaction().expect("a read transaction");
     let nodes: Vec<(String, i64)> = db
         .prepare("SELECT id, last_seq FROM nodes ORDER BY id")
         .unwrap()
