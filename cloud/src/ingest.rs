@@ -62,10 +62,17 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         };
     tracing::info!(node_id = %node_id, %remote, "edge connected");
     coord.connect(&node_id, conn.clone(), probe_port);
+    let trains = probe::Trains::watch(&conn);
     let reason = loop {
         match conn.accept_bi().await {
             Ok((send, recv)) => {
-                tokio::spawn(serve_stream(node_id.clone(), send, recv, coord.clone()));
+                tokio::spawn(serve_stream(
+                    node_id.clone(),
+                    send,
+                    recv,
+                    coord.clone(),
+                    trains.clone(),
+                ));
             }
             Err(e) => break e,
         }
@@ -162,6 +169,7 @@ async fn serve_stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     coord: Arc<Coordinator>,
+    trains: Arc<probe::Trains>,
 ) {
     let read = clock::timeout(
         &SystemClock,
@@ -220,7 +228,9 @@ async fn serve_stream(
                 }
             }
         }
-        Ok(Ok(Some(probe @ EdgeMsg::Probe { .. }))) => (None, Some(probe::answer(&probe))),
+        Ok(Ok(Some(probe @ EdgeMsg::Probe { .. }))) => {
+            (None, Some(probe::answer(&probe, &trains).await))
+        }
         Ok(Ok(Some(EdgeMsg::PeersRequest))) => (
             None,
             Some(CloudMsg::Peers(

@@ -165,7 +165,8 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// Four edges behind 150 ms round trips, 1 % loss each way and 10 Mb/s: every
-/// report and forecast arrives, a job runs, and the probes measure the path.
+/// report and forecast arrives, a job runs, and the probes measure the path's
+/// RTT within 15 % and its rate within 25 %.
 #[test]
 fn a_degraded_wan_carries_every_report_forecast_and_a_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -224,6 +225,10 @@ fn a_degraded_wan_carries_every_report_forecast_and_a_job() {
             "RTT within 15 % of 150 ms: {l}"
         );
         assert!(loss > 0.0 && loss < 0.05, "the loss is seen: {l}");
+        assert!(
+            (7.5..=12.5).contains(&mbps),
+            "throughput within 25 % of 10 Mb/s: {l}"
+        );
     }
 
     let id = coord.submit(

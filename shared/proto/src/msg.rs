@@ -36,6 +36,9 @@ pub enum EdgeMsg {
     Probe {
         /// Filler bytes; only their number matters.
         payload: Vec<u8>,
+        /// The packet train sent just before this frame as QUIC datagrams,
+        /// whose arrival times the receiver reports back, if any.
+        train: Option<u64>,
     },
     /// Asks the coordinator which peers this edge should probe.
     PeersRequest,
@@ -59,9 +62,21 @@ pub enum CloudMsg {
     ProbeAck {
         /// Payload bytes received.
         bytes: u64,
+        /// How the probe's packet train arrived, if one was named and any of
+        /// it arrived.
+        train: Option<TrainArrival>,
     },
     /// Answers [`EdgeMsg::PeersRequest`]: the edges to probe.
     Peers(Vec<Peer>),
+}
+
+/// How a packet train arrived at the receiver, for the sender to work out the
+/// bottleneck rate that spaced it (see `tidemill_runtime::probe::train_rate`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainArrival {
+    /// Microseconds from the first arrival to each arrival, in arrival order;
+    /// the receiver keeps at most `tidemill_runtime::probe::MAX_ARRIVALS`.
+    pub arrivals_us: Vec<u64>,
 }
 
 /// An edge another edge may probe.

@@ -3,11 +3,12 @@
 //! coordinator over their existing connection and a few peer edges through the
 //! peers' probe responders.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, LinkSample, WireError};
+use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, LinkSample, TrainArrival, WireError};
 
 use crate::frames::{self, FrameError};
 use crate::quic::{EndpointError, Timing};
@@ -19,33 +20,145 @@ const MIN_TRANSFER: Duration = Duration::from_millis(1);
 
 /// Throughput of a timed request: B = bytes / max(t − RTT, 1 ms), in bytes/s,
 /// where t is the time from sending the first byte to receiving the answer and
-/// one RTT of it is the request/answer latency rather than transfer.
+/// one RTT of it is the request/answer latency rather than transfer. It is a
+/// lower bound on the link's capacity: on a long or lossy path the congestion
+/// controller, not the link, sets it.
 pub fn throughput(bytes: u64, elapsed: Duration, rtt: Duration) -> f64 {
     bytes as f64 / elapsed.saturating_sub(rtt).max(MIN_TRANSFER).as_secs_f64()
 }
 
-/// Measures the link under `conn` by sending `bytes` of filler and timing the
-/// answer. `peer` names the other end in the result; `t_ms` stamps it.
+/// Datagrams per packet train. Quinn's pacer lets this many leave back to back
+/// from an idle connection (its minimum burst), so the train queues at the
+/// path's bottleneck rather than at the sender.
+pub const TRAIN_LEN: usize = 10;
+
+/// Trains per probe; the probe takes the median of their rates.
+pub const TRAINS: usize = 3;
+
+/// Bytes per train datagram: below QUIC's 1 200-byte minimum path MTU less
+/// headers, so that no datagram is dropped when path MTU discovery shrinks the
+/// limit while the train waits to be sent.
+pub const TRAIN_DATAGRAM: usize = 1_100;
+
+/// The most arrivals a receiver records per train.
+pub const MAX_ARRIVALS: usize = 4 * TRAIN_LEN;
+
+/// The shortest spread of arrivals a train rate is taken from: below it the
+/// receiver's timestamps (taken when its task runs) are too coarse to resolve
+/// the spacing, and the probe falls back to [`throughput`].
+pub const MIN_DISPERSION: Duration = Duration::from_millis(2);
+
+/// The bottleneck rate a packet train of `size`-byte datagrams shows at its
+/// receiver, in bytes/s: B_train = size / β, where β (seconds per datagram) is
+/// the least-squares slope of arrival time over arrival index,
+/// β = Σ(i − ī)(t_i − t̄) / Σ(i − ī)², over the longest run of m ≥ 3 arrivals
+/// t_1..t_m (seconds) in which no gap reaches RTT/2. The datagrams left back
+/// to back, so the bottleneck spaced them; the fit, unlike the first and last
+/// arrival alone, evens out timestamps that come in clumps (a receiver or
+/// relay that wakes once per millisecond). A gap of about one RTT is the
+/// sender waiting for its congestion window, not the link, and splits the
+/// train. `None` when no such run spreads over [`MIN_DISPERSION`] or more.
+pub fn train_rate(arrivals_us: &[u64], size: usize, rtt: Duration) -> Option<f64> {
+    let stall = rtt.as_micros() as u64 / 2;
+    let run = arrivals_us
+        .chunk_by(|a, b| b.saturating_sub(*a) < stall)
+        .max_by_key(|run| run.len())?;
+    let spread = Duration::from_micros(run[run.len() - 1] - run[0]);
+    if run.len() < 3 || spread < MIN_DISPERSION {
+        return None;
+    }
+    let m = run.len() as f64;
+    let (i_mean, t_mean) = ((m - 1.0) / 2.0, run.iter().sum::<u64>() as f64 / m / 1e6);
+    let (mut cov, mut var) = (0.0, 0.0);
+    for (i, t) in run.iter().enumerate() {
+        let di = i as f64 - i_mean;
+        cov += di * (*t as f64 / 1e6 - t_mean);
+        var += di * di;
+    }
+    let slope = cov / var;
+    (slope > 0.0).then(|| size as f64 / slope)
+}
+
+/// The capacity a probe reports: B = max(B_transfer, median of the train
+/// rates), in bytes/s. The transfer rate ([`throughput`]) is a lower bound
+/// that loss and RTT pull down; a train rate ([`train_rate`]) measures the
+/// bottleneck itself where it is slow enough to resolve. The cost model
+/// applies loss and RTT to this capacity itself (`tidemill_sched::cost`).
+pub fn capacity(transfer: f64, train_rates: &[f64]) -> f64 {
+    let mut rates = train_rates.to_vec();
+    rates.sort_by(f64::total_cmp);
+    let median = match rates.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => rates[n / 2],
+        n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+    };
+    transfer.max(median)
+}
+
+/// Sends one packet train of [`TRAIN_LEN`] datagrams over `conn`, each
+/// carrying `id`, and asks the receiver how it arrived. `None` when the
+/// connection carries no datagrams or nothing of the train arrived.
+async fn train(conn: &quinn::Connection, id: u64) -> Result<Option<TrainArrival>, FrameError> {
+    if conn.max_datagram_size() < Some(TRAIN_DATAGRAM) {
+        return Ok(None);
+    }
+    let mut datagram = vec![0u8; TRAIN_DATAGRAM];
+    datagram[..8].copy_from_slice(&id.to_be_bytes());
+    let datagram = bytes::Bytes::from(datagram);
+    for _ in 0..TRAIN_LEN {
+        if conn.send_datagram(datagram.clone()).is_err() {
+            return Ok(None);
+        }
+    }
+    match frames::request(
+        conn,
+        &EdgeMsg::Probe {
+            payload: Vec::new(),
+            train: Some(id),
+        },
+    )
+    .await?
+    {
+        CloudMsg::ProbeAck { train, .. } => Ok(train),
+        _ => Err(FrameError::NoReply),
+    }
+}
+
+/// Measures the link under `conn`: [`TRAINS`] packet trains, the RTT QUIC
+/// estimates after them, then `bytes` of filler timed to the answer. `peer` names the other end in the result;
+/// `t_ms` stamps it.
 pub async fn measure(
     conn: &quinn::Connection,
     peer: &str,
     bytes: usize,
     t_ms: i64,
 ) -> Result<LinkSample, FrameError> {
+    let first_id = rand::random::<u64>();
+    let mut trains = Vec::with_capacity(TRAINS);
+    for i in 0..TRAINS as u64 {
+        trains.extend(train(conn, first_id.wrapping_add(i)).await?);
+    }
+    // Read before the transfer, whose own queue would inflate it.
+    let rtt = conn.rtt();
     let started = Instant::now();
     let reply: CloudMsg = frames::request(
         conn,
         &EdgeMsg::Probe {
             payload: vec![0; bytes],
+            train: None,
         },
     )
     .await?;
     let elapsed = started.elapsed();
     match reply {
-        CloudMsg::ProbeAck { bytes: got } if got == bytes as u64 => {}
+        CloudMsg::ProbeAck { bytes: got, .. } if got == bytes as u64 => {}
         _ => return Err(FrameError::NoReply),
     }
-    let rtt = conn.rtt();
+    let rates: Vec<f64> = trains
+        .iter()
+        .filter_map(|t| train_rate(&t.arrivals_us, TRAIN_DATAGRAM, rtt))
+        .collect();
+    tracing::debug!(peer, ?trains, ?rates, "probe trains arrived");
     let stats = conn.stats();
     let loss = if stats.path.sent_packets == 0 {
         0.0
@@ -56,16 +169,101 @@ pub async fn measure(
         peer: peer.to_string(),
         t_ms,
         rtt_ms: rtt.as_secs_f64() * 1000.0,
-        bandwidth_bps: throughput(bytes as u64, elapsed, rtt),
+        bandwidth_bps: capacity(throughput(bytes as u64, elapsed, rtt), &rates),
         loss,
     })
 }
 
-/// The answer to a probe frame.
-pub fn answer(msg: &EdgeMsg) -> CloudMsg {
+/// How many trains a connection remembers; older ones are forgotten, so a
+/// peer cannot grow the record by naming new trains.
+const TRAINS_KEPT: usize = 2 * TRAINS;
+
+/// How long a receiver waits for the rest of a train once the probe frame
+/// naming it has come: the frame can share a packet with the first datagram.
+/// A train still short by then (its datagrams lost, or a link slower than
+/// [`TRAIN_LEN`] datagrams in this time) is answered with what arrived.
+pub const TRAIN_WAIT: Duration = Duration::from_millis(300);
+
+/// The arrivals of the packet trains received on one connection, recorded as
+/// they come so that a probe frame can be answered with them.
+#[derive(Default)]
+pub struct Trains {
+    seen: Mutex<VecDeque<(u64, Instant, Vec<u64>)>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl Trains {
+    /// Records every datagram `conn` receives until it closes.
+    pub fn watch(conn: &quinn::Connection) -> Arc<Trains> {
+        let trains = Arc::new(Trains::default());
+        let (conn, record) = (conn.clone(), trains.clone());
+        tokio::spawn(async move {
+            while let Ok(datagram) = conn.read_datagram().await {
+                record.record(&datagram, Instant::now());
+            }
+        });
+        trains
+    }
+
+    fn record(&self, datagram: &[u8], at: Instant) {
+        let Some(id) = datagram.get(..8) else { return };
+        let id = u64::from_be_bytes(id.try_into().expect("8 bytes"));
+        let mut trains = self.seen.lock().unwrap();
+        match trains.iter_mut().find(|(i, ..)| *i == id) {
+            Some((_, first, arrivals)) if arrivals.len() < MAX_ARRIVALS => {
+                arrivals.push(at.duration_since(*first).as_micros() as u64);
+            }
+            Some(_) => {}
+            None => {
+                if trains.len() == TRAINS_KEPT {
+                    trains.pop_front();
+                }
+                trains.push_back((id, at, vec![0]));
+            }
+        }
+        drop(trains);
+        self.arrived.notify_waiters();
+    }
+
+    /// How train `id` has arrived so far, if any of it has.
+    pub fn arrival(&self, id: u64) -> Option<TrainArrival> {
+        let trains = self.seen.lock().unwrap();
+        let (.., arrivals) = trains.iter().find(|(i, ..)| *i == id)?;
+        Some(TrainArrival {
+            arrivals_us: arrivals.clone(),
+        })
+    }
+
+    /// How train `id` arrived, once all [`TRAIN_LEN`] datagrams have or
+    /// [`TRAIN_WAIT`] has passed.
+    pub async fn wait_for(&self, id: u64) -> Option<TrainArrival> {
+        let complete = async {
+            loop {
+                let arrived = self.arrived.notified();
+                if self
+                    .arrival(id)
+                    .is_some_and(|a| a.arrivals_us.len() >= TRAIN_LEN)
+                {
+                    return;
+                }
+                arrived.await;
+            }
+        };
+        let _ = crate::clock::timeout(&crate::clock::SystemClock, TRAIN_WAIT, complete).await;
+        self.arrival(id)
+    }
+}
+
+/// The answer to a probe frame received on a connection whose datagrams
+/// `trains` records.
+pub async fn answer(msg: &EdgeMsg, trains: &Trains) -> CloudMsg {
     match msg {
-        EdgeMsg::Probe { payload } => CloudMsg::ProbeAck {
+        EdgeMsg::Probe { payload, train } => CloudMsg::ProbeAck {
             bytes: payload.len() as u64,
+            train: match train {
+                Some(id) => trains.wait_for(*id).await,
+                None => None,
+            },
         },
         _ => CloudMsg::Error(WireError {
             code: ErrorCode::UnexpectedMessage,
@@ -80,10 +278,12 @@ pub async fn respond(endpoint: quinn::Endpoint) {
     while let Some(incoming) = endpoint.accept().await {
         tokio::spawn(async move {
             let Ok(conn) = incoming.await else { return };
+            let trains = Trains::watch(&conn);
             while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                let trains = trains.clone();
                 tokio::spawn(async move {
                     if let Ok(Some(msg)) = frames::read_msg::<EdgeMsg>(&mut recv).await {
-                        let _ = frames::write_msg(&mut send, &answer(&msg)).await;
+                        let _ = frames::write_msg(&mut send, &answer(&msg, &trains).await).await;
                         let _ = send.finish();
                     }
                 });
@@ -194,6 +394,68 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_train_rate_is_the_bytes_after_the_first_over_the_spread() {
+        let rtt = Duration::from_millis(150);
+        // Ten 1 250 B datagrams through a 10 Mb/s bottleneck leave it 1 ms
+        // apart: 9 × 1 250 B over 9 ms = 1.25e6 B/s = 10 Mb/s.
+        let even: Vec<u64> = (0..10).map(|i| i * 1_000).collect();
+        let r = train_rate(&even, 1_250, rtt).unwrap();
+        assert!((r - 1.25e6).abs() < 1e-6, "{r}");
+        // A congestion-window stall of one RTT after the fourth: the longest
+        // run is the last six, 5 × 1 250 B over 5 ms, the same rate.
+        let stalled: Vec<u64> = (0..10)
+            .map(|i| i * 1_000 + if i >= 4 { 150_000 } else { 0 })
+            .collect();
+        let r = train_rate(&stalled, 1_250, rtt).unwrap();
+        assert!((r - 1.25e6).abs() < 1e-6, "{r}");
+        // Arrivals in pairs every 2 ms (a relay whose timer wakes once per
+        // millisecond): t = 0, 0, 2, 2, …, 8, 8 ms. ī = 4.5, t̄ = 4 ms,
+        // Σ(i − ī)(t − t̄) = 80 ms, Σ(i − ī)² = 82.5, β = 0.9697 ms, so
+        // 1 250 B / 0.9697 ms = 1.289e6 B/s (the first and last alone:
+        // 9 × 1 250 B / 8 ms = 1.406e6).
+        let pairs: Vec<u64> = (0..10).map(|i| i / 2 * 2_000).collect();
+        let r = train_rate(&pairs, 1_250, rtt).unwrap();
+        assert!((r - 1_250.0 / (80.0 / 82.5e3)).abs() < 1e-3, "{r}");
+        // Too short a spread to resolve, or too few arrivals: no rate.
+        let fast: Vec<u64> = (0..10).map(|i| i * 200).collect();
+        assert_eq!(train_rate(&fast, 1_250, rtt), None);
+        assert_eq!(train_rate(&[0, 5_000], 1_250, rtt), None);
+        assert_eq!(train_rate(&[], 1_250, rtt), None);
+    }
+
+    #[test]
+    fn capacity_is_the_transfer_rate_or_the_median_train_rate_if_higher() {
+        let rates = [1.25e6, 6.25e5, 2e6];
+        assert_eq!(capacity(1e5, &rates), 1.25e6);
+        assert_eq!(capacity(3e6, &rates), 3e6);
+        assert_eq!(capacity(1e5, &rates[..2]), (1.25e6 + 6.25e5) / 2.0);
+        assert_eq!(capacity(1e5, &[]), 1e5);
+    }
+
+    #[test]
+    fn trains_record_arrivals_and_forget_the_oldest() {
+        let trains = Trains::default();
+        let t0 = Instant::now();
+        let datagram = |id: u64| {
+            let mut d = vec![0; 100];
+            d[..8].copy_from_slice(&id.to_be_bytes());
+            d
+        };
+        for i in 0..MAX_ARRIVALS as u64 + 5 {
+            trains.record(&datagram(7), t0 + Duration::from_millis(i));
+        }
+        trains.record(&[1, 2, 3], t0);
+        let kept = trains.arrival(7).unwrap().arrivals_us;
+        assert_eq!(kept.len(), MAX_ARRIVALS);
+        assert_eq!(kept[..3], [0, 1_000, 2_000]);
+        for id in 100..100 + TRAINS_KEPT as u64 {
+            trains.record(&datagram(id), t0);
+        }
+        assert_eq!(trains.arrival(7), None);
+        assert_eq!(trains.arrival(100).unwrap().arrivals_us, [0]);
+    }
+
     #[tokio::test]
     async fn measures_a_loopback_link_through_a_responder() {
         let identity = responder_identity().unwrap();
@@ -215,5 +477,12 @@ mod tests {
         assert!(sample.rtt_ms > 0.0 && sample.rtt_ms < 1000.0, "{sample:?}");
         assert!(sample.bandwidth_bps > 1e5, "{sample:?}");
         assert!((0.0..=1.0).contains(&sample.loss));
+        let conn = client
+            .connect(addr, "tidemill-probe")
+            .unwrap()
+            .await
+            .unwrap();
+        let arrived = train(&conn, 5).await.unwrap().unwrap().arrivals_us;
+        assert_eq!(arrived.len(), TRAIN_LEN, "{arrived:?}");
     }
 }

@@ -149,8 +149,23 @@ impl Lab {
     }
 
     /// Sets the TCP congestion control of every namespaced node (`cubic`,
-    /// `bbr`, ...), which each namespace keeps apart from this one's.
+    /// `bbr`, ...), which each namespace keeps apart from this one's. A
+    /// namespace may only take an algorithm the host allows, so one the host
+    /// has but does not allow (`net.ipv4.tcp_allowed_congestion_control`)
+    /// is added to the host's allowed list first.
     pub fn set_tcp_congestion(&self, algorithm: &str) -> Result<(), LabError> {
+        const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+        let allowed = std::fs::read_to_string(ALLOWED).unwrap_or_default();
+        if !allowed.split_whitespace().any(|a| a == algorithm) {
+            let widened = format!("{} {algorithm}", allowed.trim());
+            std::fs::write(ALLOWED, &widened).map_err(|e| {
+                LabError::Ip(CommandFailed {
+                    command: format!("echo {widened} > {ALLOWED}"),
+                    message: e.to_string(),
+                })
+            })?;
+            tracing::info!(algorithm, allowed = %widened, "allowed a TCP congestion control on the host");
+        }
         for ns in self.nodes.iter().filter_map(|n| n.netns.as_deref()) {
             let script = format!("echo {algorithm} > /proc/sys/net/ipv4/tcp_congestion_control");
             ip_cmd(&["netns", "exec", ns, "sh", "-c", &script])?;
