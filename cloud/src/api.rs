@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Coordinator;
 use crate::job::{JobFile, JobRecord};
-use crate::store::{LinkRecord, NodeRecord, StoreError};
+use crate::store::{LinkRecord, NodeRecord, StoreError, TokenRecord};
 use tidemill_proto::NodeForecast;
+use tidemill_runtime::clock::{Clock, SystemClock};
+use tidemill_runtime::identity::JoinToken;
 
 /// The API's routes.
 pub fn router(coord: Arc<Coordinator>) -> Router {
@@ -27,6 +29,9 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/v1/jobs", get(list_jobs).post(submit))
         .route("/v1/jobs/{id}", get(show_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
+        .route("/v1/tokens", get(list_tokens).post(create_token))
+        .route("/v1/tokens/{id}/revoke", post(revoke_token))
+        .route("/v1/nodes/{id}/remove", post(remove_node))
         .with_state(coord)
 }
 
@@ -42,6 +47,36 @@ pub struct ApiError {
 pub struct Submitted {
     /// The new job's id.
     pub id: u64,
+}
+
+/// A request for a join token.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct TokenRequest {
+    /// Seconds until it stops working (`None`: never).
+    pub ttl_secs: Option<u64>,
+    /// Joins it allows (`None`: any number).
+    pub uses: Option<u32>,
+    /// What it is for, shown in listings.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// A new join token: the only time its secret is shown.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NewToken {
+    /// Its record, as listings show it.
+    pub record: TokenRecord,
+    /// The token to hand to edges.
+    pub token: String,
+}
+
+/// The answer to a node removal.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Removed {
+    /// The node.
+    pub node_id: String,
+    /// Certificates revoked.
+    pub revoked: usize,
 }
 
 struct Failure(StatusCode, String);
@@ -145,6 +180,97 @@ async fn cancel_job(
     Ok(Json(job))
 }
 
+async fn create_token(
+    State(c): State<Arc<Coordinator>>,
+    body: Result<Json<TokenRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<NewToken>), Failure> {
+    let Json(req) = body.map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!("invalid token request: {}", e.body_text()),
+        )
+    })?;
+    if req.description.len() > 200 || req.description.contains(char::is_control) {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            "the description must be at most 200 characters, with no control characters".into(),
+        ));
+    }
+    // Tokens expire in real time, as the certificates they buy do.
+    let now = SystemClock.now_ms();
+    let expires = req.ttl_secs.map(|s| {
+        now.saturating_add(
+            i64::try_from(s)
+                .unwrap_or(i64::MAX / 2)
+                .saturating_mul(1000),
+        )
+    });
+    let token = JoinToken::generate(&c.authority.pin());
+    let mut store = c.store.lock().unwrap();
+    store.create_token(
+        &token,
+        &req.description,
+        now,
+        expires,
+        req.uses.map(i64::from),
+    )?;
+    let record = store
+        .tokens()?
+        .into_iter()
+        .find(|t| t.id == token.id)
+        .expect("the token just stored");
+    tracing::info!(token_id = %token.id, uses = ?req.uses, ttl_secs = ?req.ttl_secs, "join token created");
+    Ok((
+        StatusCode::CREATED,
+        Json(NewToken {
+            record,
+            token: token.reveal(),
+        }),
+    ))
+}
+
+async fn list_tokens(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<TokenRecord>>, Failure> {
+    Ok(Json(c.store.lock().unwrap().tokens()?))
+}
+
+async fn revoke_token(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<TokenRecord>>, Failure> {
+    let mut store = c.store.lock().unwrap();
+    if !store.revoke_token(&id, SystemClock.now_ms())? {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("no join token {id:?}; `tidemill-cloud token list` shows them"),
+        ));
+    }
+    tracing::info!(token_id = %id, "join token revoked");
+    Ok(Json(store.tokens()?))
+}
+
+async fn remove_node(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<Removed>, Failure> {
+    let revoked = {
+        let mut store = c.store.lock().unwrap();
+        if !store.node_known(&id)? {
+            return Err(Failure(
+                StatusCode::NOT_FOUND,
+                format!("no node {id:?}; `tidemill-cloud nodes` lists the nodes"),
+            ));
+        }
+        store.remove_node(&id, SystemClock.now_ms())?
+    };
+    c.drop_session(&id);
+    tracing::info!(node_id = %id, revoked, "node removed; its certificates are revoked");
+    c.wake.notify_one();
+    Ok(Json(Removed {
+        node_id: id,
+        revoked,
+    }))
+}
+
 /// Prometheus text exposition of a few gauges and counters.
 async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<String, Failure> {
     use std::sync::atomic::Ordering::Relaxed;
@@ -180,6 +306,18 @@ async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<String, Failure> {
         out,
         "tidemill_refused_frames_total {}",
         c.counters.refused_frames.load(Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE tidemill_refused_identity_total counter");
+    let _ = writeln!(
+        out,
+        "tidemill_refused_identity_total {}",
+        c.counters.refused_identity.load(Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE tidemill_joins_total counter");
+    let _ = writeln!(
+        out,
+        "tidemill_joins_total {}",
+        c.counters.joins.load(Relaxed)
     );
     Ok(out)
 }

@@ -29,8 +29,16 @@ enum Cmd {
     PrintDefaultConfig,
     /// List the scheduling policies `serve --policy` accepts, one line each.
     Policies,
-    /// List nodes.
-    Nodes(ApiArgs),
+    /// List nodes, or remove one (`nodes remove ID`).
+    Nodes {
+        #[command(subcommand)]
+        cmd: Option<NodesCmd>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Create, list and revoke join tokens.
+    #[command(subcommand)]
+    Token(TokenCmd),
     /// Show the measured link matrix.
     Links(ApiArgs),
     /// Show a node's latest forecast, slot by slot.
@@ -79,6 +87,62 @@ struct ApiArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum NodesCmd {
+    /// Revoke a node's certificate, close its connection and forget its
+    /// forecast and links; it must join again with a new token.
+    Remove {
+        /// The node id.
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCmd {
+    /// Create a join token; prints it alone on the last line.
+    Create {
+        /// How long it works: a number and s, m, h or d (for example 24h);
+        /// without it, until revoked.
+        #[arg(long, value_parser = parse_ttl)]
+        ttl: Option<u64>,
+        /// How many edges may join with it; without it, any number.
+        #[arg(long)]
+        uses: Option<u32>,
+        /// What it is for, shown in `token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// List join tokens (never their secrets).
+    List(ApiArgs),
+    /// Revoke a join token by its id.
+    Revoke {
+        /// The token's id (the part between `::` and `.`).
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// Seconds in a duration such as `90s`, `30m`, `24h` or `7d`.
+fn parse_ttl(s: &str) -> Result<u64, String> {
+    let bad =
+        || format!("{s:?} is not a duration: give a number and s, m, h or d, for example 24h");
+    let (n, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale).filter(|&t| t > 0).ok_or_else(bad)
 }
 
 #[derive(Debug, Subcommand)]
@@ -138,7 +202,47 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Serve(args) => serve(args),
-        Cmd::Nodes(a) => {
+        Cmd::Nodes {
+            cmd: Some(NodesCmd::Remove { id, api }),
+            ..
+        } => {
+            let removed = Client::new(&api.api).remove_node(&id)?;
+            if api.json {
+                return print_json(&removed);
+            }
+            println!(
+                "node {} removed: {} certificate(s) revoked, its connection closed",
+                removed.node_id, removed.revoked
+            );
+            Ok(())
+        }
+        Cmd::Token(TokenCmd::Create {
+            ttl,
+            uses,
+            description,
+            api,
+        }) => {
+            let req = crate::api::TokenRequest {
+                ttl_secs: ttl,
+                uses,
+                description,
+            };
+            let new = Client::new(&api.api).create_token(&req)?;
+            if api.json {
+                return print_json(&new);
+            }
+            println!(
+                "join token {} created; it is shown only now:",
+                new.record.id
+            );
+            println!("{}", new.token);
+            Ok(())
+        }
+        Cmd::Token(TokenCmd::List(a)) => print_tokens(&Client::new(&a.api).tokens()?, a.json),
+        Cmd::Token(TokenCmd::Revoke { id, api }) => {
+            print_tokens(&Client::new(&api.api).revoke_token(&id)?, api.json)
+        }
+        Cmd::Nodes { cmd: None, api: a } => {
             let nodes = Client::new(&a.api).nodes()?;
             if a.json {
                 return print_json(&nodes);
@@ -268,6 +372,33 @@ fn print_forecast(node: &str, f: &tidemill_proto::NodeForecast) {
             .collect();
         println!("{:<12} {}", time(f.slot_start_ms(i)), cells.join("   "));
     }
+}
+
+fn print_tokens(tokens: &[crate::store::TokenRecord], json: bool) -> Outcome {
+    if json {
+        return print_json(&tokens);
+    }
+    let time = |ms: Option<i64>| {
+        ms.and_then(chrono::DateTime::from_timestamp_millis)
+            .map_or("-".into(), |t| t.format("%Y-%m-%d %H:%M").to_string())
+    };
+    println!(
+        "{:<8} {:<17} {:<17} {:>9} {:>5} {:<17} DESCRIPTION",
+        "ID", "CREATED (UTC)", "EXPIRES (UTC)", "USES LEFT", "USED", "REVOKED (UTC)"
+    );
+    for t in tokens {
+        println!(
+            "{:<8} {:<17} {:<17} {:>9} {:>5} {:<17} {}",
+            t.id,
+            time(Some(t.created_ms)),
+            time(t.expires_ms),
+            t.uses_left.map_or("any".into(), |u| u.to_string()),
+            t.used,
+            time(t.revoked_ms),
+            t.description
+        );
+    }
+    Ok(())
 }
 
 fn print_json(value: &impl serde::Serialize) -> Outcome {

@@ -5,9 +5,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{ApiError, Submitted};
+use crate::api::{ApiError, NewToken, Removed, Submitted, TokenRequest};
 use crate::job::{JobFile, JobRecord};
-use crate::store::{LinkRecord, NodeRecord};
+use crate::store::{LinkRecord, NodeRecord, TokenRecord};
 use tidemill_proto::NodeForecast;
 
 /// Why an API call failed.
@@ -116,5 +116,25 @@ impl Client {
     /// Cancels a job.
     pub fn cancel(&self, id: u64) -> Result<JobRecord, ClientError> {
         self.call("POST", &format!("/v1/jobs/{id}/cancel"), None::<&()>)
+    }
+
+    /// Creates a join token.
+    pub fn create_token(&self, req: &TokenRequest) -> Result<NewToken, ClientError> {
+        self.call("POST", "/v1/tokens", Some(req))
+    }
+
+    /// Every join token, without secrets.
+    pub fn tokens(&self) -> Result<Vec<TokenRecord>, ClientError> {
+        self.call("GET", "/v1/tokens", None::<&()>)
+    }
+
+    /// Revokes a join token.
+    pub fn revoke_token(&self, id: &str) -> Result<Vec<TokenRecord>, ClientError> {
+        self.call("POST", &format!("/v1/tokens/{id}/revoke"), None::<&()>)
+    }
+
+    /// Revokes a node's certificates and forgets its forecast and links.
+    pub fn remove_node(&self, id: &str) -> Result<Removed, ClientError> {
+        self.call("POST", &format!("/v1/nodes/{id}/remove"), None::<&()>)
     }
 }

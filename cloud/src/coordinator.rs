@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
+use tidemill_runtime::identity::Authority;
 use tidemill_sched::ThroughputTables;
 use tidemill_sched::policies::SnapshotDriver;
 use tokio::sync::Notify;
@@ -22,6 +23,11 @@ pub struct Counters {
     pub refused_connections: AtomicU64,
     /// Frames refused as oversized, malformed or unexpected.
     pub refused_frames: AtomicU64,
+    /// Connections refused for identity: no, an unknown or a revoked
+    /// certificate, a node id not the certificate's, or a bad join token.
+    pub refused_identity: AtomicU64,
+    /// Certificates issued to joining nodes.
+    pub joins: AtomicU64,
 }
 
 impl Counters {
@@ -57,6 +63,8 @@ pub struct Coordinator {
     pub scheduler: Mutex<SnapshotDriver>,
     /// When history was last pruned, Unix ms (0: never).
     last_prune_ms: AtomicI64,
+    /// The CA that issues joining nodes their certificates.
+    pub authority: Authority,
 }
 
 impl Coordinator {
@@ -66,8 +74,10 @@ impl Coordinator {
         cfg: CloudConfig,
         clock: SharedClock,
         throughput: ThroughputTables,
+        authority: Authority,
     ) -> Self {
         Coordinator {
+            authority,
             throughput,
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
@@ -145,6 +155,14 @@ impl Coordinator {
             .is_some_and(|s| s.conn.stable_id() == conn.stable_id())
         {
             sessions.remove(node_id);
+        }
+    }
+
+    /// Closes a node's live connection, if it has one (its certificate was
+    /// just revoked).
+    pub fn drop_session(&self, node_id: &str) {
+        if let Some(s) = self.sessions.lock().unwrap().remove(node_id) {
+            s.conn.close(2u32.into(), b"this node was removed");
         }
     }
 

@@ -1,18 +1,23 @@
 //! The QUIC server: accepts edges, registers them, and applies their reports.
-//! A bad peer (wrong protocol version, oversized or malformed frames, silence)
-//! is refused with an error and a log line; it never takes the server down.
+//! A connection is mutual TLS: the node id is the one its certificate was
+//! issued for, and a connection without a certificate may only join (trade a
+//! join token for one). A bad peer (no, an unknown or a revoked certificate, a
+//! node id not its own, a wrong protocol version, oversized or malformed
+//! frames, silence) is refused with an error, a counter and a log line; it
+//! never takes the server down.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Welcome, WireError};
-use tidemill_runtime::clock::{self, SystemClock};
+use tidemill_proto::{CloudMsg, CodecError, EdgeMsg, ErrorCode, Join, Welcome, WireError};
+use tidemill_runtime::clock::{self, Clock, SystemClock};
 use tidemill_runtime::frames::{self, FrameError};
+use tidemill_runtime::identity::sha256_hex;
 use tidemill_runtime::probe;
 use tidemill_runtime::quic;
 
 use crate::coordinator::{Coordinator, Counters};
-use crate::store::ReportKind;
+use crate::store::{CertStatus, ReportKind};
 
 /// Longest node id accepted.
 const MAX_NODE_ID: usize = 128;
@@ -44,22 +49,60 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
             return;
         }
     };
-    let (node_id, probe_port) =
-        match clock::timeout(&SystemClock, stream_timeout(&coord), hello(&conn, &coord)).await {
-            Ok(Ok(hello)) => hello,
-            Ok(Err(why)) => {
-                Counters::bump(&coord.counters.refused_connections);
-                tracing::warn!(%remote, %why, "refused a connection");
-                conn.close(1u32.into(), why.as_bytes());
-                return;
-            }
-            Err(_) => {
-                Counters::bump(&coord.counters.refused_connections);
-                tracing::warn!(%remote, "refused a connection: no hello within the stream timeout");
-                conn.close(1u32.into(), b"no hello in time");
-                return;
-            }
-        };
+    let certified = match certified_node(&conn, &coord) {
+        Ok(node) => node,
+        Err(why) => return refuse_identity(&coord, &conn, remote, &why),
+    };
+    let first = clock::timeout(&SystemClock, stream_timeout(&coord), async {
+        let (send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((send, frames::read_msg::<EdgeMsg>(&mut recv).await))
+    })
+    .await;
+    let (mut send, first) = match first {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(why)) => return refuse(&coord, &conn, remote, &why),
+        Err(_) => return refuse(&coord, &conn, remote, "no hello within the stream timeout"),
+    };
+    let outcome = match (first, certified) {
+        (Ok(Some(EdgeMsg::Join(j))), None) => {
+            return join(&coord, &conn, send, j, remote).await;
+        }
+        (Ok(Some(EdgeMsg::Hello(_))), None) => {
+            let why = "a hello without a node certificate: join first with `tidemill-edge join --token` (a token from `tidemill-cloud token create`)";
+            refusal_delivered(&coord, &mut send, why).await;
+            return refuse_identity(&coord, &conn, remote, why);
+        }
+        (Ok(Some(EdgeMsg::Hello(h))), Some(node)) if h.node_id != node => {
+            let why = format!(
+                "a hello as node {} over the certificate of node {node}: a node may only use its own id",
+                h.node_id
+            );
+            refusal_delivered(&coord, &mut send, &why).await;
+            return refuse_identity(&coord, &conn, remote, &why);
+        }
+        (Ok(Some(EdgeMsg::Hello(h))), Some(_)) => clock::timeout(
+            &SystemClock,
+            stream_timeout(&coord),
+            welcome(send, h, &coord),
+        )
+        .await
+        .unwrap_or_else(|_| Err("the welcome could not be sent in time".into())),
+        (Ok(Some(_)), _) => {
+            let msg = "the first message on a connection must be a hello (or, without a certificate, a join)";
+            reply_error(&mut send, ErrorCode::UnexpectedMessage, msg).await;
+            Err(msg.to_string())
+        }
+        (Ok(None), _) => Err("stream closed before the hello".into()),
+        (Err(e), _) => {
+            let (code, msg) = classify(&e);
+            reply_error(&mut send, code, &msg).await;
+            Err(msg)
+        }
+    };
+    let (node_id, probe_port) = match outcome {
+        Ok(hello) => hello,
+        Err(why) => return refuse(&coord, &conn, remote, &why),
+    };
     tracing::info!(node_id = %node_id, %remote, "edge connected");
     coord.connect(&node_id, conn.clone(), probe_port);
     let trains = probe::Trains::watch(&conn);
@@ -85,37 +128,144 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     tracing::info!(node_id = %node_id, %remote, %reason, "edge disconnected");
 }
 
-/// Reads the hello on the first stream and answers it; returns the node id or a
-/// reason for refusing the connection.
-async fn hello(
-    conn: &quinn::Connection,
+/// Answers an unauthorised frame and waits (within the stream timeout) until
+/// the peer has the answer, so closing the connection does not race it.
+async fn refusal_delivered(coord: &Coordinator, send: &mut quinn::SendStream, why: &str) {
+    reply_error(send, ErrorCode::Unauthorized, why).await;
+    let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
+}
+
+/// Refuses a connection: counts it, logs why, and closes it with the reason.
+fn refuse(coord: &Coordinator, conn: &quinn::Connection, remote: std::net::SocketAddr, why: &str) {
+    Counters::bump(&coord.counters.refused_connections);
+    tracing::warn!(%remote, %why, "refused a connection");
+    conn.close(1u32.into(), why.as_bytes());
+}
+
+/// Refuses a connection whose peer is not who it claims, or nobody: counted
+/// apart, as a possible attack.
+fn refuse_identity(
     coord: &Coordinator,
-) -> Result<(String, Option<u16>), String> {
-    let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
-    let hello = match frames::read_msg::<EdgeMsg>(&mut recv).await {
-        Ok(Some(EdgeMsg::Hello(h))) => h,
-        Ok(Some(_)) => {
-            let msg = "the first message on a connection must be a hello".to_string();
-            reply_error(&mut send, ErrorCode::UnexpectedMessage, &msg).await;
-            return Err(msg);
-        }
-        Ok(None) => return Err("stream closed before the hello".into()),
-        Err(e) => {
-            let (code, msg) = classify(&e);
-            reply_error(&mut send, code, &msg).await;
-            return Err(msg);
-        }
+    conn: &quinn::Connection,
+    remote: std::net::SocketAddr,
+    why: &str,
+) {
+    Counters::bump(&coord.counters.refused_identity);
+    refuse(coord, conn, remote, why);
+}
+
+/// The node the connection's certificate was issued to, `None` for a
+/// connection without one (it may only join), or why the certificate is
+/// refused.
+fn certified_node(conn: &quinn::Connection, coord: &Coordinator) -> Result<Option<String>, String> {
+    let Some(chain) = conn.peer_identity().and_then(|id| {
+        id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+            .ok()
+    }) else {
+        return Ok(None);
     };
-    let id = &hello.node_id;
+    let Some(leaf) = chain.first() else {
+        return Ok(None);
+    };
+    let fingerprint = sha256_hex(leaf);
+    let status = coord.store.lock().unwrap().cert_status(&fingerprint);
+    match status {
+        Ok(CertStatus::Node(node)) => Ok(Some(node)),
+        Ok(CertStatus::Revoked(node)) => Err(format!(
+            "the certificate of node {node} (sha256 {fingerprint}) was revoked; join again with a new token"
+        )),
+        Ok(CertStatus::Unknown) => Err(format!(
+            "certificate sha256 {fingerprint} was not issued by this coordinator's joins; join with a token"
+        )),
+        Err(e) => Err(format!("cannot check the certificate: {e}")),
+    }
+}
+
+/// Why a node id cannot be used, if it cannot.
+fn invalid_node_id(id: &str) -> Option<String> {
     let valid = !id.is_empty()
         && id.len() <= MAX_NODE_ID
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    if !valid {
-        let msg = format!(
-            "node id {id:?} is invalid: use 1 to {MAX_NODE_ID} letters, digits, '.', '_' or '-' (set node_id or --node-id)"
+    (!valid).then(|| format!(
+        "node id {id:?} is invalid: use 1 to {MAX_NODE_ID} letters, digits, '.', '_' or '-' (set node_id or --node-id)"
+    ))
+}
+
+/// Trades a join token for a node certificate, then closes the connection:
+/// the node reconnects with the certificate.
+async fn join(
+    coord: &Coordinator,
+    conn: &quinn::Connection,
+    mut send: quinn::SendStream,
+    j: Join,
+    remote: std::net::SocketAddr,
+) {
+    // Certificates are checked against real time, so they are issued in it.
+    let now = SystemClock.now_ms();
+    let issued = match invalid_node_id(&j.node_id) {
+        Some(why) => Err((ErrorCode::UnexpectedMessage, why)),
+        None => coord
+            .authority
+            .issue(&j.node_id, &j.public_key, now)
+            .map_err(|e| (ErrorCode::UnexpectedMessage, e.to_string())),
+    };
+    let outcome = issued.and_then(|(cert, not_after)| {
+        let fingerprint = sha256_hex(&cert);
+        let joined = coord.store.lock().unwrap().join(
+            &j.token_id,
+            &j.secret,
+            &j.node_id,
+            (&fingerprint, not_after),
+            now,
         );
+        match joined {
+            Ok(Ok(())) => Ok(cert),
+            Ok(Err(refusal)) => Err((ErrorCode::Unauthorized, refusal.to_string())),
+            Err(e) => {
+                tracing::error!(node_id = %j.node_id, error = %e, "cannot record a join");
+                Err((
+                    ErrorCode::Internal,
+                    "the coordinator cannot record the join".into(),
+                ))
+            }
+        }
+    });
+    match outcome {
+        Ok(cert) => {
+            Counters::bump(&coord.counters.joins);
+            tracing::info!(node_id = %j.node_id, token_id = %j.token_id, %remote, "node joined");
+            let joined = CloudMsg::Joined {
+                cert: cert.to_vec(),
+                ca: coord.authority.ca.to_vec(),
+            };
+            let _ = frames::write_msg(&mut send, &joined).await;
+            let _ = send.finish();
+            let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
+            conn.close(0u32.into(), b"joined; reconnect with the certificate");
+        }
+        Err((code, why)) => {
+            reply_error(&mut send, code, &why).await;
+            let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
+            if code == ErrorCode::Unauthorized {
+                refuse_identity(coord, conn, remote, &why);
+            } else {
+                refuse(coord, conn, remote, &why);
+            }
+        }
+    }
+}
+
+/// Registers the node a hello names and answers it with the welcome; returns
+/// the node id and probe port, or why the connection is refused.
+async fn welcome(
+    mut send: quinn::SendStream,
+    hello: tidemill_proto::Hello,
+    coord: &Coordinator,
+) -> Result<(String, Option<u16>), String> {
+    let id = &hello.node_id;
+    if let Some(msg) = invalid_node_id(id) {
         reply_error(&mut send, ErrorCode::UnexpectedMessage, &msg).await;
         return Err(msg);
     }
@@ -265,6 +415,7 @@ async fn serve_stream(
 fn variant(msg: &EdgeMsg) -> &'static str {
     match msg {
         EdgeMsg::Hello(_) => "a second hello",
+        EdgeMsg::Join(_) => "a join",
         EdgeMsg::Reports(_) => "reports",
         EdgeMsg::CommandAck { .. } => "a command ack",
         EdgeMsg::Error(_) => "an error",

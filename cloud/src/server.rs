@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tidemill_runtime::clock::SharedClock;
+use tidemill_runtime::clock::{Clock, SharedClock, SystemClock};
 use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::identity::Authority;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tidemill_runtime::tls::{self, TlsError};
 use tokio::task::JoinSet;
@@ -80,7 +81,9 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     let throughput = cfg.scheduler.throughput_tables()?;
     let policy = cfg.scheduler.policy;
     let store = Store::open(&cfg.data_dir)?;
-    let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names)?;
+    // Certificates are checked against real time, whatever the plans' clock.
+    let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names, SystemClock.now_ms())?;
+    let authority = Authority::load(&cfg.data_dir).map_err(EndpointError::from)?;
     let ca_path = identity.ca_path.clone();
     let reset_key = quic::load_or_create_reset_key(&cfg.data_dir.join(RESET_KEY_FILE))?;
     let timing = Timing {
@@ -105,7 +108,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         source,
     })?;
 
-    let coordinator = Arc::new(Coordinator::new(store, cfg, clock, throughput));
+    let coordinator = Arc::new(Coordinator::new(store, cfg, clock, throughput, authority));
     let mut tasks = JoinSet::new();
     tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
     tasks.spawn(round::run(coordinator.clone()));

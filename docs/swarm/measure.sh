@@ -20,8 +20,14 @@ RUST_LOG=info,tidemill_cloud::round=debug "$B/tidemill-cloud" serve --data-dir "
     --quic-listen 127.0.0.1:7900 --api-listen 127.0.0.1:7980 > "$W/cloud.log" 2>&1 &
 CP=$!
 for _ in $(seq 50); do [ -s "$W/cloud/ca.pem" ] && break; sleep 0.2; done
+T=""
+for _ in $(seq 50); do
+    T=$("$B/tidemill-cloud" token create --api http://127.0.0.1:7980 2>/dev/null | tail -1)
+    case "$T" in K10*) break ;; esac
+    sleep 0.2
+done
 kill -0 "$CP" 2>/dev/null || { echo "the coordinator did not start (is 127.0.0.1:7900 still held by an earlier run?):"; tail -3 "$W/cloud.log"; exit 1; }
-"$B/tidemill-sim" swarm --coordinator 127.0.0.1:7900 --ca "$W/cloud/ca.pem" --edges "$N" \
+"$B/tidemill-sim" swarm --coordinator 127.0.0.1:7900 --token "$T" --edges "$N" \
     --sample-interval "$S" --stats-every 5 --ramp "$RAMP" > "$W/swarm.log" 2>&1 &
 SP=$!
 sleep "$SETTLE"

@@ -20,6 +20,9 @@ pub struct Cli {
 enum Cmd {
     /// Run the daemon: sample, journal, report, and run assigned tasks.
     Run(Box<RunArgs>),
+    /// Join a coordinator with a token and store this node's certificate in
+    /// the data dir, then exit (`run --token` does the same on first start).
+    Join(Box<RunArgs>),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
 }
@@ -39,7 +42,11 @@ pub struct RunArgs {
     /// Where the journal lives.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// The coordinator's CA certificate (its <data_dir>/ca.pem).
+    /// A join token (`tidemill-cloud token create`), used when the data dir
+    /// holds no certificate yet.
+    #[arg(long, env = "TIDEMILL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A CA certificate to trust instead of the one received at join.
     #[arg(long)]
     ca: Option<PathBuf>,
     /// Seconds between samples.
@@ -75,6 +82,9 @@ impl RunArgs {
         }
         if let Some(v) = &self.ca {
             cfg.ca = v.clone();
+        }
+        if let Some(v) = &self.token {
+            cfg.token = v.clone();
         }
         if let Some(v) = self.sample_interval {
             cfg.sample_interval_secs = v;
@@ -116,11 +126,7 @@ pub fn main() -> ExitCode {
                 Ok(cfg) => cfg,
                 Err(e) => return fail(&e),
             };
-            // One thread keeps the daemon's footprint small; tasks are separate processes.
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match runtime() {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
@@ -129,7 +135,35 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Cmd::Join(args) => {
+            lifecycle::init_logging("info");
+            let cfg = match args.resolve() {
+                Ok(cfg) => cfg,
+                Err(e) => return fail(&e),
+            };
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => return fail(&e),
+            };
+            match rt.block_on(crate::daemon::join_only(&cfg)) {
+                Ok(node_id) => {
+                    println!(
+                        "joined as {node_id}; the certificate is in {}",
+                        cfg.data_dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
     }
+}
+
+/// One thread keeps the daemon's footprint small; tasks are separate processes.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

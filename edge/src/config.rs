@@ -21,8 +21,10 @@ pub struct EdgeConfig {
     pub coordinator: String,
     /// The name checked against the coordinator's certificate.
     pub server_name: String,
-    /// The coordinator's CA certificate.
+    /// The coordinator's CA certificate, if not the one received at join.
     pub ca: PathBuf,
+    /// The join token used when the data dir holds no certificate yet.
+    pub token: String,
     /// Where the journal lives.
     pub data_dir: PathBuf,
     /// Seconds between samples.
@@ -181,6 +183,16 @@ impl Default for EdgeConfig {
 }
 
 impl EdgeConfig {
+    /// The CA file to trust instead of the one received at join, if set.
+    pub fn ca_override(&self) -> Option<&Path> {
+        (!self.ca.as_os_str().is_empty()).then_some(self.ca.as_path())
+    }
+
+    /// The join token, if set.
+    pub fn join_token(&self) -> Option<&str> {
+        (!self.token.trim().is_empty()).then_some(self.token.trim())
+    }
+
     /// Loads a config file, or the default when `path` is `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         config_file::load_or_default(path, DEFAULT_CONFIG)

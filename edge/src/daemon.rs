@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use crate::config::EdgeConfig;
 use crate::executor::Executor;
 use crate::forecasting::Forecasting;
+use crate::join::{self, JoinError};
 use crate::journal::{Journal, JournalError};
 use crate::link::{Link, Probes};
 use crate::sampler::{Sampler, SamplerError};
@@ -44,6 +45,9 @@ pub enum EdgeError {
     /// The QUIC endpoint or TLS set-up failed (often: a wrong `--ca`).
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
+    /// This node has no certificate and could not get one.
+    #[error(transparent)]
+    Join(#[from] JoinError),
     /// Sampling cannot start.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
@@ -78,26 +82,62 @@ fn probes(cfg: &EdgeConfig, timing: Timing) -> Result<Option<Arc<Probes>>, EdgeE
     })))
 }
 
-/// Runs the edge daemon until `shutdown` resolves, then cancels running tasks
-/// (journaling their end) and returns.
-pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
-    cfg.validate()?;
-    let node_id = cfg.resolved_node_id();
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| EdgeError::DataDir {
-        path: cfg.data_dir.clone(),
-        source,
-    })?;
+/// Where the coordinator is and what it is called: the config's address,
+/// resolved, and the name its certificate must carry.
+fn coordinator(cfg: &EdgeConfig) -> Result<(std::net::SocketAddr, String), EdgeError> {
     let addr = cfg
         .coordinator_addr()
         .map_err(|source| EdgeError::Resolve {
             addr: cfg.coordinator.clone(),
             source,
         })?;
-    let timing = Timing {
+    Ok((addr, cfg.tls_name()))
+}
+
+fn timing(cfg: &EdgeConfig) -> Timing {
+    Timing {
         keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
         idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
-    };
-    let endpoint = quic::client(&cfg.ca, timing)?;
+    }
+}
+
+fn data_dir(cfg: &EdgeConfig) -> Result<(), EdgeError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| EdgeError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cfg.data_dir, std::fs::Permissions::from_mode(0o700)).map_err(
+        |source| EdgeError::DataDir {
+            path: cfg.data_dir.clone(),
+            source,
+        },
+    )
+}
+
+/// `tidemill-edge join`: gets this node's certificate with the configured
+/// token and returns the node id it was issued for.
+pub async fn join_only(cfg: &EdgeConfig) -> Result<String, EdgeError> {
+    cfg.validate()?;
+    let node_id = cfg.resolved_node_id();
+    data_dir(cfg)?;
+    let token = cfg.join_token().ok_or_else(|| JoinError::NoIdentity {
+        dir: cfg.data_dir.clone(),
+    })?;
+    let (addr, name) = coordinator(cfg)?;
+    join::join(&cfg.data_dir, token, &node_id, (addr, &name), timing(cfg)).await?;
+    Ok(node_id)
+}
+
+/// Runs the edge daemon until `shutdown` resolves, then cancels running tasks
+/// (journaling their end) and returns. On a first start with a join token it
+/// joins first.
+pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
+    cfg.validate()?;
+    let node_id = cfg.resolved_node_id();
+    data_dir(&cfg)?;
+    let (addr, name) = coordinator(&cfg)?;
+    let timing = timing(&cfg);
 
     // Samples follow the trace clock (accelerated under replay); process control
     // and networking stay on the wall clock.
@@ -129,25 +169,57 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     );
     executor.recover()?;
 
-    let link = Link {
+    // A first start joins in the background, so the node journals from the
+    // start even while the coordinator is out of reach.
+    let backoff = Backoff::new(
+        Duration::from_millis(cfg.link.reconnect_min_ms),
+        Duration::from_secs(cfg.link.reconnect_max_secs),
+    );
+    let joining = join::Joining {
+        dir: cfg.data_dir.clone(),
+        ca: cfg.ca_override().map(std::path::Path::to_path_buf),
+        token: cfg.join_token().map(str::to_string),
+        node_id: node_id.clone(),
+        coordinator: (addr, name.clone()),
+        timing,
+    };
+    let identity = if tidemill_runtime::identity::NodeIdentity::present(&cfg.data_dir) {
+        Some(joining.identity().await?)
+    } else if cfg.join_token().is_none() {
+        return Err(JoinError::NoIdentity {
+            dir: cfg.data_dir.clone(),
+        }
+        .into());
+    } else {
+        None
+    };
+    let endpoint_slot: Arc<std::sync::OnceLock<quinn::Endpoint>> = Arc::default();
+    let slot = endpoint_slot.clone();
+    let mut link = Link {
         node_id: node_id.clone(),
         addr,
-        server_name: cfg.tls_name(),
-        endpoint: endpoint.clone(),
+        server_name: name,
+        endpoint: None,
         capabilities,
         journal: journal.clone(),
         outbox: outbox.clone(),
         executor: executor.clone(),
-        clock: wall,
-        backoff: Backoff::new(
-            Duration::from_millis(cfg.link.reconnect_min_ms),
-            Duration::from_secs(cfg.link.reconnect_max_secs),
-        ),
+        clock: wall.clone(),
+        backoff: backoff.clone(),
         ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
         probes: probes(&cfg, timing)?,
         batch_budget: crate::link::BATCH_BYTES,
     };
-    let mut link = tokio::spawn(link.run());
+    let mut link = tokio::spawn(async move {
+        let identity = match identity {
+            Some(identity) => identity,
+            None => joining.retrying(backoff, &*wall).await?,
+        };
+        let endpoint = quic::client(&identity, timing)?;
+        let _ = slot.set(endpoint.clone());
+        link.endpoint = Some(endpoint);
+        link.run().await.map_err(EdgeError::from)
+    });
 
     let mut forecasting = {
         let refresh_ms = (cfg.forecast_refresh_secs * 1000.0) as i64;
@@ -188,7 +260,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let outcome: Result<(), EdgeError> = tokio::select! {
         r = sampling => r,
         r = &mut link => match r {
-            Ok(Err(e)) => Err(e.into()),
+            Ok(Err(e)) => Err(e),
             Ok(Ok(())) | Err(_) => unreachable!("the link runs until its journal fails"),
         },
         () = shutdown => Ok(()),
@@ -197,6 +269,8 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     executor.stop_all().await;
     // Reports not yet acknowledged stay in the journal and go out on the next start.
     link.abort();
-    endpoint.close(0u32.into(), b"edge stopping");
+    if let Some(endpoint) = endpoint_slot.get() {
+        endpoint.close(0u32.into(), b"edge stopping");
+    }
     outcome
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod daemon;
 pub mod executor;
 pub mod forecasting;
+pub mod join;
 pub mod journal;
 pub mod link;
 pub mod replay;

@@ -71,8 +71,9 @@ pub struct Link {
     pub addr: SocketAddr,
     /// The name its certificate must carry.
     pub server_name: String,
-    /// The client endpoint.
-    pub endpoint: quinn::Endpoint,
+    /// The client endpoint, with this node's certificate; set once the node
+    /// has its certificate, before [`Link::run`].
+    pub endpoint: Option<quinn::Endpoint>,
     /// What to register.
     pub capabilities: Capabilities,
     /// The journal to drain.
@@ -129,11 +130,14 @@ impl Link {
     }
 
     async fn session(&mut self) -> Result<(), SessionError> {
-        let conn = self.endpoint.connect(self.addr, &self.server_name)?.await?;
+        let endpoint = self
+            .endpoint
+            .as_ref()
+            .expect("the link runs once the node has its certificate");
+        let conn = endpoint.connect(self.addr, &self.server_name)?.await?;
         let hello = EdgeMsg::Hello(Hello {
             node_id: self.node_id.clone(),
             capabilities: self.capabilities.clone(),
-            token: None,
             probe_port: self.probes.as_ref().map(|p| p.responder_port),
         });
         let acked = match self.ask(&conn, &hello, "the hello").await? {

@@ -23,19 +23,27 @@ fn prints_the_documented_default_config() {
 }
 
 #[test]
-fn a_missing_ca_file_is_named() {
+fn an_edge_without_a_certificate_or_token_says_how_to_join() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let (ok, _, err) = edge(&["run", "--data-dir", data.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("holds no node certificate")
+            && err.contains("tidemill-cloud token create")
+            && !err.contains("panicked"),
+        "{err}"
+    );
     let (ok, _, err) = edge(&[
-        "run",
-        "--ca",
-        "/nonexistent/ca.pem",
+        "join",
+        "--token",
+        "K10abc::not.valid",
         "--data-dir",
         data.to_str().unwrap(),
     ]);
     assert!(!ok);
     assert!(
-        err.contains("/nonexistent/ca.pem") && !err.contains("panicked"),
+        err.contains("not a join token") && !err.contains("panicked"),
         "{err}"
     );
 }
@@ -45,17 +53,8 @@ fn a_missing_replay_node_lists_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.csv");
     std::fs::write(&trace, "node,time_s,cpu,mem,gpu\na,0,1,1,\n").unwrap();
-    let ca = tidemill_runtime::tls::load_or_create(&dir.path().join("pki"), &["localhost".into()])
-        .unwrap()
-        .ca_path;
     let data = dir.path().join("data");
-    let args = [
-        "run",
-        "--ca",
-        ca.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
+    let args = ["run", "--data-dir", data.to_str().unwrap()];
     let (ok, _, err) = edge(
         &[
             &args[..],

@@ -13,6 +13,7 @@ use tidemill_cloud::config::{ClockConfig, CloudConfig};
 use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
 use tidemill_edge::config::{EdgeConfig, ReplayConfig};
 use tidemill_runtime::clock::{self, Clock, SharedClock, SystemClock};
+use tidemill_runtime::identity::JoinToken;
 use tidemill_sched::{JobClass, OnInfeasible};
 use tokio::sync::watch;
 
@@ -236,6 +237,21 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         server.quic_addr, server.api_addr
     );
 
+    // The edges join with a token, as real ones do.
+    let token = JoinToken::generate(&server.coordinator.authority.pin());
+    server
+        .coordinator
+        .store
+        .lock()
+        .unwrap()
+        .create_token(
+            &token,
+            "demo edges",
+            SystemClock.now_ms(),
+            None,
+            Some(args.edges as i64),
+        )
+        .map_err(tidemill_cloud::server::CloudError::from)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut edges = tokio::task::JoinSet::new();
     for i in 0..args.edges {
@@ -243,7 +259,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         let mut cfg = EdgeConfig {
             node_id: node.clone(),
             coordinator: server.quic_addr.to_string(),
-            ca: server.ca_path.clone(),
+            token: token.reveal(),
             data_dir: args.data_dir.join(&node),
             sample_interval_secs: 300.0,
             replay: Some(ReplayConfig {

@@ -13,7 +13,6 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use tidemill_proto::{
 };
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::frames;
+use tidemill_runtime::identity::{JoinToken, NodeKeyPair, request_certificate};
 use tidemill_runtime::quic::{self, Timing};
 
 /// Reports sent in one batch at most, as the edge's link sends them.
@@ -41,9 +41,11 @@ pub struct Args {
     /// The coordinator's QUIC address.
     #[arg(long)]
     pub coordinator: SocketAddr,
-    /// The coordinator's CA certificate (its data dir's ca.pem).
-    #[arg(long)]
-    pub ca: PathBuf,
+    /// A join token (`tidemill-cloud token create --uses N`, N at least
+    /// --edges): each simulated edge joins with it on its first connection
+    /// and keeps its certificate in memory.
+    #[arg(long, env = "TIDEMILL_TOKEN", hide_env_values = true)]
+    pub token: String,
     /// The name checked against the coordinator's certificate.
     #[arg(long, default_value = "localhost")]
     pub server_name: String,
@@ -85,8 +87,11 @@ pub enum SwarmError {
         rule: &'static str,
     },
     /// The QUIC client endpoint could not be made.
-    #[error("cannot make the QUIC client (check --ca): {0}")]
+    #[error("cannot make the QUIC client: {0}")]
     Endpoint(#[from] quic::EndpointError),
+    /// The join token is malformed.
+    #[error(transparent)]
+    Token(#[from] tidemill_runtime::identity::TokenError),
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -218,6 +223,9 @@ struct Edge {
     node_id: String,
     args: Arc<Args>,
     endpoint: quinn::Endpoint,
+    join: Arc<(JoinToken, quinn::ClientConfig)>,
+    /// The client side of this edge's connections, once it has joined.
+    config: Mutex<Option<quinn::ClientConfig>>,
     counters: Arc<Counters>,
     forecast: Arc<SharedForecast>,
     outbox: Mutex<Outbox>,
@@ -274,10 +282,37 @@ impl Edge {
         }
     }
 
+    /// This edge's client configuration, joining first if it has none.
+    async fn config(&self) -> Result<quinn::ClientConfig, String> {
+        if let Some(c) = self.config.lock().unwrap().clone() {
+            return Ok(c);
+        }
+        let (token, joiner) = &*self.join;
+        let conn = self
+            .endpoint
+            .connect_with(
+                joiner.clone(),
+                self.args.coordinator,
+                &self.args.server_name,
+            )
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        let key = NodeKeyPair::generate().map_err(|e| e.to_string())?;
+        let joined = request_certificate(&conn, token, &self.node_id, &key).await;
+        conn.close(0u32.into(), b"joined");
+        let (cert, ca) = joined.map_err(|e| e.to_string())?;
+        let config = quic::client_config(&key.into_identity(cert, ca), Timing::default())
+            .map_err(|e| e.to_string())?;
+        *self.config.lock().unwrap() = Some(config.clone());
+        Ok(config)
+    }
+
     async fn session(&self, backoff: &mut Backoff) -> Result<(), String> {
+        let config = self.config().await?;
         let connecting = self
             .endpoint
-            .connect(self.args.coordinator, &self.args.server_name)
+            .connect_with(config, self.args.coordinator, &self.args.server_name)
             .map_err(|e| e.to_string())?;
         let conn = connecting.await.map_err(|e| e.to_string())?;
         let hello = EdgeMsg::Hello(Hello {
@@ -290,7 +325,6 @@ impl Edge {
                 arch: "x86_64".into(),
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
             },
-            token: None,
             probe_port: None,
         });
         let acked = match ask(&conn, &hello).await? {
@@ -418,8 +452,11 @@ pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
     // Real edges each have a socket of their own; a few hundred per socket
     // keeps the swarm's own receive queues from being what breaks.
     let endpoints: Vec<quinn::Endpoint> = (0..args.edges.div_ceil(EDGES_PER_SOCKET))
-        .map(|_| quic::client(&args.ca, Timing::default()))
+        .map(|_| quic::bare_client())
         .collect::<Result<_, _>>()?;
+    let token: JoinToken = args.token.parse()?;
+    let joiner = quic::joiner_config(&token.ca_sha256, Timing::default())?;
+    let join = Arc::new((token, joiner));
     let counters = Arc::new(Counters::default());
     let forecast = Arc::new(SharedForecast::new());
     let args = Arc::new(args);
@@ -429,6 +466,8 @@ pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
             node_id: format!("{}{k:05}", args.prefix),
             args: args.clone(),
             endpoint: endpoints[k / EDGES_PER_SOCKET].clone(),
+            join: join.clone(),
+            config: Mutex::new(None),
             counters: counters.clone(),
             forecast: forecast.clone(),
             outbox: Mutex::new(Outbox {

@@ -2,6 +2,7 @@
 //! line, and the coordinator keeps serving its edges throughout.
 
 use tidemill_proto::{Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, MAX_FRAME_LEN};
+use tidemill_runtime::identity::{JoinToken, NodeKeyPair, request_certificate};
 use tidemill_runtime::{frames, quic};
 mod support;
 
@@ -21,6 +22,22 @@ fn refusal(reply: CloudMsg) -> ErrorCode {
         CloudMsg::Error(e) => e.code,
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// A hello from `node`.
+fn hello(node: &str) -> EdgeMsg {
+    EdgeMsg::Hello(Hello {
+        node_id: node.into(),
+        capabilities: Capabilities {
+            cpu_cores: 1,
+            mem_bytes: 1,
+            accelerators: vec![],
+            os: "test".into(),
+            arch: "test".into(),
+            daemon_version: "0".into(),
+        },
+        probe_port: None,
+    })
 }
 
 #[test]
@@ -56,7 +73,7 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
     rt.block_on(async {
         // 2. A client speaking another protocol version.
         let other =
-            quic::client_with_alpn(&coord.ca(), quic::Timing::default(), b"tidemill/99").unwrap();
+            quic::anonymous_client(&coord.ca(), quic::Timing::default(), b"tidemill/99").unwrap();
         let err = other
             .connect(coord.quic, "localhost")
             .unwrap()
@@ -64,26 +81,46 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
             .expect_err("refused");
         assert!(quic::is_version_mismatch(&err), "{err}");
 
-        // 3. On a valid connection: an oversized, a malformed and a truncated frame.
-        let client = quic::client(&coord.ca(), quic::Timing::default()).unwrap();
+        // 3. A hello without a certificate is refused.
+        let anonymous =
+            quic::anonymous_client(&coord.ca(), quic::Timing::default(), tidemill_proto::ALPN)
+                .unwrap();
+        let conn = anonymous
+            .connect(coord.quic, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let anonymous_hello = hello("e1");
+        let refused = tokio::time::timeout(
+            PATIENCE,
+            frames::request::<_, CloudMsg>(&conn, &anonymous_hello),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(&refused, Ok(CloudMsg::Error(e)) if e.code == ErrorCode::Unauthorized),
+            "{refused:?}"
+        );
+
+        // 4. On a joined node's connection: an oversized, a malformed and a truncated frame.
+        let token: JoinToken = coord.token().parse().unwrap();
+        let joiner = quic::joiner(&token.ca_sha256, quic::Timing::default()).unwrap();
+        let conn = joiner
+            .connect(coord.quic, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let key = NodeKeyPair::generate().unwrap();
+        let (cert, ca) = request_certificate(&conn, &token, "prober", &key)
+            .await
+            .unwrap();
+        let client = quic::client(&key.into_identity(cert, ca), quic::Timing::default()).unwrap();
         let conn = client
             .connect(coord.quic, "localhost")
             .unwrap()
             .await
             .unwrap();
-        let hello = EdgeMsg::Hello(Hello {
-            node_id: "prober".into(),
-            capabilities: Capabilities {
-                cpu_cores: 1,
-                mem_bytes: 1,
-                accelerators: vec![],
-                os: "test".into(),
-                arch: "test".into(),
-                daemon_version: "0".into(),
-            },
-            token: None,
-            probe_port: None,
-        });
+        let hello = hello("prober");
         let welcome = tokio::time::timeout(PATIENCE, frames::request::<_, CloudMsg>(&conn, &hello))
             .await
             .unwrap();
@@ -118,6 +155,7 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
         PATIENCE,
     );
     cloud.wait_for("refused a frame", 3, PATIENCE);
+    cloud.wait_for("a hello without a node certificate", 1, PATIENCE);
     let log = cloud.log().join("\n");
     assert!(
         log.contains("FrameTooLarge") && log.contains("MalformedFrame"),

@@ -21,7 +21,7 @@ fn a_swarm_survives_a_coordinator_crash_without_losing_a_report() {
         let _in_rt = rt.enter();
         swarm::start(Args {
             coordinator: coord.quic,
-            ca: coord.ca(),
+            token: coord.token().to_string(),
             server_name: "localhost".into(),
             edges: EDGES,
             sample_interval: 0.2,

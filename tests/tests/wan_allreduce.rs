@@ -75,11 +75,7 @@ fn run(name: &str, imp: &Impairment, bytes: usize, subnet: u8) -> (f64, f64, f64
         }
     };
     let _hub = lab.start_hub(link, 3).expect("the hub");
-    let coord = Coordinator {
-        quic: SocketAddr::new(ips[0].into(), free_port()),
-        api: format!("http://127.0.0.1:{}", free_port()),
-        data_dir: dir.path().join("cloud"),
-    };
+    let coord = Coordinator::at(SocketAddr::new(ips[0].into(), free_port()), dir.path());
     let trace = write_idle_trace(dir.path(), &EDGES);
     let wrap = |node: &str, cmd: Command| in_lab(&lab, node, cmd);
     let net = Net {

@@ -12,6 +12,7 @@ use rusqlite::{Connection, Row, Transaction, params};
 use tidemill_runtime::sqlite::{self, DbError};
 
 mod capacity;
+mod identity;
 mod jobs;
 mod nodes;
 mod outbox;
@@ -21,6 +22,7 @@ mod schema;
 mod testkit;
 mod tidal;
 
+pub use identity::{CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
 pub use reports::{Applied, ReportKind};

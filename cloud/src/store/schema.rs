@@ -106,4 +106,25 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN master_addr TEXT NOT NULL DEFAULT '127.0.0.1';
     ALTER TABLE tasks ADD COLUMN yield_requested INTEGER NOT NULL DEFAULT 0;
 ",
+    "
+    CREATE TABLE join_tokens (
+        id TEXT PRIMARY KEY,
+        secret_sha256 TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        expires_ms INTEGER,
+        uses_left INTEGER,
+        used INTEGER NOT NULL DEFAULT 0,
+        revoked_ms INTEGER
+    );
+    CREATE TABLE node_certs (
+        fingerprint TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        token_id TEXT NOT NULL,
+        issued_ms INTEGER NOT NULL,
+        not_after_ms INTEGER NOT NULL,
+        revoked_ms INTEGER
+    );
+    CREATE INDEX node_certs_by_node ON node_certs (node_id);
+",
 ];

@@ -46,7 +46,6 @@ pub(super) fn hello(id: &str) -> Hello {
             arch: "x86_64".into(),
             daemon_version: "0.1.0".into(),
         },
-        token: None,
         probe_port: None,
     }
 }

@@ -10,8 +10,8 @@ mod version;
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
-    Hello, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent, TaskStatus,
-    TrainArrival, Welcome, WireError,
+    Hello, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
+    TaskStatus, TrainArrival, Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -19,8 +19,12 @@ use serde::{Deserialize, Serialize};
 /// What an edge sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EdgeMsg {
-    /// Registration, first on every connection.
+    /// Registration, first on every connection that carries a node
+    /// certificate; the node id must be the certificate's.
     Hello(Hello),
+    /// The only frame a connection without a node certificate may send:
+    /// asks for a certificate, answered by [`CloudMsg::Joined`].
+    Join(Join),
     /// Durable reports from the edge's journal, oldest first, acknowledged
     /// together.
     Reports(Vec<Report>),
@@ -49,6 +53,14 @@ pub enum EdgeMsg {
 pub enum CloudMsg {
     /// Accepts a [`Hello`].
     Welcome(Welcome),
+    /// Accepts a [`Join`]: the node's certificate and the CA that signed it,
+    /// both DER.
+    Joined {
+        /// The node's client certificate.
+        cert: Vec<u8>,
+        /// The coordinator's CA certificate.
+        ca: Vec<u8>,
+    },
     /// Acknowledges every report of this node up to and including `seq`.
     Ack {
         /// The highest sequence number the coordinator has durably stored.
@@ -113,11 +125,33 @@ pub struct Hello {
     pub node_id: String,
     /// What the node offers.
     pub capabilities: Capabilities,
-    /// A join token, reserved for authenticated joins; unchecked in protocol 1.
-    pub token: Option<String>,
     /// The UDP port of the edge's probe responder, if it runs one; peers reach
     /// it at the address the coordinator sees the edge connect from.
     pub probe_port: Option<u16>,
+}
+
+/// A request for a node certificate, authorised by a join token.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct Join {
+    /// The join token's id.
+    pub token_id: String,
+    /// The join token's secret.
+    pub secret: String,
+    /// The node id the certificate will carry.
+    pub node_id: String,
+    /// The node's ECDSA P-256 public key (the uncompressed point); its
+    /// private key never leaves the node.
+    pub public_key: Vec<u8>,
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for Join {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Join")
+            .field("token_id", &self.token_id)
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The coordinator's answer to [`Hello`].
@@ -295,4 +329,7 @@ pub enum ErrorCode {
     UnexpectedMessage,
     /// The receiver failed to handle a valid message; the sender should retry.
     Internal,
+    /// The sender is not allowed to do this: no, a revoked or an unknown
+    /// certificate, or a bad join token. The message says which.
+    Unauthorized,
 }

@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod clock;
 pub mod config_file;
 pub mod frames;
+pub mod identity;
 pub mod lifecycle;
 pub mod probe;
 pub mod quic;

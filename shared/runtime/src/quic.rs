@@ -10,6 +10,7 @@ use std::time::Duration;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tidemill_proto::ALPN;
 
+use crate::identity::{NodeIdentity, PinnedCa};
 use crate::tls::{ServerIdentity, TlsError, read_certs};
 
 /// TLS alert 120, `no_application_protocol`: the peers share no ALPN token, which
@@ -80,10 +81,24 @@ pub fn server(
     timing: Timing,
     reset_key: &[u8; RESET_KEY_LEN],
 ) -> Result<quinn::Endpoint, EndpointError> {
+    // Clients that present a certificate must present one the CA signed; one
+    // without may only join (the coordinator checks which, per connection).
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in &identity.chain[1..] {
+        roots.add(ca.clone()).map_err(TlsError::from)?;
+    }
+    let clients = if roots.is_empty() {
+        rustls::server::WebPkiClientVerifier::no_client_auth()
+    } else {
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
+    };
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::from)?
-        .with_no_client_auth()
+        .with_client_cert_verifier(clients)
         .with_single_cert(identity.chain, identity.key)
         .map_err(TlsError::from)?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
@@ -157,28 +172,74 @@ pub fn load_or_create_reset_key(path: &Path) -> Result<[u8; RESET_KEY_LEN], Endp
     }
 }
 
-/// A client endpoint that trusts only the coordinator CA in `ca_path`.
-pub fn client(ca_path: &Path, timing: Timing) -> Result<quinn::Endpoint, EndpointError> {
-    client_with_alpn(ca_path, timing, ALPN)
+/// A node's client endpoint: it trusts only the coordinator CAs in
+/// `node.ca` and proves its identity with the node's certificate.
+pub fn client(node: &NodeIdentity, timing: Timing) -> Result<quinn::Endpoint, EndpointError> {
+    let mut endpoint = bare_client()?;
+    endpoint.set_default_client_config(client_config(node, timing)?);
+    Ok(endpoint)
 }
 
-/// Like [`client`] but offering another ALPN token; tests use it to play a peer
-/// of another protocol version.
-pub fn client_with_alpn(
-    ca_path: &Path,
+/// The client side of a node's connections, for [`client`] or for an
+/// endpoint that many simulated nodes share.
+pub fn client_config(
+    node: &NodeIdentity,
     timing: Timing,
-    alpn: &[u8],
-) -> Result<quinn::Endpoint, EndpointError> {
+) -> Result<quinn::ClientConfig, EndpointError> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in read_certs(ca_path)? {
-        roots.add(cert).map_err(TlsError::from)?;
+    for ca in &node.ca {
+        roots.add(ca.clone()).map_err(TlsError::from)?;
     }
     let tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::from)?
         .with_root_certificates(roots)
+        .with_client_auth_cert(vec![node.cert.clone()], node.key.clone_key())
+        .map_err(TlsError::from)?;
+    quinn_config(tls, timing, ALPN)
+}
+
+/// A client endpoint with no certificate of its own that trusts the CA in
+/// `ca_path` and offers `alpn`: all a coordinator lets it do is join.
+pub fn anonymous_client(
+    ca_path: &Path,
+    timing: Timing,
+    alpn: &[u8],
+) -> Result<quinn::Endpoint, EndpointError> {
+    let tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .with_root_certificates(roots(ca_path)?)
         .with_no_client_auth();
     client_endpoint(tls, timing, alpn)
+}
+
+fn roots(ca_path: &Path) -> Result<rustls::RootCertStore, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(ca_path)? {
+        roots.add(cert)?;
+    }
+    Ok(roots)
+}
+
+/// A client endpoint for joining: it accepts only a coordinator whose CA
+/// hashes to the join token's `pin`.
+pub fn joiner(pin: &str, timing: Timing) -> Result<quinn::Endpoint, EndpointError> {
+    let mut endpoint = bare_client()?;
+    endpoint.set_default_client_config(joiner_config(pin, timing)?);
+    Ok(endpoint)
+}
+
+/// The client side of a join: no certificate of its own, and a coordinator
+/// accepted only if its CA hashes to `pin`.
+pub fn joiner_config(pin: &str, timing: Timing) -> Result<quinn::ClientConfig, EndpointError> {
+    let tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PinnedCa::new(pin)))
+        .with_no_client_auth();
+    quinn_config(tls, timing, ALPN)
 }
 
 /// A client endpoint whose server certificates `verifier` judges.
@@ -196,20 +257,33 @@ pub(crate) fn client_with_verifier(
 }
 
 fn client_endpoint(
-    mut tls: rustls::ClientConfig,
+    tls: rustls::ClientConfig,
     timing: Timing,
     alpn: &[u8],
 ) -> Result<quinn::Endpoint, EndpointError> {
+    let mut endpoint = bare_client()?;
+    endpoint.set_default_client_config(quinn_config(tls, timing, alpn)?);
+    Ok(endpoint)
+}
+
+fn quinn_config(
+    mut tls: rustls::ClientConfig,
+    timing: Timing,
+    alpn: &[u8],
+) -> Result<quinn::ClientConfig, EndpointError> {
     tls.alpn_protocols = vec![alpn.to_vec()];
     let crypto = QuicClientConfig::try_from(tls)
         .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(transport(timing)?);
+    Ok(config)
+}
+
+/// A client endpoint on an ephemeral UDP port, with no default client
+/// configuration.
+pub fn bare_client() -> Result<quinn::Endpoint, EndpointError> {
     let addr = SocketAddr::from(([0, 0, 0, 0], 0));
-    let mut endpoint =
-        quinn::Endpoint::client(addr).map_err(|source| EndpointError::Bind { addr, source })?;
-    endpoint.set_default_client_config(config);
-    Ok(endpoint)
+    quinn::Endpoint::client(addr).map_err(|source| EndpointError::Bind { addr, source })
 }
 
 /// Whether a connection failed because the peers speak different protocol

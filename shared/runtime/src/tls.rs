@@ -3,7 +3,10 @@
 //! the coordinator against it, so no public CA or DNS name is needed.
 //!
 //! The CA key is kept beside the certificate so that client certificates for
-//! edges can be issued from the same CA later.
+//! edges can be issued from the same CA ([`crate::identity::Authority`]). The
+//! CA lives [`CA_DAYS`] days and may sign only leaves (path length 0); the
+//! server certificate lives [`crate::identity::LEAF_DAYS`] days and is
+//! renewed on start once fewer than [`RENEW_DAYS`] are left.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -21,6 +24,15 @@ pub const CA_CERT_FILE: &str = "ca.pem";
 const CA_KEY_FILE: &str = "ca-key.pem";
 const SERVER_CERT_FILE: &str = "server.pem";
 const SERVER_KEY_FILE: &str = "server-key.pem";
+/// The server certificate's expiry (Unix ms), written beside it.
+const SERVER_EXPIRY_FILE: &str = "server.expires";
+/// The CA's distinguished name; the issuer of every certificate it signs.
+const CA_NAME: &str = "tidemill coordinator CA";
+
+/// Days the CA certificate is valid.
+pub const CA_DAYS: i64 = 3_650;
+/// A leaf certificate with fewer days than this left is renewed.
+pub const RENEW_DAYS: i64 = 30;
 
 /// Why the PKI could not be loaded or created.
 #[derive(Debug, thiserror::Error)]
@@ -75,11 +87,16 @@ pub struct ServerIdentity {
 }
 
 /// Loads the PKI from `dir`, creating a CA and a server certificate valid for
-/// `names` (DNS names or IP addresses) on first start.
-pub fn load_or_create(dir: &Path, names: &[String]) -> Result<ServerIdentity, TlsError> {
+/// `names` (DNS names or IP addresses) on first start, and renewing the server
+/// certificate when fewer than [`RENEW_DAYS`] days of it are left at `now_ms`.
+pub fn load_or_create(
+    dir: &Path,
+    names: &[String],
+    now_ms: i64,
+) -> Result<ServerIdentity, TlsError> {
     let ca_path = dir.join(CA_CERT_FILE);
     if !ca_path.exists() {
-        create(dir, names)?;
+        create(dir, names, now_ms)?;
     }
     for missing in [SERVER_CERT_FILE, SERVER_KEY_FILE, CA_KEY_FILE] {
         if !dir.join(missing).exists() {
@@ -88,6 +105,14 @@ pub fn load_or_create(dir: &Path, names: &[String]) -> Result<ServerIdentity, Tl
                 missing,
             });
         }
+    }
+    let expires_ms = std::fs::read_to_string(dir.join(SERVER_EXPIRY_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok());
+    if expires_ms.is_none_or(|e| e - now_ms < RENEW_DAYS * 86_400_000) {
+        let (params, key) = ca_signer(dir)?;
+        issue_server(dir, names, &Issuer::new(params, key), now_ms)?;
+        tracing::info!(dir = %dir.display(), ?names, "renewed the server certificate");
     }
     let mut chain = read_certs(&dir.join(SERVER_CERT_FILE))?;
     chain.extend(read_certs(&ca_path)?);
@@ -102,6 +127,54 @@ pub fn load_or_create(dir: &Path, names: &[String]) -> Result<ServerIdentity, Tl
         key,
         ca_path,
     })
+}
+
+/// The CA's parameters and key, to sign with: the same name and key as the
+/// CA certificate, so what they sign chains to it.
+pub(crate) fn ca_signer(dir: &Path) -> Result<(CertificateParams, KeyPair), TlsError> {
+    let path = dir.join(CA_KEY_FILE);
+    let pem = std::fs::read_to_string(&path).map_err(|source| TlsError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let key = KeyPair::from_pem(&pem).map_err(|e| TlsError::Pem {
+        path,
+        what: "private key",
+        detail: e.to_string(),
+    })?;
+    Ok((ca_params(0)?, key))
+}
+
+fn ca_params(now_ms: i64) -> Result<CertificateParams, TlsError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.distinguished_name.push(DnType::CommonName, CA_NAME);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    set_validity(&mut params, now_ms, CA_DAYS);
+    Ok(params)
+}
+
+/// Makes `params` valid from a day before `now_ms` (clock skew) until `days`
+/// days after it; returns the end, in Unix ms.
+pub(crate) fn set_validity(params: &mut CertificateParams, now_ms: i64, days: i64) -> i64 {
+    let day = |ms: i64| {
+        let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
+        use chrono::Datelike;
+        rcgen::date_time_ymd(t.year(), t.month() as u8, t.day() as u8)
+    };
+    let not_after_ms = now_ms + days * 86_400_000;
+    params.not_before = day(now_ms - 86_400_000);
+    params.not_after = day(not_after_ms);
+    not_after_ms
+}
+
+/// A certificate in PEM.
+pub(crate) fn cert_pem(cert: &CertificateDer<'_>) -> String {
+    pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec()))
 }
 
 /// Reads every certificate in a PEM file, refusing a file with none.
@@ -127,49 +200,47 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
-fn create(dir: &Path, names: &[String]) -> Result<(), TlsError> {
+fn create(dir: &Path, names: &[String], now_ms: i64) -> Result<(), TlsError> {
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
         path: dir.to_owned(),
         source,
     })?;
-
     let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "tidemill coordinator CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let params = ca_params(now_ms)?;
+    let ca_cert = params.self_signed(&ca_key)?;
     let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let server_key = KeyPair::generate()?;
-    let mut server_params = CertificateParams::new(names.to_vec())?;
-    server_params
-        .distinguished_name
-        .push(DnType::CommonName, "tidemill coordinator");
-    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = server_params.signed_by(&server_key, &issuer)?;
-
+    issue_server(dir, names, &Issuer::new(params, ca_key), now_ms)?;
     // The CA certificate is written last: its presence means the set is complete.
-    write_private(
-        &dir.join(SERVER_KEY_FILE),
-        server_key.serialize_pem().as_bytes(),
-    )?;
-    write_file(
-        &dir.join(SERVER_CERT_FILE),
-        server_cert.pem().as_bytes(),
-        0o644,
-    )?;
     write_private(&dir.join(CA_KEY_FILE), ca_key_pem.as_bytes())?;
     write_file(&dir.join(CA_CERT_FILE), ca_cert.pem().as_bytes(), 0o644)?;
     tracing::info!(dir = %dir.display(), ?names, "created a new CA and server certificate");
     Ok(())
+}
+
+fn issue_server(
+    dir: &Path,
+    names: &[String],
+    issuer: &Issuer<'_, KeyPair>,
+    now_ms: i64,
+) -> Result<(), TlsError> {
+    let server_key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "tidemill coordinator");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let expires_ms = set_validity(&mut params, now_ms, crate::identity::LEAF_DAYS);
+    let cert = params.signed_by(&server_key, issuer)?;
+    write_private(
+        &dir.join(SERVER_KEY_FILE),
+        server_key.serialize_pem().as_bytes(),
+    )?;
+    write_file(&dir.join(SERVER_CERT_FILE), cert.pem().as_bytes(), 0o644)?;
+    write_file(
+        &dir.join(SERVER_EXPIRY_FILE),
+        expires_ms.to_string().as_bytes(),
+        0o644,
+    )
 }
 
 /// Writes a secret readable only by its owner, atomically.
@@ -201,12 +272,35 @@ fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), TlsError> {
 mod tests {
     use super::*;
 
+    const NOW: i64 = 1_800_000_000_000;
+
+    #[test]
+    fn the_server_certificate_is_renewed_when_near_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["localhost".to_string()];
+        let first = load_or_create(dir.path(), &names, NOW).unwrap();
+        let later = NOW + (crate::identity::LEAF_DAYS - RENEW_DAYS - 1) * 86_400_000;
+        assert_eq!(
+            load_or_create(dir.path(), &names, later).unwrap().chain,
+            first.chain
+        );
+        let near = NOW + (crate::identity::LEAF_DAYS - RENEW_DAYS + 1) * 86_400_000;
+        let renewed = load_or_create(dir.path(), &names, near).unwrap();
+        assert_ne!(renewed.chain[0], first.chain[0]);
+        assert_eq!(renewed.chain[1], first.chain[1], "the CA stays");
+        let expiry = std::fs::read_to_string(dir.path().join(SERVER_EXPIRY_FILE)).unwrap();
+        assert_eq!(
+            expiry.parse::<i64>().unwrap(),
+            near + crate::identity::LEAF_DAYS * 86_400_000
+        );
+    }
+
     #[test]
     fn creates_once_then_reloads_the_same_ca() {
         let dir = tempfile::tempdir().unwrap();
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let first = load_or_create(dir.path(), &names).unwrap();
-        let second = load_or_create(dir.path(), &names).unwrap();
+        let first = load_or_create(dir.path(), &names, NOW).unwrap();
+        let second = load_or_create(dir.path(), &names, NOW).unwrap();
         assert_eq!(first.chain, second.chain);
         assert_eq!(first.chain.len(), 2);
         let mode = std::fs::metadata(dir.path().join(CA_KEY_FILE)).unwrap();
@@ -219,9 +313,9 @@ mod tests {
     #[test]
     fn refuses_a_partial_pki_and_names_the_missing_file() {
         let dir = tempfile::tempdir().unwrap();
-        load_or_create(dir.path(), &["localhost".into()]).unwrap();
+        load_or_create(dir.path(), &["localhost".into()], NOW).unwrap();
         std::fs::remove_file(dir.path().join(SERVER_KEY_FILE)).unwrap();
-        let err = load_or_create(dir.path(), &["localhost".into()]).unwrap_err();
+        let err = load_or_create(dir.path(), &["localhost".into()], NOW).unwrap_err();
         assert!(err.to_string().contains(SERVER_KEY_FILE), "{err}");
     }
 

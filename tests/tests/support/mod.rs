@@ -150,17 +150,24 @@ pub struct Coordinator {
     pub api: String,
     /// Data dir.
     pub data_dir: PathBuf,
+    /// The join token edges get, made on first use.
+    token: std::sync::OnceLock<String>,
 }
 
 impl Coordinator {
     /// Addresses on free loopback ports, data under `dir`.
     pub fn new(dir: &Path) -> Self {
         let quic: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let api = format!("http://127.0.0.1:{}", free_port());
+        Coordinator::at(quic, dir)
+    }
+
+    /// Edges at `quic`, the API on a free loopback port, data under `dir`.
+    pub fn at(quic: SocketAddr, dir: &Path) -> Self {
         Coordinator {
             quic,
-            api,
+            api: format!("http://127.0.0.1:{}", free_port()),
             data_dir: dir.join("cloud"),
+            token: std::sync::OnceLock::new(),
         }
     }
 
@@ -211,9 +218,18 @@ impl Coordinator {
         p
     }
 
-    /// The CA certificate edges need.
+    /// The CA certificate of the coordinator.
     pub fn ca(&self) -> PathBuf {
         self.data_dir.join("ca.pem")
+    }
+
+    /// A join token for the test's edges (made with `token create` on first
+    /// use; it allows any number of joins).
+    pub fn token(&self) -> &str {
+        self.token.get_or_init(|| {
+            let out = self.cli(&["token", "create", "--description", "test edges"]);
+            out.lines().last().expect("a token line").trim().to_string()
+        })
     }
 
     /// Runs a `tidemill-cloud` client command with `--api` and returns stdout,
@@ -278,8 +294,8 @@ pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&P
         "--node-id",
         node,
     ])
-    .arg("--ca")
-    .arg(coord.ca())
+    .arg("--token")
+    .arg(coord.token())
     .arg("--data-dir")
     .arg(dir.join(format!("edge-{node}")))
     .args(["--sample-interval", "0.2"])
@@ -307,8 +323,8 @@ pub fn replaying_edge(
         .arg("--config")
         .arg(config)
         .args(["--coordinator", &coord.quic.to_string(), "--node-id", node])
-        .arg("--ca")
-        .arg(coord.ca())
+        .arg("--token")
+        .arg(coord.token())
         .arg("--data-dir")
         .arg(dir.join(node))
         .arg("--replay")

@@ -1,0 +1,315 @@
+//! Who may join and who has: join tokens (only a hash of each secret is
+//! kept) and the node certificates issued against them, by fingerprint, so a
+//! connection's certificate names its node and can be revoked.
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use tidemill_runtime::identity::{secret_matches, sha256_hex};
+
+use super::{Store, StoreError, event};
+
+/// A join token as listings show it: never its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// The token's public id.
+    pub id: String,
+    /// What the operator said it is for.
+    pub description: String,
+    /// When it was created, Unix ms.
+    pub created_ms: i64,
+    /// When it stops working, Unix ms (`None`: never).
+    pub expires_ms: Option<i64>,
+    /// Joins it still allows (`None`: any number).
+    pub uses_left: Option<i64>,
+    /// Joins made with it.
+    pub used: i64,
+    /// When it was revoked, Unix ms.
+    pub revoked_ms: Option<i64>,
+}
+
+/// Why a join was refused; the message names the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinRefusal {
+    /// No such token, or the secret does not match.
+    #[error(
+        "the join token is unknown or its secret is wrong; create one with `tidemill-cloud token create`"
+    )]
+    BadToken,
+    /// The token has expired.
+    #[error("the join token {0} has expired; create a new one with `tidemill-cloud token create`")]
+    Expired(String),
+    /// The token was revoked.
+    #[error("the join token {0} was revoked; create a new one with `tidemill-cloud token create`")]
+    Revoked(String),
+    /// The token has no uses left.
+    #[error(
+        "the join token {0} has no uses left; create a new one with `tidemill-cloud token create`"
+    )]
+    UsedUp(String),
+    /// The node id already has a live certificate.
+    #[error(
+        "node {0} already has a certificate; if this is a new box replacing it, run `tidemill-cloud nodes remove {0}` first, or join with another node id"
+    )]
+    Taken(String),
+}
+
+/// A token's secret hash, expiry, uses left and revocation time.
+type TokenRow = (String, Option<i64>, Option<i64>, Option<i64>);
+
+/// What a certificate fingerprint names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertStatus {
+    /// A live certificate of this node.
+    Node(String),
+    /// A certificate of this node, revoked.
+    Revoked(String),
+    /// No certificate this coordinator issued.
+    Unknown,
+}
+
+impl Store {
+    /// Stores a new join token (its secret hashed).
+    pub fn create_token(
+        &mut self,
+        token: &tidemill_runtime::identity::JoinToken,
+        description: &str,
+        now_ms: i64,
+        expires_ms: Option<i64>,
+        uses: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO join_tokens (id, secret_sha256, description, created_ms, expires_ms, uses_left)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![token.id, sha256_hex(token.secret.as_bytes()), description, now_ms, expires_ms, uses],
+            )
+            .map_err(&err)?;
+            Ok(())
+        })
+    }
+
+    /// Every join token, newest first.
+    pub fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, description, created_ms, expires_ms, uses_left, used, revoked_ms
+                 FROM join_tokens ORDER BY created_ms DESC, id",
+            )
+            .map_err(&err)?;
+        stmt.query_map([], |r| {
+            Ok(TokenRecord {
+                id: r.get(0)?,
+                description: r.get(1)?,
+                created_ms: r.get(2)?,
+                expires_ms: r.get(3)?,
+                uses_left: r.get(4)?,
+                used: r.get(5)?,
+                revoked_ms: r.get(6)?,
+            })
+        })
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)
+    }
+
+    /// Revokes a join token; `false` if there is none by that id.
+    pub fn revoke_token(&mut self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE join_tokens SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1",
+                    params![id, now_ms],
+                )
+                .map_err(&err)?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Spends one use of a token on the certificate with `fingerprint`
+    /// (expiring at `not_after_ms`) for `node_id`, in one transaction: a join
+    /// either happens whole or leaves no trace.
+    pub fn join(
+        &mut self,
+        token_id: &str,
+        secret: &str,
+        node_id: &str,
+        (fingerprint, not_after_ms): (&str, i64),
+        now_ms: i64,
+    ) -> Result<Result<(), JoinRefusal>, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let row: Option<TokenRow> = tx
+                .query_row(
+                    "SELECT secret_sha256, expires_ms, uses_left, revoked_ms FROM join_tokens WHERE id = ?1",
+                    [token_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()
+                .map_err(&err)?;
+            let Some((hash, expires, uses, revoked)) = row else {
+                return Ok(Err(JoinRefusal::BadToken));
+            };
+            if !secret_matches(&hash, secret) {
+                return Ok(Err(JoinRefusal::BadToken));
+            }
+            let id = token_id.to_string();
+            if revoked.is_some() {
+                return Ok(Err(JoinRefusal::Revoked(id)));
+            }
+            if expires.is_some_and(|e| e <= now_ms) {
+                return Ok(Err(JoinRefusal::Expired(id)));
+            }
+            if uses.is_some_and(|u| u <= 0) {
+                return Ok(Err(JoinRefusal::UsedUp(id)));
+            }
+            let live: i64 = tx
+                .query_row(
+                    "SELECT COUNT(*) FROM node_certs WHERE node_id = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
+                    params![node_id, now_ms],
+                    |r| r.get(0),
+                )
+                .map_err(&err)?;
+            if live > 0 {
+                return Ok(Err(JoinRefusal::Taken(node_id.to_string())));
+            }
+            tx.execute(
+                "UPDATE join_tokens SET used = used + 1, uses_left = uses_left - 1 WHERE id = ?1",
+                [token_id],
+            )
+            .map_err(&err)?;
+            tx.execute(
+                "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![fingerprint, node_id, token_id, now_ms, not_after_ms],
+            )
+            .map_err(&err)?;
+            event(tx, now_ms, Some(node_id), None, "node-joined", &format!("token {token_id}"))
+                .map_err(&err)?;
+            Ok(Ok(()))
+        })
+    }
+
+    /// What the certificate with this fingerprint names.
+    pub fn cert_status(&self, fingerprint: &str) -> Result<CertStatus, StoreError> {
+        let err = self.sql_err();
+        let row: Option<(String, Option<i64>)> = self
+            .conn
+            .query_row(
+                "SELECT node_id, revoked_ms FROM node_certs WHERE fingerprint = ?1",
+                [fingerprint],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(&err)?;
+        Ok(match row {
+            Some((node, None)) => CertStatus::Node(node),
+            Some((node, Some(_))) => CertStatus::Revoked(node),
+            None => CertStatus::Unknown,
+        })
+    }
+
+    /// Revokes every certificate of `node_id` and forgets its forecast and
+    /// links; its history (reports, tasks) stays. Returns how many
+    /// certificates were revoked.
+    pub fn remove_node(&mut self, node_id: &str, now_ms: i64) -> Result<usize, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE node_certs SET revoked_ms = ?2 WHERE node_id = ?1 AND revoked_ms IS NULL",
+                    params![node_id, now_ms],
+                )
+                .map_err(&err)?;
+            tx.execute("DELETE FROM forecasts WHERE node_id = ?1", [node_id])
+                .map_err(&err)?;
+            tx.execute(
+                "DELETE FROM links WHERE from_node = ?1 OR to_node = ?1",
+                [node_id],
+            )
+            .map_err(&err)?;
+            tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [node_id])
+                .map_err(&err)?;
+            event(tx, now_ms, Some(node_id), None, "node-removed", "certificates revoked")
+                .map_err(&err)?;
+            Ok(n)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemill_runtime::identity::JoinToken;
+
+    fn issue(fp: &str) -> (&str, i64) {
+        (fp, 10_000)
+    }
+
+    #[test]
+    fn a_token_joins_within_its_limits_and_a_node_id_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let t = JoinToken::generate(&"0".repeat(64));
+        store
+            .create_token(&t, "two edges", 0, Some(5_000), Some(2))
+            .unwrap();
+        let listed = store.tokens().unwrap();
+        assert_eq!(
+            (listed[0].id.as_str(), listed[0].uses_left),
+            (t.id.as_str(), Some(2))
+        );
+
+        let bad = store.join(&t.id, "wrong", "e1", issue("f0"), 1).unwrap();
+        assert_eq!(bad, Err(JoinRefusal::BadToken));
+        assert_eq!(
+            store.join(&t.id, &t.secret, "e1", issue("f1"), 1).unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            store.cert_status("f1").unwrap(),
+            CertStatus::Node("e1".into())
+        );
+        assert_eq!(store.cert_status("f0").unwrap(), CertStatus::Unknown);
+        assert_eq!(
+            store.join(&t.id, &t.secret, "e1", issue("f2"), 2).unwrap(),
+            Err(JoinRefusal::Taken("e1".into()))
+        );
+        assert_eq!(
+            store.join(&t.id, &t.secret, "e2", issue("f3"), 2).unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            store.join(&t.id, &t.secret, "e3", issue("f4"), 3).unwrap(),
+            Err(JoinRefusal::UsedUp(t.id.clone()))
+        );
+
+        assert_eq!(store.remove_node("e1", 4).unwrap(), 1);
+        assert_eq!(
+            store.cert_status("f1").unwrap(),
+            CertStatus::Revoked("e1".into())
+        );
+
+        let u = JoinToken::generate(&"0".repeat(64));
+        store.create_token(&u, "", 0, Some(5_000), None).unwrap();
+        assert_eq!(
+            store.join(&u.id, &u.secret, "e1", issue("f5"), 5).unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            store
+                .join(&u.id, &u.secret, "e4", issue("f6"), 5_000)
+                .unwrap(),
+            Err(JoinRefusal::Expired(u.id.clone()))
+        );
+        assert!(store.revoke_token(&u.id, 6).unwrap());
+        assert!(!store.revoke_token("nope", 6).unwrap());
+        assert_eq!(
+            store.join(&u.id, &u.secret, "e4", issue("f7"), 7).unwrap(),
+            Err(JoinRefusal::Revoked(u.id.clone()))
+        );
+    }
+}
