@@ -137,4 +137,23 @@ impl Client {
     pub fn remove_node(&self, id: &str) -> Result<Removed, ClientError> {
         self.call("POST", &format!("/v1/nodes/{id}/remove"), None::<&()>)
     }
+
+    /// The Prometheus metrics text.
+    pub fn metrics(&self) -> Result<String, ClientError> {
+        let url = format!("{}/metrics", self.base);
+        let unreachable = |source| ClientError::Unreachable {
+            url: url.clone(),
+            source,
+        };
+        let mut response = self.agent.get(&url).call().map_err(unreachable)?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(unreachable)?;
+        if status >= 400 {
+            return Err(ClientError::Api {
+                status,
+                message: text,
+            });
+        }
+        Ok(text)
+    }
 }
