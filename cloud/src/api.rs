@@ -11,9 +11,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Caller, Scope};
 use crate::coordinator::Coordinator;
 use crate::job::{JobFile, JobRecord};
-use crate::store::{LinkRecord, NodeRecord, StoreError, TokenRecord};
+use crate::store::{ApiTokenRecord, LinkRecord, NodeRecord, StoreError, TokenRecord};
 use tidemill_proto::NodeForecast;
 use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::identity::JoinToken;
@@ -32,6 +33,18 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/v1/tokens", get(list_tokens).post(create_token))
         .route("/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/v1/nodes/{id}/remove", post(remove_node))
+        .route(
+            "/v1/api-tokens",
+            get(list_api_tokens).post(create_api_token),
+        )
+        .route("/v1/api-tokens/{id}/revoke", post(revoke_api_token))
+        .layer(axum::middleware::from_fn_with_state(
+            coord.clone(),
+            crate::auth::authenticate,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            coord.cfg.api.max_body_bytes,
+        ))
         .with_state(coord)
 }
 
@@ -125,8 +138,31 @@ async fn node_forecast(
     Err(Failure(StatusCode::NOT_FOUND, why))
 }
 
-async fn list_jobs(State(c): State<Arc<Coordinator>>) -> Result<Json<Vec<JobRecord>>, Failure> {
-    Ok(Json(c.store.lock().unwrap().jobs()?))
+/// A page of a listing: at most `limit` (default and cap [`PAGE`]) items,
+/// older than `before`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Page {
+    /// Items per page.
+    pub limit: Option<u32>,
+    /// Only items with a smaller id (the last id of the previous page).
+    pub before: Option<u64>,
+}
+
+/// The default and largest page of a job listing.
+pub const PAGE: u32 = 100;
+
+async fn list_jobs(
+    State(c): State<Arc<Coordinator>>,
+    page: Result<axum::extract::Query<Page>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<JobRecord>>, Failure> {
+    let axum::extract::Query(page) = page.map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!("invalid page: {}; use ?limit=N&before=ID", e.body_text()),
+        )
+    })?;
+    let limit = page.limit.unwrap_or(PAGE).clamp(1, PAGE);
+    Ok(Json(c.store.lock().unwrap().jobs_page(limit, page.before)?))
 }
 
 async fn show_job(
@@ -143,27 +179,59 @@ async fn show_job(
 
 async fn submit(
     State(c): State<Arc<Coordinator>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     body: Result<Json<JobFile>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Submitted>), Failure> {
     let Json(spec) = body.map_err(|e| {
+        let status = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            StatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            StatusCode::BAD_REQUEST
+        };
         Failure(
-            StatusCode::BAD_REQUEST,
-            format!("invalid job: {}", e.body_text()),
+            status,
+            format!(
+                "invalid job: {} (bodies are limited to {} bytes, [api] max_body_bytes)",
+                e.body_text(),
+                c.cfg.api.max_body_bytes
+            ),
         )
     })?;
     spec.validate()
         .map_err(|e| Failure(StatusCode::BAD_REQUEST, e.to_string()))?;
     let now = c.clock.now_ms();
-    let id = c.store.lock().unwrap().submit(&spec, now)?;
-    tracing::info!(job_id = id, name = %spec.name, "job submitted");
+    if spec.deadline.timestamp_millis() <= now && !spec.allow_past_deadline {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the deadline {} is already past; give a later one, or set allow_past_deadline = true to run the job best-effort",
+                spec.deadline.to_rfc3339()
+            ),
+        ));
+    }
+    let id = c.store.lock().unwrap().submit_as(&spec, &caller.id, now)?;
+    tracing::info!(job_id = id, name = ?spec.name, token_id = %caller.id, "job submitted");
     c.wake.notify_one();
     Ok((StatusCode::CREATED, Json(Submitted { id })))
 }
 
 async fn cancel_job(
     State(c): State<Arc<Coordinator>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<u64>,
 ) -> Result<Json<JobRecord>, Failure> {
+    if caller.scope < Scope::Admin {
+        let owner = c.store.lock().unwrap().job_owner(id)?;
+        if owner.as_deref().is_some_and(|o| o != caller.id) {
+            return Err(Failure(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "job {id} was not submitted with API token {}; only its own token or an admin token may cancel it",
+                    caller.id
+                ),
+            ));
+        }
+    }
     let now = c.clock.now_ms();
     let job = c
         .store
@@ -269,6 +337,89 @@ async fn remove_node(
         node_id: id,
         revoked,
     }))
+}
+
+/// A request for an API token.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ApiTokenRequest {
+    /// `read`, `submit` or `admin`.
+    pub scope: String,
+    /// What it is for, shown in listings.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// A new API token: the only time its secret is shown.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NewApiToken {
+    /// Its id.
+    pub id: String,
+    /// Its scope.
+    pub scope: String,
+    /// The token, for `Authorization: Bearer`.
+    pub token: String,
+}
+
+async fn create_api_token(
+    State(c): State<Arc<Coordinator>>,
+    body: Result<Json<ApiTokenRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<NewApiToken>), Failure> {
+    let Json(req) = body.map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!("invalid API token request: {}", e.body_text()),
+        )
+    })?;
+    let scope = Scope::parse(&req.scope).ok_or_else(|| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!("{:?} is not a scope: use read, submit or admin", req.scope),
+        )
+    })?;
+    if req.description.len() > 200 || req.description.contains(char::is_control) {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            "the description must be at most 200 characters, with no control characters".into(),
+        ));
+    }
+    let (token, id, secret) = crate::auth::new_token();
+    c.store.lock().unwrap().create_api_token(
+        &id,
+        &secret,
+        scope.as_str(),
+        &req.description,
+        SystemClock.now_ms(),
+    )?;
+    tracing::info!(token_id = %id, scope = scope.as_str(), "API token created");
+    Ok((
+        StatusCode::CREATED,
+        Json(NewApiToken {
+            id,
+            scope: scope.as_str().into(),
+            token,
+        }),
+    ))
+}
+
+async fn list_api_tokens(
+    State(c): State<Arc<Coordinator>>,
+) -> Result<Json<Vec<ApiTokenRecord>>, Failure> {
+    Ok(Json(c.store.lock().unwrap().api_tokens()?))
+}
+
+async fn revoke_api_token(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<ApiTokenRecord>>, Failure> {
+    let mut store = c.store.lock().unwrap();
+    if !store.revoke_api_token(&id, SystemClock.now_ms())? {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("no API token {id:?}; `tidemill-cloud api-token list` shows them"),
+        ));
+    }
+    tracing::info!(token_id = %id, "API token revoked");
+    Ok(Json(store.api_tokens()?))
 }
 
 /// Prometheus text exposition of a few gauges and counters.

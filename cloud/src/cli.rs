@@ -39,6 +39,9 @@ enum Cmd {
     /// Create, list and revoke join tokens.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    ApiToken(ApiTokenCmd),
     /// Show the measured link matrix.
     Links(ApiArgs),
     /// Show a node's latest forecast, slot by slot.
@@ -81,12 +84,50 @@ struct ServeArgs {
 
 #[derive(Debug, Args)]
 struct ApiArgs {
-    /// The coordinator's API.
+    /// The coordinator's API (https:// where [api] tls = true).
     #[arg(long, env = "TIDEMILL_API", default_value = "http://127.0.0.1:7480")]
     api: String,
+    /// An API token (`api-token create`; the first admin token is in the
+    /// coordinator's <data_dir>/admin-token). Without it, only loopback works,
+    /// and only where the coordinator allows it.
+    #[arg(long, env = "TIDEMILL_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
+    /// The CA to check an https:// API against (the coordinator's ca.pem).
+    #[arg(long, env = "TIDEMILL_API_CA")]
+    api_ca: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+impl ApiArgs {
+    fn client(&self) -> Result<Client, crate::client::ClientError> {
+        Client::with_auth(&self.api, self.api_token.as_deref(), self.api_ca.as_deref())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum ApiTokenCmd {
+    /// Create an API token; prints it alone on the last line.
+    Create {
+        /// read, submit or admin.
+        #[arg(long)]
+        scope: crate::auth::Scope,
+        /// What it is for, shown in `api-token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// List API tokens (never their secrets).
+    List(ApiArgs),
+    /// Revoke an API token by its id.
+    Revoke {
+        /// The token's id (the part before the `.`).
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -206,7 +247,7 @@ fn run(cli: Cli) -> Outcome {
             cmd: Some(NodesCmd::Remove { id, api }),
             ..
         } => {
-            let removed = Client::new(&api.api).remove_node(&id)?;
+            let removed = api.client()?.remove_node(&id)?;
             if api.json {
                 return print_json(&removed);
             }
@@ -227,7 +268,7 @@ fn run(cli: Cli) -> Outcome {
                 uses,
                 description,
             };
-            let new = Client::new(&api.api).create_token(&req)?;
+            let new = api.client()?.create_token(&req)?;
             if api.json {
                 return print_json(&new);
             }
@@ -238,12 +279,41 @@ fn run(cli: Cli) -> Outcome {
             println!("{}", new.token);
             Ok(())
         }
-        Cmd::Token(TokenCmd::List(a)) => print_tokens(&Client::new(&a.api).tokens()?, a.json),
+        Cmd::ApiToken(ApiTokenCmd::Create {
+            scope,
+            description,
+            api,
+        }) => {
+            let new = api
+                .client()?
+                .create_api_token(&crate::api::ApiTokenRequest {
+                    scope: scope.as_str().into(),
+                    description,
+                })?;
+            if api.json {
+                return print_json(&new);
+            }
+            println!(
+                "API token {} ({}) created; it is shown only now:",
+                new.id, new.scope
+            );
+            println!("{}", new.token);
+            Ok(())
+        }
+        Cmd::ApiToken(ApiTokenCmd::List(a)) => {
+            let tokens = a.client()?.api_tokens()?;
+            print_json(&tokens)
+        }
+        Cmd::ApiToken(ApiTokenCmd::Revoke { id, api }) => {
+            let tokens = api.client()?.revoke_api_token(&id)?;
+            print_json(&tokens)
+        }
+        Cmd::Token(TokenCmd::List(a)) => print_tokens(&a.client()?.tokens()?, a.json),
         Cmd::Token(TokenCmd::Revoke { id, api }) => {
-            print_tokens(&Client::new(&api.api).revoke_token(&id)?, api.json)
+            print_tokens(&api.client()?.revoke_token(&id)?, api.json)
         }
         Cmd::Nodes { cmd: None, api: a } => {
-            let nodes = Client::new(&a.api).nodes()?;
+            let nodes = a.client()?.nodes()?;
             if a.json {
                 return print_json(&nodes);
             }
@@ -268,7 +338,7 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Links(a) => {
-            let links = Client::new(&a.api).links()?;
+            let links = a.client()?.links()?;
             if a.json {
                 return print_json(&links);
             }
@@ -291,7 +361,7 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Forecast { node, api } => {
-            let f = Client::new(&api.api).forecast(&node)?;
+            let f = api.client()?.forecast(&node)?;
             if api.json {
                 return print_json(&f);
             }
@@ -300,7 +370,7 @@ fn run(cli: Cli) -> Outcome {
         }
         Cmd::Jobs(JobsCmd::Submit { file, api }) => {
             let spec = JobFile::from_file(&file)?;
-            let id = Client::new(&api.api).submit(&spec)?;
+            let id = api.client()?.submit(&spec)?;
             if api.json {
                 return print_json(&serde_json::json!({ "id": id }));
             }
@@ -308,7 +378,7 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Jobs(JobsCmd::List(a)) => {
-            let jobs = Client::new(&a.api).jobs()?;
+            let jobs = a.client()?.jobs()?;
             if a.json {
                 return print_json(&jobs);
             }
@@ -329,10 +399,8 @@ fn run(cli: Cli) -> Outcome {
             }
             Ok(())
         }
-        Cmd::Jobs(JobsCmd::Show { id, api }) => show(&Client::new(&api.api).job(id)?, api.json),
-        Cmd::Jobs(JobsCmd::Cancel { id, api }) => {
-            show(&Client::new(&api.api).cancel(id)?, api.json)
-        }
+        Cmd::Jobs(JobsCmd::Show { id, api }) => show(&api.client()?.job(id)?, api.json),
+        Cmd::Jobs(JobsCmd::Cancel { id, api }) => show(&api.client()?.cancel(id)?, api.json),
     }
 }
 
@@ -529,6 +597,7 @@ fn serve(args: ServeArgs) -> Outcome {
     // quinn's endpoint logs, at debug, each datagram it refuses (garbage, unknown
     // connections, unsupported versions): operators should see those.
     lifecycle::init_logging("info,quinn_proto::endpoint=debug");
+    lifecycle::private_files();
     let mut cfg = CloudConfig::load(args.config.as_deref())?;
     if let Some(v) = args.quic_listen {
         cfg.quic_listen = v;

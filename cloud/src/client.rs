@@ -5,9 +5,11 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{ApiError, NewToken, Removed, Submitted, TokenRequest};
+use crate::api::{
+    ApiError, ApiTokenRequest, NewApiToken, NewToken, Removed, Submitted, TokenRequest,
+};
 use crate::job::{JobFile, JobRecord};
-use crate::store::{LinkRecord, NodeRecord, TokenRecord};
+use crate::store::{ApiTokenRecord, LinkRecord, NodeRecord, TokenRecord};
 use tidemill_proto::NodeForecast;
 
 /// Why an API call failed.
@@ -37,20 +39,49 @@ pub enum ClientError {
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    token: Option<String>,
 }
 
 impl Client {
-    /// A client for the API at `base`, for example `http://127.0.0.1:7480`.
+    /// A client for the API at `base`, for example `http://127.0.0.1:7480`,
+    /// with no token (the local operator on loopback).
     pub fn new(base: &str) -> Self {
-        let agent = ureq::Agent::config_builder()
+        Client::with_auth(base, None, None).expect("a client without a CA file")
+    }
+
+    /// A client that sends `token` and checks an `https://` API against the
+    /// CA in `ca`.
+    pub fn with_auth(
+        base: &str,
+        token: Option<&str>,
+        ca: Option<&std::path::Path>,
+    ) -> Result<Self, ClientError> {
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .into();
-        Client {
-            base: base.trim_end_matches('/').to_string(),
-            agent,
+            .timeout_global(Some(Duration::from_secs(30)));
+        if let Some(ca) = ca {
+            let certs = tidemill_runtime::tls::read_certs(ca).map_err(|e| ClientError::Api {
+                status: 0,
+                message: format!("--api-ca: {e}"),
+            })?;
+            let roots: Vec<ureq::tls::Certificate<'static>> = certs
+                .iter()
+                .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
+                .collect();
+            let tls = ureq::tls::TlsConfig::builder()
+                .provider(ureq::tls::TlsProvider::Rustls)
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+                .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .build();
+            config = config.tls_config(tls);
         }
+        Ok(Client {
+            base: base.trim_end_matches('/').to_string(),
+            agent: config.build().into(),
+            token: token.map(str::to_string),
+        })
     }
 
     fn call<T: DeserializeOwned>(
@@ -64,10 +95,25 @@ impl Client {
             url: url.clone(),
             source,
         };
+        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
         let response = match (method, body) {
-            ("GET", _) => self.agent.get(&url).call(),
-            (_, Some(b)) => self.agent.post(&url).send_json(b),
-            (_, None) => self.agent.post(&url).send_empty(),
+            ("GET", _) => {
+                let mut req = self.agent.get(&url);
+                if let Some(b) = &bearer {
+                    req = req.header("Authorization", b);
+                }
+                req.call()
+            }
+            (_, body) => {
+                let mut req = self.agent.post(&url);
+                if let Some(b) = &bearer {
+                    req = req.header("Authorization", b);
+                }
+                match body {
+                    Some(b) => req.send_json(b),
+                    None => req.send_empty(),
+                }
+            }
         };
         let mut response = response.map_err(unreachable)?;
         let status = response.status().as_u16();
@@ -145,7 +191,11 @@ impl Client {
             url: url.clone(),
             source,
         };
-        let mut response = self.agent.get(&url).call().map_err(unreachable)?;
+        let mut req = self.agent.get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let mut response = req.call().map_err(unreachable)?;
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().map_err(unreachable)?;
         if status >= 400 {
@@ -155,5 +205,20 @@ impl Client {
             });
         }
         Ok(text)
+    }
+
+    /// Creates an API token.
+    pub fn create_api_token(&self, req: &ApiTokenRequest) -> Result<NewApiToken, ClientError> {
+        self.call("POST", "/v1/api-tokens", Some(req))
+    }
+
+    /// Every API token, without secrets.
+    pub fn api_tokens(&self) -> Result<Vec<ApiTokenRecord>, ClientError> {
+        self.call("GET", "/v1/api-tokens", None::<&()>)
+    }
+
+    /// Revokes an API token.
+    pub fn revoke_api_token(&self, id: &str) -> Result<Vec<ApiTokenRecord>, ClientError> {
+        self.call("POST", &format!("/v1/api-tokens/{id}/revoke"), None::<&()>)
     }
 }

@@ -22,6 +22,8 @@ pub struct CloudConfig {
     pub quic_listen: SocketAddr,
     /// TCP address for the operator API.
     pub api_listen: SocketAddr,
+    /// How the API authenticates and what it accepts.
+    pub api: ApiConfig,
     /// Database and PKI directory.
     pub data_dir: PathBuf,
     /// Names the server certificate covers.
@@ -40,6 +42,22 @@ pub struct CloudConfig {
     pub clock: ClockConfig,
     /// Placement settings.
     pub scheduler: SchedulerConfig,
+}
+
+/// The operator API's security and limits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Serve HTTPS with a certificate from the coordinator's CA.
+    pub tls: bool,
+    /// Requests from loopback without a token act as admin.
+    pub loopback_is_admin: bool,
+    /// Largest request body in bytes (413 above it).
+    pub max_body_bytes: usize,
+    /// Seconds a client may take to send its request headers, and to be served.
+    pub request_timeout_secs: u64,
+    /// Connections served at once.
+    pub max_connections: usize,
 }
 
 /// Accelerated time for demos and tests, matching replaying edges.
@@ -146,6 +164,28 @@ impl CloudConfig {
     /// Checks values that TOML types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
+        if !self.api_listen.ip().is_loopback() && !self.api.tls {
+            return invalid(
+                "api_listen",
+                self.api_listen.to_string(),
+                "is not a loopback address, and the API would take tokens in clear text there: set [api] tls = true (clients then pass --api-ca <data_dir>/ca.pem and --api-token), or listen on 127.0.0.1",
+            );
+        }
+        if self.api.max_body_bytes == 0
+            || self.api.request_timeout_secs == 0
+            || self.api.max_connections == 0
+        {
+            return invalid(
+                "api",
+                format!(
+                    "max_body_bytes {}, request_timeout_secs {}, max_connections {}",
+                    self.api.max_body_bytes,
+                    self.api.request_timeout_secs,
+                    self.api.max_connections
+                ),
+                "each must be at least 1",
+            );
+        }
         if self.tls_names.is_empty() {
             return invalid(
                 "tls_names",

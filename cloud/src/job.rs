@@ -22,6 +22,10 @@ pub struct JobFile {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Environment variables whose values are secret: tasks get them, but the
+    /// API and the logs show only their names.
+    #[serde(default)]
+    pub secret_env: BTreeMap<String, String>,
     /// When the job must be done: a TOML datetime or an RFC 3339 string.
     #[serde(deserialize_with = "any_time")]
     pub deadline: DateTime<Utc>,
@@ -35,7 +39,19 @@ pub struct JobFile {
     /// it the job runs best-effort on an idle node.
     #[serde(default)]
     pub work: Option<Work>,
+    /// Accept a deadline already past (the job then runs best-effort).
+    #[serde(default)]
+    pub allow_past_deadline: bool,
 }
+
+/// Longest job name, in bytes.
+pub const MAX_NAME: usize = 64;
+/// Most bytes of a command (all arguments together).
+pub const MAX_COMMAND_BYTES: usize = 16 * 1024;
+/// Most bytes of `env` and `secret_env` together (names and values): with the
+/// command, every task assignment stays far inside one protocol frame
+/// (`tidemill_proto::MAX_FRAME_LEN`, 1 MiB).
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
 
 /// Reads a time written as a TOML datetime or as an RFC 3339 string (the form
 /// JSON carries), with an offset.
@@ -180,8 +196,12 @@ impl JobFile {
     /// Checks what the types cannot.
     pub fn validate(&self) -> Result<(), JobSpecError> {
         let invalid = |field, rule| Err(JobSpecError::Invalid { field, rule });
-        if self.name.trim().is_empty() {
-            return invalid("name", "must not be empty");
+        let name_ok = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+        if self.name.is_empty() || self.name.len() > MAX_NAME || !self.name.chars().all(name_ok) {
+            return invalid("name", "must be 1 to 64 letters, digits, '.', '_' or '-'");
+        }
+        if self.command.iter().map(String::len).sum::<usize>() > MAX_COMMAND_BYTES {
+            return invalid("command", "must be at most 16 KiB in all");
         }
         if self.command.first().is_none_or(|p| p.is_empty()) {
             return invalid(
@@ -189,14 +209,25 @@ impl JobFile {
                 "must name a program, for example [\"python3\", \"train.py\"]",
             );
         }
-        if self
-            .env
-            .keys()
-            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+        let vars = || self.env.iter().chain(&self.secret_env);
+        if vars()
+            .any(|(k, v)| k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0'))
         {
             return invalid(
                 "env",
-                "variable names must be non-empty, without '=' or NUL",
+                "variable names must be non-empty, without '=' or NUL, and values without NUL",
+            );
+        }
+        if vars().map(|(k, v)| k.len() + v.len()).sum::<usize>() > MAX_ENV_BYTES {
+            return invalid(
+                "env",
+                "env and secret_env together must be at most 64 KiB; pass large data as a file",
+            );
+        }
+        if self.env.keys().any(|k| self.secret_env.contains_key(k)) {
+            return invalid(
+                "secret_env",
+                "a variable may be in env or in secret_env, not both",
             );
         }
         if let Some(w) = &self.work {
@@ -295,6 +326,10 @@ pub struct JobRecord {
     pub command: Vec<String>,
     /// Extra environment.
     pub env: BTreeMap<String, String>,
+    /// The names of its secret environment variables; their values are never
+    /// shown.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
     /// When it must be done.
     pub deadline: DateTime<Utc>,
     /// When it was submitted.

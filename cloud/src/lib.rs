@@ -4,11 +4,13 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod coordinator;
 mod dispatch;
+pub mod http;
 pub mod ingest;
 pub mod job;
 pub mod lifecycle;

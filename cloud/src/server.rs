@@ -71,6 +71,22 @@ pub struct Server {
     tasks: JoinSet<()>,
 }
 
+/// Connections the kernel holds for the API beyond those being served
+/// (`[api] max_connections`): they cost this process no memory while they
+/// wait. The kernel caps it at net.core.somaxconn.
+const API_BACKLOG: u32 = 4096;
+
+fn api_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(API_BACKLOG)
+}
+
 /// Starts a coordinator and returns once it listens.
 pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, CloudError> {
     cfg.validate()?;
@@ -80,10 +96,16 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     })?;
     let throughput = cfg.scheduler.throughput_tables()?;
     let policy = cfg.scheduler.policy;
-    let store = Store::open(&cfg.data_dir)?;
+    let mut store = Store::open(&cfg.data_dir)?;
+    crate::auth::bootstrap(&mut store, &cfg.data_dir)?;
     // Certificates are checked against real time, whatever the plans' clock.
     let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names, SystemClock.now_ms())?;
     let authority = Authority::load(&cfg.data_dir).map_err(EndpointError::from)?;
+    let api_tls = if cfg.api.tls {
+        Some(crate::http::acceptor(&identity).map_err(|e| EndpointError::from(TlsError::from(e)))?)
+    } else {
+        None
+    };
     let ca_path = identity.ca_path.clone();
     let reset_key = quic::load_or_create_reset_key(&cfg.data_dir.join(RESET_KEY_FILE))?;
     let timing = Timing {
@@ -97,12 +119,10 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
             source,
         })
     })?;
-    let listener = tokio::net::TcpListener::bind(cfg.api_listen)
-        .await
-        .map_err(|source| CloudError::Api {
-            addr: cfg.api_listen,
-            source,
-        })?;
+    let listener = api_listener(cfg.api_listen).map_err(|source| CloudError::Api {
+        addr: cfg.api_listen,
+        source,
+    })?;
     let api_addr = listener.local_addr().map_err(|source| CloudError::Api {
         addr: cfg.api_listen,
         source,
@@ -113,11 +133,11 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
     tasks.spawn(round::run(coordinator.clone()));
     let app = api::router(coordinator.clone());
-    tasks.spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "API server stopped");
-        }
-    });
+    let limits = crate::http::Limits {
+        max_connections: coordinator.cfg.api.max_connections,
+        request_timeout: Duration::from_secs(coordinator.cfg.api.request_timeout_secs),
+    };
+    tasks.spawn(crate::http::serve(listener, app, api_tls, limits));
     tracing::info!(%quic_addr, %api_addr, ca = %ca_path.display(), %policy, "tidemill-cloud serving");
     Ok(Server {
         quic_addr,

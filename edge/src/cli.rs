@@ -122,6 +122,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Run(args) => {
             lifecycle::init_logging("info");
+            lifecycle::private_files();
             let cfg = match args.resolve() {
                 Ok(cfg) => cfg,
                 Err(e) => return fail(&e),
@@ -137,6 +138,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Join(args) => {
             lifecycle::init_logging("info");
+            lifecycle::private_files();
             let cfg = match args.resolve() {
                 Ok(cfg) => cfg,
                 Err(e) => return fail(&e),

@@ -393,6 +393,8 @@ fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobFile {
         name: job.name.to_string(),
         command: vec!["sh".into(), "-c".into(), job.command.to_string()],
         env: Default::default(),
+        secret_env: Default::default(),
+        allow_past_deadline: false,
         deadline: chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default()
             + chrono::Duration::hours(DEADLINE_HOURS),
         class: JobClass::Slo,

@@ -53,6 +53,21 @@ pub enum JoinRefusal {
     Taken(String),
 }
 
+/// An API token as listings show it: never its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiTokenRecord {
+    /// The token's public id.
+    pub id: String,
+    /// `read`, `submit` or `admin`.
+    pub scope: String,
+    /// What the operator said it is for.
+    pub description: String,
+    /// When it was created, Unix ms.
+    pub created_ms: i64,
+    /// When it was revoked, Unix ms.
+    pub revoked_ms: Option<i64>,
+}
+
 /// A token's secret hash, expiry, uses left and revocation time.
 type TokenRow = (String, Option<i64>, Option<i64>, Option<i64>);
 
@@ -236,6 +251,88 @@ impl Store {
             event(tx, now_ms, Some(node_id), None, "node-removed", "certificates revoked")
                 .map_err(&err)?;
             Ok(n)
+        })
+    }
+}
+
+impl Store {
+    /// Stores a new API token with `scope` (its secret hashed).
+    pub fn create_api_token(
+        &mut self,
+        id: &str,
+        secret: &str,
+        scope: &str,
+        description: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO api_tokens (id, secret_sha256, scope, description, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    id,
+                    sha256_hex(secret.as_bytes()),
+                    scope,
+                    description,
+                    now_ms
+                ],
+            )
+            .map_err(&err)?;
+            Ok(())
+        })
+    }
+
+    /// The scope of the live API token `id` whose secret is `secret`.
+    pub fn api_token_scope(&self, id: &str, secret: &str) -> Result<Option<String>, StoreError> {
+        let err = self.sql_err();
+        let row: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT secret_sha256, scope FROM api_tokens WHERE id = ?1 AND revoked_ms IS NULL",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(&err)?;
+        Ok(row.and_then(|(hash, scope)| secret_matches(&hash, secret).then_some(scope)))
+    }
+
+    /// Every API token, newest first.
+    pub fn api_tokens(&self) -> Result<Vec<ApiTokenRecord>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, scope, description, created_ms, revoked_ms FROM api_tokens
+                 ORDER BY created_ms DESC, id",
+            )
+            .map_err(&err)?;
+        stmt.query_map([], |r| {
+            Ok(ApiTokenRecord {
+                id: r.get(0)?,
+                scope: r.get(1)?,
+                description: r.get(2)?,
+                created_ms: r.get(3)?,
+                revoked_ms: r.get(4)?,
+            })
+        })
+        .map_err(&err)?
+        .collect::<Result<_, _>>()
+        .map_err(&err)
+    }
+
+    /// Revokes an API token; `false` if there is none by that id.
+    pub fn revoke_api_token(&mut self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE api_tokens SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1",
+                    params![id, now_ms],
+                )
+                .map_err(&err)?;
+            Ok(n == 1)
         })
     }
 }

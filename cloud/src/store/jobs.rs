@@ -14,13 +14,30 @@ use crate::lifecycle;
 impl Store {
     /// Stores a new job and returns its id.
     pub fn submit(&mut self, spec: &JobFile, now_ms: i64) -> Result<u64, StoreError> {
+        self.submit_as(spec, "", now_ms)
+    }
+
+    /// Stores a new job owned by the API token `owner` (empty: none), so
+    /// that a submit-scoped token may cancel it; returns its id.
+    pub fn submit_as(
+        &mut self,
+        spec: &JobFile,
+        owner: &str,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
         let err = self.sql_err();
         let json = serde_json::to_string(spec).expect("job specs serialise");
         self.write(|tx| {
             tx.execute(
-                "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms)
-                 VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4)",
-                params![spec.name, json, spec.deadline.timestamp_millis(), now_ms],
+                "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms, owner)
+                 VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4, ?5)",
+                params![
+                    spec.name,
+                    json,
+                    spec.deadline.timestamp_millis(),
+                    now_ms,
+                    owner
+                ],
             )
             .map_err(&err)?;
             let id = tx.last_insert_rowid();
@@ -44,13 +61,36 @@ impl Store {
 
     /// Every job, newest first.
     pub fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.jobs_page(u32::MAX, None)
+    }
+
+    /// At most `limit` jobs, newest first, older than job `before` if given:
+    /// one page of a listing.
+    pub fn jobs_page(&self, limit: u32, before: Option<u64>) -> Result<Vec<JobRecord>, StoreError> {
         let err = self.sql_err();
         let mut stmt = self
             .conn
-            .prepare(&format!("{JOB_COLUMNS} ORDER BY id DESC"))
+            .prepare(&format!(
+                "{JOB_COLUMNS} WHERE id < ?1 ORDER BY id DESC LIMIT ?2"
+            ))
             .map_err(&err)?;
-        let rows = stmt.query_map([], job_from_row).map_err(&err)?;
+        let before = before.map_or(i64::MAX, |b| b as i64);
+        let rows = stmt
+            .query_map(rusqlite::params![before, i64::from(limit)], job_from_row)
+            .map_err(&err)?;
         rows.collect::<Result<_, _>>().map_err(err)
+    }
+
+    /// The API token that submitted job `id` (empty: none), or `None` for an
+    /// unknown job.
+    pub fn job_owner(&self, id: u64) -> Result<Option<String>, StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .query_row("SELECT owner FROM jobs WHERE id = ?1", [id as i64], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(err)
     }
 
     /// Asks for a job to be cancelled. A job that has not reached a node is
@@ -235,6 +275,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         reason: r.get(7)?,
         command: spec.command,
         env: spec.env,
+        secret_env: spec.secret_env.into_keys().collect(),
         deadline: spec.deadline,
         submitted_at: ms_to_time(r.get(9)?),
         started_at: r.get::<_, Option<i64>>(10)?.map(ms_to_time),

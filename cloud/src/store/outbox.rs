@@ -54,6 +54,7 @@ impl Store {
             let spec: JobFile =
                 serde_json::from_str(&spec).expect("stored specs were serialised by this build");
             let mut env = spec.env;
+            env.extend(spec.secret_env);
             rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
             out.push(Owed::Assign(TaskAssignment {
                 task_id: task_id as u64,

@@ -127,4 +127,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX node_certs_by_node ON node_certs (node_id);
 ",
+    "
+    CREATE TABLE api_tokens (
+        id TEXT PRIMARY KEY,
+        secret_sha256 TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        revoked_ms INTEGER
+    );
+    ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+",
 ];

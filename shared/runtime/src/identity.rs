@@ -104,7 +104,7 @@ impl std::str::FromStr for JoinToken {
 }
 
 /// `n` random lower-case letters and digits from the system's random source.
-fn random_word(n: usize) -> String {
+pub fn random_word(n: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut bytes = vec![0u8; n];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)

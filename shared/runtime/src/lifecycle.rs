@@ -1,6 +1,13 @@
 //! What every tidemill daemon does at start and stop: set up logging and wait
 //! for a stop signal.
 
+/// Makes every file this process creates from now on private to its user
+/// (mode 0600, directories 0700): databases, journals, WAL files and keys
+/// hold secrets.
+pub fn private_files() {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+}
+
 /// Logs to stderr, filtered by `RUST_LOG`, else by `default_filter`.
 pub fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -244,7 +244,7 @@ fn issue_server(
 }
 
 /// Writes a secret readable only by its owner, atomically.
-pub(crate) fn write_private(path: &Path, contents: &[u8]) -> Result<(), TlsError> {
+pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), TlsError> {
     write_file(path, contents, 0o600)
 }
 
