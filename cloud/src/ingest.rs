@@ -69,16 +69,16 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         }
         (Ok(Some(EdgeMsg::Hello(_))), None) => {
             let why = "a hello without a node certificate: join first with `tidemill-edge join --token` (a token from `tidemill-cloud token create`)";
-            refusal_delivered(&coord, &mut send, why).await;
-            return refuse_identity(&coord, &conn, remote, why);
+            return refuse_with_answer(&coord, &conn, remote, send, ErrorCode::Unauthorized, why)
+                .await;
         }
         (Ok(Some(EdgeMsg::Hello(h))), Some(node)) if h.node_id != node => {
             let why = format!(
                 "a hello as node {} over the certificate of node {node}: a node may only use its own id",
                 h.node_id
             );
-            refusal_delivered(&coord, &mut send, &why).await;
-            return refuse_identity(&coord, &conn, remote, &why);
+            return refuse_with_answer(&coord, &conn, remote, send, ErrorCode::Unauthorized, &why)
+                .await;
         }
         (Ok(Some(EdgeMsg::Hello(h))), Some(_)) => clock::timeout(
             &SystemClock,
@@ -128,11 +128,26 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     tracing::info!(node_id = %node_id, %remote, %reason, "edge disconnected");
 }
 
-/// Answers an unauthorised frame and waits (within the stream timeout) until
-/// the peer has the answer, so closing the connection does not race it.
-async fn refusal_delivered(coord: &Coordinator, send: &mut quinn::SendStream, why: &str) {
-    reply_error(send, ErrorCode::Unauthorized, why).await;
+/// Refuses a connection with `why` as the answer on `send`. It is counted
+/// and logged first, so a peer that has the answer finds it in the metrics;
+/// then the answer is sent, and the connection closed once the peer has it
+/// (within the stream timeout), so that closing does not race it.
+async fn refuse_with_answer(
+    coord: &Coordinator,
+    conn: &quinn::Connection,
+    remote: std::net::SocketAddr,
+    mut send: quinn::SendStream,
+    code: ErrorCode,
+    why: &str,
+) {
+    if code == ErrorCode::Unauthorized {
+        Counters::bump(&coord.counters.refused_identity);
+    }
+    Counters::bump(&coord.counters.refused_connections);
+    tracing::warn!(%remote, %why, "refused a connection");
+    reply_error(&mut send, code, why).await;
     let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
+    conn.close(1u32.into(), why.as_bytes());
 }
 
 /// Refuses a connection: counts it, logs why, and closes it with the reason.
@@ -245,15 +260,7 @@ async fn join(
             let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
             conn.close(0u32.into(), b"joined; reconnect with the certificate");
         }
-        Err((code, why)) => {
-            reply_error(&mut send, code, &why).await;
-            let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
-            if code == ErrorCode::Unauthorized {
-                refuse_identity(coord, conn, remote, &why);
-            } else {
-                refuse(coord, conn, remote, &why);
-            }
-        }
+        Err((code, why)) => refuse_with_answer(coord, conn, remote, send, code, &why).await,
     }
 }
 

@@ -10,6 +10,8 @@ pub mod client;
 pub mod config;
 pub mod coordinator;
 mod dispatch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ingest;
 pub mod job;

@@ -90,6 +90,8 @@ pub struct TaskConfig {
     pub output_tail_lines: usize,
     /// Where tasks run; empty means under the data dir.
     pub work_dir: PathBuf,
+    /// The unprivileged user tasks run as when the daemon is root.
+    pub user: String,
 }
 
 /// How accelerators are found.

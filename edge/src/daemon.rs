@@ -13,6 +13,7 @@ use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
 
 use crate::config::EdgeConfig;
+use crate::confine::{ConfineError, Confinement};
 use crate::executor::Executor;
 use crate::forecasting::Forecasting;
 use crate::join::{self, JoinError};
@@ -45,6 +46,9 @@ pub enum EdgeError {
     /// The QUIC endpoint or TLS set-up failed (often: a wrong `--ca`).
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
+    /// Tasks cannot be confined as configured.
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
     /// This node has no certificate and could not get one.
     #[error(transparent)]
     Join(#[from] JoinError),
@@ -159,6 +163,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
     let journal = Arc::new(Mutex::new(Journal::open(&cfg.data_dir)?));
     let outbox = Arc::new(Notify::new());
+    let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
     let executor = Executor::new(
         journal.clone(),
         outbox.clone(),
@@ -166,6 +171,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         cfg.data_dir.clone(),
         node_id.clone(),
         (wall.clone(), sample_clock.clone()),
+        confine,
     );
     executor.recover()?;
 

@@ -1,6 +1,8 @@
 //! Runs assigned tasks as child processes and reports their lives through the
-//! journal. Each task gets its own process group, so cancelling it (SIGTERM,
-//! a grace period, then SIGKILL) reaches every process it started.
+//! journal. Each task gets its own process group and, where the host allows,
+//! its own cgroup ([`crate::confine`]), so cancelling it (SIGTERM to the
+//! group, a grace period, then SIGKILL and `cgroup.kill`) reaches every
+//! process it started, even one that left the group.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -16,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, watch};
 
 use crate::config::TaskConfig;
+use crate::confine::Confinement;
 use crate::journal::{Journal, JournalError};
 
 /// Longest output line kept, in bytes; longer lines are cut.
@@ -38,6 +41,7 @@ pub struct Executor {
     stamps: SharedClock,
     running: Mutex<HashMap<u64, watch::Sender<bool>>>,
     idle: Notify,
+    confine: Confinement,
 }
 
 impl Executor {
@@ -51,8 +55,10 @@ impl Executor {
         data_dir: PathBuf,
         node_id: String,
         (clock, stamps): (SharedClock, SharedClock),
+        confine: Confinement,
     ) -> Arc<Self> {
         Arc::new(Executor {
+            confine,
             journal,
             outbox,
             cfg,
@@ -75,6 +81,7 @@ impl Executor {
             if let Some(pid) = pid.filter(|pid| runs_task(*pid, a.task_id)) {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
+            self.confine.kill(a.task_id);
             let reason = match pid {
                 Some(pid) => format!(
                     "the edge daemon on {} stopped while the task ran (pid {pid}); the task was killed and may be resubmitted",
@@ -214,7 +221,7 @@ impl Executor {
             PathBuf::from,
         );
         for dir in [&work_dir, &checkpoints] {
-            if let Err(e) = std::fs::create_dir_all(dir) {
+            if let Err(e) = self.confine.task_dir(dir) {
                 let reason = format!(
                     "cannot create {}: {e}; check the edge's data_dir",
                     dir.display()
@@ -222,20 +229,33 @@ impl Executor {
                 return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
             }
         }
-        let spawned = tokio::process::Command::new(program)
-            .args(args)
-            .envs(&a.env)
-            .env("TIDEMILL_NODE_ID", &self.node_id)
-            .env("TIDEMILL_JOB_ID", a.job_id.to_string())
-            .env("TIDEMILL_TASK_ID", a.task_id.to_string())
-            .env("TIDEMILL_CHECKPOINT_DIR", &checkpoints)
+        let mut env: Vec<(String, String)> = a.env.clone().into_iter().collect();
+        env.extend([
+            ("TIDEMILL_NODE_ID".to_string(), self.node_id.clone()),
+            ("TIDEMILL_JOB_ID".to_string(), a.job_id.to_string()),
+            ("TIDEMILL_TASK_ID".to_string(), a.task_id.to_string()),
+            (
+                "TIDEMILL_CHECKPOINT_DIR".to_string(),
+                checkpoints.display().to_string(),
+            ),
+        ]);
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
             .current_dir(&work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn();
+            .kill_on_drop(true);
+        let cgroup = self.confine.cgroup(a.task_id, a.memory_bytes);
+        if let Err(e) = self
+            .confine
+            .command(&mut cmd, &env, &work_dir, cgroup.as_ref())
+        {
+            let reason = format!("cannot confine the task: {e}");
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+        }
+        let spawned = cmd.spawn();
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
@@ -282,8 +302,11 @@ impl Executor {
                 }
             }
         };
-        // Whatever the task left behind in its group goes with it.
+        // Whatever the task left behind, in its group or its cgroup, goes with it.
         let _ = killpg(group, Signal::SIGKILL);
+        if let Some(cgroup) = &cgroup {
+            cgroup.kill();
+        }
         let drain = tokio::time::sleep(DRAIN_TIMEOUT);
         tokio::pin!(drain);
         for reader in readers {
@@ -361,6 +384,7 @@ mod tests {
             grace_secs,
             output_tail_lines: 3,
             work_dir: PathBuf::new(),
+            user: "nobody".into(),
         };
         let exec = Executor::new(
             journal.clone(),
@@ -369,6 +393,7 @@ mod tests {
             dir.path().to_owned(),
             "n1".into(),
             (clock, Arc::new(SystemClock)),
+            Confinement::none(),
         );
         Harness { dir, journal, exec }
     }
@@ -379,6 +404,7 @@ mod tests {
             job_id: 100 + task_id,
             command: cmd.iter().map(|s| s.to_string()).collect(),
             env: [("GREETING".to_string(), "hi".to_string())].into(),
+            memory_bytes: None,
         })
     }
 
@@ -598,6 +624,7 @@ mod tests {
             job_id: 6,
             command: vec!["true".into()],
             env: Default::default(),
+            memory_bytes: None,
         };
         h.journal.lock().unwrap().accept_task(&a).unwrap();
         h.exec.recover().unwrap();

@@ -434,6 +434,7 @@ mod tests {
             job_id: 4,
             command: vec!["true".into()],
             env: Default::default(),
+            memory_bytes: None,
         };
         assert!(j.accept_task(&a).unwrap());
         assert!(!j.accept_task(&a).unwrap());

@@ -6,6 +6,7 @@
 pub mod accel;
 pub mod cli;
 pub mod config;
+pub mod confine;
 pub mod daemon;
 pub mod executor;
 pub mod forecasting;

@@ -42,7 +42,7 @@ fn hello(node: &str) -> EdgeMsg {
 
 #[test]
 fn garbage_is_refused_and_logged_while_edges_are_served() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let mut cloud = coord.start();
     let trace = write_trace(dir.path(), &["e1"]);

@@ -34,7 +34,7 @@ fn start_edges(
 
 #[test]
 fn three_edges_register_and_a_failing_job_is_reported() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["r1", "r2"]);
@@ -83,7 +83,7 @@ fn three_edges_register_and_a_failing_job_is_reported() {
 
 #[test]
 fn a_coordinator_killed_mid_run_loses_no_report_and_no_job_state() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let mut cloud = coord.start();
     let trace = write_trace(dir.path(), &["r1", "r2"]);

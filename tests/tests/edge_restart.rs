@@ -19,7 +19,7 @@ fn running(pid: u32) -> bool {
 
 #[test]
 fn a_dead_edge_goes_offline_and_its_task_is_reported_on_return() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start_with(&[
         ("offline_after_secs = 20", "offline_after_secs = 1"),

@@ -9,7 +9,7 @@ use support::{Coordinator, EDGE, PATIENCE, Proc, write_trace};
 
 #[test]
 fn the_coordinator_serves_a_replaying_edges_forecast() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["r1"]);

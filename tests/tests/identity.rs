@@ -58,7 +58,7 @@ fn metric(coord: &Coordinator, name: &str) -> u64 {
 
 #[test]
 fn only_a_valid_token_makes_an_edge_and_then_no_ca_is_copied() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let quic = coord.quic.to_string();
@@ -161,7 +161,7 @@ fn only_a_valid_token_makes_an_edge_and_then_no_ca_is_copied() {
 
 #[test]
 fn an_impostor_cannot_take_a_node_id() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["e1"]);

@@ -9,7 +9,7 @@ use support::{Coordinator, EDGE, PATIENCE, Proc, replaying_edge, write_trace};
 
 #[test]
 fn edges_measure_the_link_matrix() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["a", "b", "c"]);

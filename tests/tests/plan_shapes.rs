@@ -59,7 +59,7 @@ fn submit(
 
 #[test]
 fn a_job_grows_from_one_cloud_node_to_two_when_the_other_frees() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let names = ["c1", "c2"];
     let trace = write_idle_trace(dir.path(), &names);
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
@@ -124,7 +124,7 @@ fn tide_h(cluster: &Cluster) -> f64 {
 
 #[test]
 fn a_job_gains_ground_on_an_idle_edge_then_finishes_on_the_cloud() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     // Eight days; `e1` is idle 0-4 h every day, busy the rest, so its
     // forecaster (primed with the days before: the replay cycles) expects
     // that window. The cloud node's load does not matter.

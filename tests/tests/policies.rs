@@ -22,7 +22,7 @@ struct Ran {
 /// `policy`, submits [`WORK`] and returns what it left once it has run to an
 /// end.
 fn run_work(policy: &str, edges: &[&str], cloud: &[&str]) -> Ran {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let names: Vec<&str> = edges.iter().chain(cloud).copied().collect();
     let trace = write_idle_trace(dir.path(), &names);
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();

@@ -13,7 +13,7 @@ const EDGES: usize = 20;
 
 #[test]
 fn a_swarm_survives_a_coordinator_crash_without_losing_a_report() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let mut cloud = coord.start();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -32,7 +32,7 @@ const JOBS: [Job; 10] = [
 
 #[test]
 fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     // Four edges whose tide runs 3 h apart; the cloud node replays too, so that
     // its clock is the shared accelerated one (its load does not matter).
     let trace = write_trace(dir.path(), &EDGES);
@@ -144,7 +144,7 @@ fn guaranteed_jobs_meet_their_deadlines_on_tidal_edges() {
 /// on another edge, still by its deadline.
 #[test]
 fn a_job_is_moved_when_the_tide_comes_in_early() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     // Eight days. `ebb` is idle 0-8 h on every day but the first, when its
     // load returns at 3 h; the replay starts on that first day, and its
     // forecaster, primed with the days before (the trace cycles), expects
@@ -204,7 +204,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
 /// edges at once, each task with its own rank and the same rendezvous.
 #[test]
 fn a_job_spans_two_edges_when_one_is_too_slow() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
     for i in 0..288 {
         let cpu = if i < 144 { 8.0 } else { 85.0 };
@@ -262,7 +262,7 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
 /// checkpoint on another edge and still meets its deadline.
 #[test]
 fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let names = ["a", "b"];
     let trace = write_idle_trace(dir.path(), &names);
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();

@@ -58,7 +58,7 @@ fn write_ring_table(dir: &Path, r1: f64) -> String {
 /// (measured step, the ring term on the emulated link, the coordinator's
 /// planned sync), in seconds.
 fn run(name: &str, imp: &Impairment, bytes: usize, subnet: u8) -> (f64, f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let mut nodes = vec![("cloud", false)];
     nodes.extend(EDGES.iter().map(|e| (*e, true)));
     let mut lab = Lab::create("tmw", subnet, &nodes).expect("the WAN lab");

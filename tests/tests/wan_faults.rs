@@ -169,7 +169,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// RTT within 15 % and its rate within 25 %.
 #[test]
 fn a_degraded_wan_carries_every_report_forecast_and_a_job() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let nodes = ["e1", "e2", "e3", "e4"];
@@ -272,7 +272,7 @@ const EDGE_FAST_NOTICE: [(&str, &str); 2] = [
 /// report it journaled meanwhile.
 #[test]
 fn a_two_minute_partition_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start_with(&FAST_NOTICE);
     let relays = relays(coord.quic, &[("e1", wan(20.0, 0.0, 50.0), Vec::new())]);
@@ -329,7 +329,7 @@ fn a_two_minute_partition_loses_nothing() {
 /// inside the configured backoff.
 #[test]
 fn a_flapping_link_loses_nothing_and_backs_off() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start_with(&FAST_NOTICE);
     let flap = Flap {
@@ -411,7 +411,7 @@ fn a_flapping_link_loses_nothing_and_backs_off() {
 /// the link was cut and two forecasts still get through; prints how long they took.
 #[test]
 fn a_slow_lossy_link_carries_a_forecast_and_a_backlog() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let relays = relays(coord.quic, &[("e1", wan(50.0, 0.02, 1.0), Vec::new())]);

@@ -61,6 +61,11 @@ impl Store {
                 job_id: job_id as u64,
                 command: spec.command,
                 env,
+                memory_bytes: spec
+                    .work
+                    .as_ref()
+                    .map(|w| w.memory_per_worker_bytes)
+                    .filter(|&m| m > 0),
             }));
         }
         let mut stmt = self

@@ -7,6 +7,9 @@ mod codec;
 mod msg;
 mod version;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,

@@ -296,7 +296,7 @@ pub enum Command {
 }
 
 /// A task to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskAssignment {
     /// The task, unique across the cluster.
     pub task_id: u64,
@@ -304,8 +304,25 @@ pub struct TaskAssignment {
     pub job_id: u64,
     /// The program and its arguments.
     pub command: Vec<String>,
-    /// Extra environment variables.
+    /// Extra environment variables, secret ones included.
     pub env: BTreeMap<String, String>,
+    /// The job's memory need per worker, which the edge enforces as the
+    /// task's cgroup memory limit where it can.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+}
+
+/// Shows the environment's names only: values may be secrets.
+impl std::fmt::Debug for TaskAssignment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskAssignment")
+            .field("task_id", &self.task_id)
+            .field("job_id", &self.job_id)
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("memory_bytes", &self.memory_bytes)
+            .finish()
+    }
 }
 
 /// A refusal, sent in place of the expected reply.

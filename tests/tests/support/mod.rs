@@ -284,6 +284,15 @@ impl Coordinator {
     }
 }
 
+/// A temporary directory that an edge's task user (`nobody`, when the tests
+/// run as root) may pass through, as an operator's data dir's parents are.
+pub fn tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    dir
+}
+
 /// Starts an edge. With `replay`, it replays that node of `trace` at 60×.
 pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&Path>) -> Proc {
     let mut cmd = Command::new(EDGE);

@@ -1,0 +1,158 @@
+//! Tasks are confined: they run as the configured unprivileged user when the
+//! edge is root, with a clean environment, and in their own cgroup where
+//! cgroup v2 is writable, so that a child that leaves the task's process group
+//! still dies on cancel and on the edge's next start after a `kill -9`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::{Coordinator, PATIENCE, Proc, start_edge, write_trace};
+
+/// Whether process `pid` runs (a zombie does not count).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits until `path` holds a pid, and returns it.
+fn pid_in(path: &Path, cloud: &Proc) -> u32 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pid in {}: {:#?}",
+            path.display(),
+            cloud.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Waits until process `pid` is gone.
+fn gone(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while running(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
+/// A job whose task starts a child in a session of its own (out of the
+/// task's process group), writes the child's pid to `escaped.pid` in its
+/// checkpoint dir, and waits.
+const ESCAPER: &str = r#"setsid sh -c 'echo $$ > "$TIDEMILL_CHECKPOINT_DIR/escaped.pid"; exec sleep 1000' & sleep 1000"#;
+
+fn checkpoint_dir(dir: &Path, node: &str, job: u64) -> PathBuf {
+    dir.join(format!("edge-{node}"))
+        .join("checkpoints")
+        .join(format!("job-{job}"))
+}
+
+#[test]
+fn a_task_runs_as_the_task_user_with_a_clean_environment() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start();
+    let trace = write_trace(dir.path(), &["e1"]);
+    let _e1 = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    let id = coord.submit(
+        dir.path(),
+        "whoami",
+        &[
+            "sh",
+            "-c",
+            "id -un; env | cut -d= -f1 | sort | tr '\\n' ' '",
+        ],
+    );
+    cloud.wait_for(&format!("job_id={id} state=succeeded"), 1, PATIENCE);
+    let tail = coord.job(id)["output_tail"].to_string();
+    let root = nix::unistd::Uid::effective().is_root();
+    let expected_user = if root {
+        "nobody".to_string()
+    } else {
+        std::env::var("USER").unwrap_or_default()
+    };
+    eprintln!("task output: {tail}");
+    if root || !expected_user.is_empty() {
+        assert!(
+            tail.contains(&expected_user),
+            "the task runs as {expected_user}: {tail}"
+        );
+    }
+    for var in [
+        "PATH",
+        "HOME",
+        "TIDEMILL_NODE_ID",
+        "TIDEMILL_JOB_ID",
+        "TIDEMILL_TASK_ID",
+        "TIDEMILL_CHECKPOINT_DIR",
+    ] {
+        assert!(tail.contains(var), "{var} is set: {tail}");
+    }
+    // The edge runs with RUST_LOG set; its task does not inherit it.
+    assert!(!tail.contains("RUST_LOG"), "a clean environment: {tail}");
+}
+
+#[test]
+fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start();
+    let trace = write_trace(dir.path(), &["e1"]);
+    let mut e1 = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    let cgroups = e1
+        .log()
+        .iter()
+        .any(|l| l.contains("tasks run in their own cgroups"));
+    if !cgroups {
+        eprintln!(
+            "skipped: cgroup v2 is not writable here, so a child that leaves the task's process group outlives it"
+        );
+        return;
+    }
+    let memory = e1.log().iter().any(|l| l.contains("memory_limits=true"));
+    if !memory {
+        eprintln!("memory limits not checked: this host's cgroup v2 has no memory controller");
+    }
+
+    // Cancel: the task and its escaped child die.
+    let id = coord.submit(dir.path(), "escaper", &["sh", "-c", ESCAPER]);
+    let child = pid_in(
+        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &cloud,
+    );
+    assert!(running(child));
+    coord.cli(&["jobs", "cancel", &id.to_string()]);
+    cloud.wait_for(&format!("job_id={id} state=cancelled"), 1, PATIENCE);
+    assert!(gone(child), "the escaped child {child} outlived the cancel");
+
+    // kill -9 of the edge: its next start kills what is left.
+    let id = coord.submit(dir.path(), "escaper-2", &["sh", "-c", ESCAPER]);
+    let child = pid_in(
+        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &cloud,
+    );
+    e1.kill9();
+    assert!(running(child), "the child outlives the edge's SIGKILL");
+    let e1_again = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    e1_again.wait_for("stopped while the task ran", 1, PATIENCE);
+    assert!(
+        gone(child),
+        "the escaped child {child} outlived the edge's restart"
+    );
+}
