@@ -63,7 +63,7 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         Ok(Err(why)) => return refuse(&coord, &conn, remote, &why),
         Err(_) => return refuse(&coord, &conn, remote, "no hello within the stream timeout"),
     };
-    let outcome = match (first, certified) {
+    let outcome = match (first, certified.as_ref()) {
         (Ok(Some(EdgeMsg::Join(j))), None) => {
             return join(&coord, &conn, send, j, remote).await;
         }
@@ -72,7 +72,7 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
             return refuse_with_answer(&coord, &conn, remote, send, ErrorCode::Unauthorized, why)
                 .await;
         }
-        (Ok(Some(EdgeMsg::Hello(h))), Some(node)) if h.node_id != node => {
+        (Ok(Some(EdgeMsg::Hello(h))), Some((node, _))) if &h.node_id != node => {
             let why = format!(
                 "a hello as node {} over the certificate of node {node}: a node may only use its own id",
                 h.node_id
@@ -103,7 +103,8 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         Ok(hello) => hello,
         Err(why) => return refuse(&coord, &conn, remote, &why),
     };
-    tracing::info!(node_id = %node_id, %remote, "edge connected");
+    let cert = certified.as_ref().map_or("", |(_, f)| &f[..16]);
+    tracing::info!(node_id = %node_id, %remote, cert = %cert, "edge connected");
     coord.connect(&node_id, conn.clone(), probe_port);
     let trains = probe::Trains::watch(&conn);
     let reason = loop {
@@ -172,7 +173,10 @@ fn refuse_identity(
 /// The node the connection's certificate was issued to, `None` for a
 /// connection without one (it may only join), or why the certificate is
 /// refused.
-fn certified_node(conn: &quinn::Connection, coord: &Coordinator) -> Result<Option<String>, String> {
+fn certified_node(
+    conn: &quinn::Connection,
+    coord: &Coordinator,
+) -> Result<Option<(String, String)>, String> {
     let Some(chain) = conn.peer_identity().and_then(|id| {
         id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
             .ok()
@@ -185,7 +189,7 @@ fn certified_node(conn: &quinn::Connection, coord: &Coordinator) -> Result<Optio
     let fingerprint = sha256_hex(leaf);
     let status = coord.store.lock().unwrap().cert_status(&fingerprint);
     match status {
-        Ok(CertStatus::Node(node)) => Ok(Some(node)),
+        Ok(CertStatus::Node(node)) => Ok(Some((node, fingerprint))),
         Ok(CertStatus::Revoked(node)) => Err(format!(
             "the certificate of node {node} (sha256 {fingerprint}) was revoked; join again with a new token"
         )),
@@ -236,7 +240,7 @@ async fn join(
             now,
         );
         match joined {
-            Ok(Ok(())) => Ok(cert),
+            Ok(Ok(())) => Ok((cert, not_after)),
             Ok(Err(refusal)) => Err((ErrorCode::Unauthorized, refusal.to_string())),
             Err(e) => {
                 tracing::error!(node_id = %j.node_id, error = %e, "cannot record a join");
@@ -248,12 +252,13 @@ async fn join(
         }
     });
     match outcome {
-        Ok(cert) => {
+        Ok((cert, not_after_ms)) => {
             Counters::bump(&coord.counters.joins);
             tracing::info!(node_id = %j.node_id, token_id = %j.token_id, %remote, "node joined");
             let joined = CloudMsg::Joined {
                 cert: cert.to_vec(),
                 ca: coord.authority.ca.to_vec(),
+                not_after_ms,
             };
             let _ = frames::write_msg(&mut send, &joined).await;
             let _ = send.finish();
@@ -262,6 +267,39 @@ async fn join(
         }
         Err((code, why)) => refuse_with_answer(coord, conn, remote, send, code, &why).await,
     }
+}
+
+/// A new certificate for `node_id`, the node of the connection that asks,
+/// over its new `public_key`.
+fn renew(
+    coord: &Coordinator,
+    node_id: &str,
+    public_key: &[u8],
+) -> Result<CloudMsg, (ErrorCode, String)> {
+    let now = SystemClock.now_ms();
+    let (cert, not_after_ms) = coord
+        .authority
+        .issue(node_id, public_key, now)
+        .map_err(|e| (ErrorCode::UnexpectedMessage, e.to_string()))?;
+    let fingerprint = sha256_hex(&cert);
+    coord
+        .store
+        .lock()
+        .unwrap()
+        .renew(node_id, (&fingerprint, not_after_ms), now)
+        .map_err(|e| {
+            tracing::error!(node_id = %node_id, error = %e, "cannot record a renewal");
+            (
+                ErrorCode::Internal,
+                "the coordinator cannot record the renewal".to_string(),
+            )
+        })?;
+    tracing::info!(node_id = %node_id, "certificate renewed");
+    Ok(CloudMsg::Renewed {
+        cert: cert.to_vec(),
+        ca: coord.authority.ca.to_vec(),
+        not_after_ms,
+    })
 }
 
 /// Registers the node a hello names and answers it with the welcome; returns
@@ -388,6 +426,10 @@ async fn serve_stream(
         Ok(Ok(Some(probe @ EdgeMsg::Probe { .. }))) => {
             (None, Some(probe::answer(&probe, &trains).await))
         }
+        Ok(Ok(Some(EdgeMsg::Renew { public_key }))) => match renew(&coord, &node_id, &public_key) {
+            Ok(renewed) => (None, Some(renewed)),
+            Err((code, why)) => refuse(code, why),
+        },
         Ok(Ok(Some(EdgeMsg::PeersRequest))) => (
             None,
             Some(CloudMsg::Peers(
@@ -423,6 +465,7 @@ fn variant(msg: &EdgeMsg) -> &'static str {
     match msg {
         EdgeMsg::Hello(_) => "a second hello",
         EdgeMsg::Join(_) => "a join",
+        EdgeMsg::Renew { .. } => "a renewal",
         EdgeMsg::Reports(_) => "reports",
         EdgeMsg::CommandAck { .. } => "a command ack",
         EdgeMsg::Error(_) => "an error",

@@ -64,6 +64,8 @@ pub struct LinkConfig {
     pub reconnect_min_ms: u64,
     /// Largest reconnect delay, s.
     pub reconnect_max_secs: u64,
+    /// Days before its expiry that the node renews its certificate.
+    pub renew_before_days: u64,
 }
 
 /// Link probe settings.

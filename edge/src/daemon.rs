@@ -1,6 +1,7 @@
 //! `tidemill-edge run`: wires the sampler, journal, executor and link together.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::executor::Executor;
 use crate::forecasting::Forecasting;
 use crate::join::{self, JoinError};
 use crate::journal::{Journal, JournalError};
-use crate::link::{Link, Probes};
+use crate::link::{Link, Probes, Renewal};
 use crate::sampler::{Sampler, SamplerError};
 
 /// Why the daemon stopped or could not start.
@@ -214,13 +215,23 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         backoff: backoff.clone(),
         ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
         probes: probes(&cfg, timing)?,
+        renewal: None,
         batch_budget: crate::link::BATCH_BYTES,
     };
+    let renew_before = Duration::from_secs(cfg.link.renew_before_days * 86_400);
     let mut link = tokio::spawn(async move {
         let identity = match identity {
             Some(identity) => identity,
             None => joining.retrying(backoff, &*wall).await?,
         };
+        link.renewal = Some(Arc::new(Renewal {
+            dir: joining.dir.clone(),
+            ca: joining.ca.clone(),
+            renew_before,
+            not_after_ms: AtomicI64::new(identity.not_after_ms.unwrap_or(0)),
+            renewed: AtomicBool::new(false),
+            timing,
+        }));
         let endpoint = quic::client(&identity, timing)?;
         let _ = slot.set(endpoint.clone());
         link.endpoint = Some(endpoint);

@@ -119,8 +119,8 @@ pub async fn join(
     let exchanged = request_certificate(&conn, &token, node_id, &key).await;
     conn.close(0u32.into(), b"joined");
     match exchanged {
-        Ok((cert, ca)) => {
-            key.store(dir, &cert, &ca)?;
+        Ok(issued) => {
+            key.store(dir, &issued)?;
             tracing::info!(node_id, dir = %dir.display(), token_id = %token.id, "joined; certificate stored");
             Ok(())
         }

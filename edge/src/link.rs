@@ -4,6 +4,8 @@
 //! on streams the coordinator opens.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +15,8 @@ use tidemill_proto::{
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::frames::{self, FrameError};
+use tidemill_runtime::identity::{NodeIdentity, NodeKeyPair, request_renewal};
+use tidemill_runtime::quic::{EndpointError, Timing};
 use tidemill_runtime::{probe, quic};
 use tokio::sync::Notify;
 
@@ -51,6 +55,8 @@ enum SessionError {
     Timeout(&'static str),
     #[error(transparent)]
     Journal(#[from] JournalError),
+    #[error("cannot use the renewed certificate: {0}")]
+    Credentials(#[from] EndpointError),
 }
 
 impl From<quinn::ConnectionError> for SessionError {
@@ -90,8 +96,77 @@ pub struct Link {
     pub ack_timeout: Duration,
     /// Link probing, if enabled.
     pub probes: Option<Arc<Probes>>,
+    /// When and where this node renews its certificate.
+    pub renewal: Option<Arc<Renewal>>,
     /// The current batch budget in bytes; see [`Link::drain`].
     pub batch_budget: usize,
+}
+
+/// How this node renews its certificate: on a live connection, once fewer
+/// than `renew_before` are left of it. The new credentials go to the data dir
+/// at once, and the next connection uses them; the current one carries on.
+pub struct Renewal {
+    /// The data dir holding the credentials.
+    pub dir: PathBuf,
+    /// A CA file trusted instead of the one received at join.
+    pub ca: Option<PathBuf>,
+    /// How long before expiry to renew.
+    pub renew_before: Duration,
+    /// When the certificate in use expires, Unix ms (0: unknown).
+    pub not_after_ms: AtomicI64,
+    /// Whether the data dir holds newer credentials than the endpoint uses.
+    pub renewed: AtomicBool,
+    /// Connection timing, for the endpoint's new configuration.
+    pub timing: Timing,
+}
+
+impl Renewal {
+    /// Whether the certificate is due for renewal at `now_ms`: its expiry is
+    /// unknown, or fewer than `renew_before` are left.
+    fn due(&self, now_ms: i64) -> bool {
+        let not_after = self.not_after_ms.load(Ordering::Relaxed);
+        not_after == 0 || not_after - now_ms < self.renew_before.as_millis() as i64
+    }
+}
+
+/// How often a live connection checks whether its certificate is due.
+const RENEW_CHECK: Duration = Duration::from_secs(3_600);
+
+/// Renews this node's certificate over `conn` whenever it is due, checking
+/// every [`RENEW_CHECK`], for the life of the connection.
+async fn renew_when_due(
+    conn: quinn::Connection,
+    renewal: Arc<Renewal>,
+    clock: SharedClock,
+    node_id: String,
+) {
+    loop {
+        if renewal.due(clock.now_ms()) {
+            match renew(&conn, &renewal).await {
+                Ok(not_after_ms) => {
+                    tracing::info!(node_id = %node_id, not_after_ms, "certificate renewed; the next connection uses it")
+                }
+                Err(e) => {
+                    tracing::warn!(node_id = %node_id, error = %e, "cannot renew the certificate; will retry")
+                }
+            }
+        }
+        clock.sleep(RENEW_CHECK).await;
+    }
+}
+
+async fn renew(conn: &quinn::Connection, renewal: &Renewal) -> Result<i64, String> {
+    let key = NodeKeyPair::generate().map_err(|e| e.to_string())?;
+    let issued = request_renewal(conn, &key)
+        .await
+        .map_err(|e| e.to_string())?;
+    key.store(&renewal.dir, &issued)
+        .map_err(|e| e.to_string())?;
+    renewal
+        .not_after_ms
+        .store(issued.not_after_ms, Ordering::Relaxed);
+    renewal.renewed.store(true, Ordering::Relaxed);
+    Ok(issued.not_after_ms)
 }
 
 /// How this edge probes its links.
@@ -130,6 +205,18 @@ impl Link {
     }
 
     async fn session(&mut self) -> Result<(), SessionError> {
+        if let Some(r) = self
+            .renewal
+            .as_ref()
+            .filter(|r| r.renewed.swap(false, Ordering::Relaxed))
+        {
+            let identity =
+                NodeIdentity::load(&r.dir, r.ca.as_deref()).map_err(EndpointError::from)?;
+            let config = quic::client_config(&identity, r.timing)?;
+            if let Some(endpoint) = self.endpoint.as_mut() {
+                endpoint.set_default_client_config(config);
+            }
+        }
         let endpoint = self
             .endpoint
             .as_ref()
@@ -160,7 +247,18 @@ impl Link {
                 self.node_id.clone(),
             ))
         });
+        let renewing = self.renewal.clone().map(|r| {
+            tokio::spawn(renew_when_due(
+                conn.clone(),
+                r,
+                self.clock.clone(),
+                self.node_id.clone(),
+            ))
+        });
         let result = self.drain(&conn).await;
+        if let Some(r) = renewing {
+            r.abort();
+        }
         commands.abort();
         if let Some(p) = probing {
             p.abort();

@@ -301,8 +301,8 @@ impl Edge {
         let key = NodeKeyPair::generate().map_err(|e| e.to_string())?;
         let joined = request_certificate(&conn, token, &self.node_id, &key).await;
         conn.close(0u32.into(), b"joined");
-        let (cert, ca) = joined.map_err(|e| e.to_string())?;
-        let config = quic::client_config(&key.into_identity(cert, ca), Timing::default())
+        let issued = joined.map_err(|e| e.to_string())?;
+        let config = quic::client_config(&key.into_identity(issued), Timing::default())
             .map_err(|e| e.to_string())?;
         *self.config.lock().unwrap() = Some(config.clone());
         Ok(config)

@@ -111,10 +111,10 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
             .await
             .unwrap();
         let key = NodeKeyPair::generate().unwrap();
-        let (cert, ca) = request_certificate(&conn, &token, "prober", &key)
+        let issued = request_certificate(&conn, &token, "prober", &key)
             .await
             .unwrap();
-        let client = quic::client(&key.into_identity(cert, ca), quic::Timing::default()).unwrap();
+        let client = quic::client(&key.into_identity(issued), quic::Timing::default()).unwrap();
         let conn = client
             .connect(coord.quic, "localhost")
             .unwrap()

@@ -105,6 +105,7 @@ fn cloud_msgs() -> Vec<CloudMsg> {
         CloudMsg::Joined {
             cert: vec![0x30, 0x82, 0x01, 0x00],
             ca: vec![0x30, 0x82, 0x01, 0x00],
+            not_after_ms: 1_831_536_000_000,
         },
     ]
 }

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
+use rustls::pki_types::pem::PemObject;
 use support::{Coordinator, EDGE, PATIENCE, Proc, start_edge, stored_report_seqs, write_trace};
 use tidemill_cloud::client::Client;
 
@@ -234,4 +235,90 @@ fn an_impostor_cannot_take_a_node_id() {
             && l.contains("the certificate of node e1")
             && l.contains("was revoked")
     });
+}
+
+#[test]
+fn a_certificate_is_renewed_without_losing_the_connection() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let mut cloud = coord.start();
+    // Certificates last 365 days: renewing 400 days ahead makes the edge
+    // renew as soon as it is connected.
+    let defaults = Command::new(EDGE)
+        .arg("print-default-config")
+        .output()
+        .unwrap();
+    let config = String::from_utf8(defaults.stdout)
+        .unwrap()
+        .replace("renew_before_days = 30", "renew_before_days = 400");
+    let config_file = dir.path().join("edge.toml");
+    std::fs::write(&config_file, config).unwrap();
+    let data = dir.path().join("e1");
+    let mut cmd = Command::new(EDGE);
+    cmd.args(["run", "--config"])
+        .arg(&config_file)
+        .args([
+            "--coordinator",
+            &coord.quic.to_string(),
+            "--node-id",
+            "e1",
+            "--token",
+            coord.token(),
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--sample-interval", "0.2"]);
+    let e1 = Proc::spawn("e1", cmd);
+    cloud.wait_for("certificate renewed", 1, PATIENCE);
+    e1.wait_for(
+        "certificate renewed; the next connection uses it",
+        1,
+        PATIENCE,
+    );
+    let renewed = std::fs::read(data.join("node.pem")).unwrap();
+    // The connection it renewed over was never dropped.
+    let connects = |p: &Proc| {
+        p.log()
+            .iter()
+            .filter(|l| l.contains("edge connected"))
+            .count()
+    };
+    assert_eq!(connects(&cloud), 1);
+
+    // The next connection, after a coordinator restart, uses the new certificate.
+    cloud.kill9();
+    let cloud = coord.start();
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    let fingerprint = |pem: &[u8]| {
+        let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+            .next()
+            .unwrap()
+            .unwrap();
+        tidemill_runtime::identity::sha256_hex(&der)
+    };
+    let db = rusqlite::Connection::open_with_flags(
+        coord.data_dir.join("tidemill.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let via: String = db
+        .query_row(
+            "SELECT token_id FROM node_certs WHERE fingerprint = ?1",
+            [fingerprint(&renewed)],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(via, "renewal", "the stored certificate is the renewed one");
+    let short = &fingerprint(&renewed)[..16];
+    cloud.wait_until("e1 back with its renewed certificate", 1, PATIENCE, |l| {
+        l.contains("edge connected") && l.contains(&format!("cert={short}"))
+    });
+    assert_eq!(
+        e1.log()
+            .iter()
+            .filter(|l| l.contains("link to coordinator down"))
+            .count(),
+        1,
+        "one reconnect, after the restart"
+    );
 }

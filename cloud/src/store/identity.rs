@@ -68,6 +68,22 @@ pub struct ApiTokenRecord {
     pub revoked_ms: Option<i64>,
 }
 
+/// Records a certificate issued to `node_id` (at a join with `token_id`, or
+/// at a renewal).
+fn insert_cert(
+    tx: &rusqlite::Transaction<'_>,
+    (fingerprint, not_after_ms): (&str, i64),
+    node_id: &str,
+    token_id: &str,
+    now_ms: i64,
+) -> rusqlite::Result<usize> {
+    tx.execute(
+        "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![fingerprint, node_id, token_id, now_ms, not_after_ms],
+    )
+}
+
 /// A token's secret hash, expiry, uses left and revocation time.
 type TokenRow = (String, Option<i64>, Option<i64>, Option<i64>);
 
@@ -196,15 +212,27 @@ impl Store {
                 [token_id],
             )
             .map_err(&err)?;
-            tx.execute(
-                "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![fingerprint, node_id, token_id, now_ms, not_after_ms],
-            )
-            .map_err(&err)?;
+            insert_cert(tx, (fingerprint, not_after_ms), node_id, token_id, now_ms).map_err(&err)?;
             event(tx, now_ms, Some(node_id), None, "node-joined", &format!("token {token_id}"))
                 .map_err(&err)?;
             Ok(Ok(()))
+        })
+    }
+
+    /// Records a renewed certificate for `node_id`; the old one stays valid
+    /// until it expires, so a reconnect in between still works.
+    pub fn renew(
+        &mut self,
+        node_id: &str,
+        (fingerprint, not_after_ms): (&str, i64),
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            insert_cert(tx, (fingerprint, not_after_ms), node_id, "renewal", now_ms)
+                .map_err(&err)?;
+            event(tx, now_ms, Some(node_id), None, "node-renewed", fingerprint).map_err(&err)?;
+            Ok(())
         })
     }
 

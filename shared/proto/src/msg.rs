@@ -46,6 +46,12 @@ pub enum EdgeMsg {
     },
     /// Asks the coordinator which peers this edge should probe.
     PeersRequest,
+    /// Asks for a new certificate for this connection's node over a new key,
+    /// before the current one expires; answered by [`CloudMsg::Renewed`].
+    Renew {
+        /// The new ECDSA P-256 public key (the uncompressed point).
+        public_key: Vec<u8>,
+    },
 }
 
 /// What the coordinator sends.
@@ -60,6 +66,17 @@ pub enum CloudMsg {
         cert: Vec<u8>,
         /// The coordinator's CA certificate.
         ca: Vec<u8>,
+        /// When the certificate expires, Unix ms.
+        not_after_ms: i64,
+    },
+    /// Answers [`EdgeMsg::Renew`], as [`CloudMsg::Joined`] answers a join.
+    Renewed {
+        /// The node's new client certificate.
+        cert: Vec<u8>,
+        /// The coordinator's CA certificate.
+        ca: Vec<u8>,
+        /// When the new certificate expires, Unix ms.
+        not_after_ms: i64,
     },
     /// Acknowledges every report of this node up to and including `seq`.
     Ack {

@@ -26,6 +26,8 @@ pub const NODE_CERT_FILE: &str = "node.pem";
 pub const NODE_KEY_FILE: &str = "node-key.pem";
 /// The coordinator's CA certificate as a node received it at join, in its data dir.
 pub const NODE_CA_FILE: &str = "ca.pem";
+/// When a node's certificate expires (Unix ms), in its data dir.
+pub const NODE_EXPIRY_FILE: &str = "node.expires";
 
 /// Days a leaf certificate (a node's or the server's) is valid.
 pub const LEAF_DAYS: i64 = 365;
@@ -214,6 +216,19 @@ pub struct NodeIdentity {
     pub key: PrivateKeyDer<'static>,
     /// The CA certificates the coordinator is checked against.
     pub ca: Vec<CertificateDer<'static>>,
+    /// When the certificate expires, Unix ms, if known.
+    pub not_after_ms: Option<i64>,
+}
+
+/// A certificate the coordinator issued, at a join or a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// The node's certificate, DER.
+    pub cert: Vec<u8>,
+    /// The CA that signed it, DER.
+    pub ca: Vec<u8>,
+    /// When it expires, Unix ms.
+    pub not_after_ms: i64,
 }
 
 impl NodeIdentity {
@@ -233,10 +248,14 @@ impl NodeIdentity {
             detail: e.to_string(),
         })?;
         let ca_path = ca.map_or_else(|| dir.join(NODE_CA_FILE), Path::to_path_buf);
+        let not_after_ms = std::fs::read_to_string(dir.join(NODE_EXPIRY_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
         Ok(NodeIdentity {
             cert,
             key,
             ca: tls::read_certs(&ca_path)?,
+            not_after_ms,
         })
     }
 }
@@ -256,23 +275,28 @@ impl NodeKeyPair {
         self.0.public_key_raw().to_vec()
     }
 
-    /// Writes the key, the certificate the coordinator issued and the CA to
-    /// `dir`, each 0600, the certificate last so that its presence means the
-    /// set is complete.
-    pub fn store(&self, dir: &Path, cert: &[u8], ca: &[u8]) -> Result<(), TlsError> {
+    /// Writes the key, the certificate the coordinator issued, its expiry and
+    /// the CA to `dir`, each 0600 and each atomically. A crash between the
+    /// files leaves a key that no longer matches the certificate only if it
+    /// strikes between the first two writes; the node then joins again.
+    pub fn store(&self, dir: &Path, issued: &Issued) -> Result<(), TlsError> {
         let pem = |der: &[u8]| tls::cert_pem(&CertificateDer::from(der));
         tls::write_private(&dir.join(NODE_KEY_FILE), self.0.serialize_pem().as_bytes())?;
-        tls::write_private(&dir.join(NODE_CA_FILE), pem(ca).as_bytes())?;
-        tls::write_private(&dir.join(NODE_CERT_FILE), pem(cert).as_bytes())
+        tls::write_private(&dir.join(NODE_CA_FILE), pem(&issued.ca).as_bytes())?;
+        tls::write_private(
+            &dir.join(NODE_EXPIRY_FILE),
+            issued.not_after_ms.to_string().as_bytes(),
+        )?;
+        tls::write_private(&dir.join(NODE_CERT_FILE), pem(&issued.cert).as_bytes())
     }
 
-    /// The credentials this key and what the coordinator sent make, kept in
-    /// memory (simulated edges).
-    pub fn into_identity(self, cert: Vec<u8>, ca: Vec<u8>) -> NodeIdentity {
+    /// The credentials this key and what the coordinator sent make.
+    pub fn into_identity(self, issued: Issued) -> NodeIdentity {
         NodeIdentity {
-            cert: CertificateDer::from(cert),
+            cert: CertificateDer::from(issued.cert),
             key: PrivateKeyDer::Pkcs8(self.0.serialize_der().into()),
-            ca: vec![CertificateDer::from(ca)],
+            ca: vec![CertificateDer::from(issued.ca)],
+            not_after_ms: Some(issued.not_after_ms),
         }
     }
 }
@@ -290,22 +314,52 @@ pub enum JoinFailure {
 
 /// Asks the coordinator on `conn` (a connection made with
 /// [`crate::quic::joiner_config`]) for a certificate for `node_id` over
-/// `key`; returns the certificate and the CA, both DER.
+/// `key`.
 pub async fn request_certificate(
     conn: &quinn::Connection,
     token: &JoinToken,
     node_id: &str,
     key: &NodeKeyPair,
-) -> Result<(Vec<u8>, Vec<u8>), JoinFailure> {
+) -> Result<Issued, JoinFailure> {
     let request = tidemill_proto::EdgeMsg::Join(tidemill_proto::Join {
         token_id: token.id.clone(),
         secret: token.secret.clone(),
         node_id: node_id.to_string(),
         public_key: key.public_key(),
     });
-    match crate::frames::request(conn, &request).await? {
-        tidemill_proto::CloudMsg::Joined { cert, ca } => Ok((cert, ca)),
-        tidemill_proto::CloudMsg::Error(e) => Err(JoinFailure::Refused(e.message)),
+    issued(crate::frames::request(conn, &request).await?)
+}
+
+/// Asks the coordinator on a node's own connection for a new certificate over
+/// `key`, before the current one expires.
+pub async fn request_renewal(
+    conn: &quinn::Connection,
+    key: &NodeKeyPair,
+) -> Result<Issued, JoinFailure> {
+    let request = tidemill_proto::EdgeMsg::Renew {
+        public_key: key.public_key(),
+    };
+    issued(crate::frames::request(conn, &request).await?)
+}
+
+fn issued(reply: tidemill_proto::CloudMsg) -> Result<Issued, JoinFailure> {
+    use tidemill_proto::CloudMsg;
+    match reply {
+        CloudMsg::Joined {
+            cert,
+            ca,
+            not_after_ms,
+        }
+        | CloudMsg::Renewed {
+            cert,
+            ca,
+            not_after_ms,
+        } => Ok(Issued {
+            cert,
+            ca,
+            not_after_ms,
+        }),
+        CloudMsg::Error(e) => Err(JoinFailure::Refused(e.message)),
         other => Err(JoinFailure::Refused(format!("unexpected answer {other:?}"))),
     }
 }
@@ -435,11 +489,22 @@ mod tests {
         let (cert, not_after) = ca.issue("e1", &node.public_key(), now).unwrap();
         assert_eq!(not_after, now + LEAF_DAYS * 86_400_000);
         let edge = tempfile::tempdir().unwrap();
-        node.store(edge.path(), &cert, &ca.ca).unwrap();
+        let issued = Issued {
+            cert: cert.to_vec(),
+            ca: ca.ca.to_vec(),
+            not_after_ms: not_after,
+        };
+        node.store(edge.path(), &issued).unwrap();
         let id = NodeIdentity::load(edge.path(), None).unwrap();
         assert_eq!(id.cert, cert);
         assert_eq!(sha256_hex(&id.ca[0]), ca.pin());
-        for f in [NODE_CERT_FILE, NODE_KEY_FILE, NODE_CA_FILE] {
+        assert_eq!(id.not_after_ms, Some(not_after));
+        for f in [
+            NODE_CERT_FILE,
+            NODE_KEY_FILE,
+            NODE_CA_FILE,
+            NODE_EXPIRY_FILE,
+        ] {
             let mode = std::fs::metadata(edge.path().join(f)).unwrap();
             assert_eq!(
                 std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
