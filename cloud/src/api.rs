@@ -38,6 +38,8 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
             get(list_api_tokens).post(create_api_token),
         )
         .route("/v1/api-tokens/{id}/revoke", post(revoke_api_token))
+        .route("/v1/ca", get(ca_status))
+        .route("/v1/ca/rotate", post(rotate_ca))
         .layer(axum::middleware::from_fn_with_state(
             coord.clone(),
             crate::auth::authenticate,
@@ -273,7 +275,7 @@ async fn create_token(
                 .saturating_mul(1000),
         )
     });
-    let token = JoinToken::generate(&c.authority.pin());
+    let token = JoinToken::generate(&c.authority().pin());
     let mut store = c.store.lock().unwrap();
     store.create_token(
         &token,
@@ -420,6 +422,47 @@ async fn revoke_api_token(
     }
     tracing::info!(token_id = %id, "API token revoked");
     Ok(Json(store.api_tokens()?))
+}
+
+/// A CA rotation step.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RotateRequest {
+    /// `begin` or `finish`.
+    pub step: crate::rotation::Step,
+    /// Finish even with nodes not yet renewed (they must join again).
+    #[serde(default)]
+    pub force: bool,
+}
+
+async fn ca_status(
+    State(c): State<Arc<Coordinator>>,
+) -> Result<Json<crate::rotation::CaStatus>, Failure> {
+    Ok(Json(crate::rotation::status(&c)?))
+}
+
+async fn rotate_ca(
+    State(c): State<Arc<Coordinator>>,
+    body: Result<Json<RotateRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<crate::rotation::CaStatus>, Failure> {
+    let Json(req) = body.map_err(|e| {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "invalid rotation request: {}; give step = begin or finish",
+                e.body_text()
+            ),
+        )
+    })?;
+    crate::rotation::step(&c, req.step, req.force)
+        .map(Json)
+        .map_err(|e| {
+            let status = match e {
+                crate::rotation::RotationError::NodesWaiting { .. }
+                | crate::rotation::RotationError::NotRotating => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            Failure(status, e.to_string())
+        })
 }
 
 /// Prometheus text exposition of a few gauges and counters.

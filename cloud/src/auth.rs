@@ -102,7 +102,7 @@ pub fn bootstrap(store: &mut Store, data_dir: &Path) -> Result<(), StoreError> {
 /// The scope a request needs: `None` for the health check, which anyone may
 /// read.
 fn needed(method: &Method, path: &str) -> Option<Scope> {
-    let admin_paths = ["/v1/tokens", "/v1/api-tokens"];
+    let admin_paths = ["/v1/tokens", "/v1/api-tokens", "/v1/ca"];
     if path == "/healthz" {
         None
     } else if admin_paths.iter().any(|p| path.starts_with(p)) || path.ends_with("/remove") {

@@ -42,6 +42,9 @@ enum Cmd {
     /// Create, list and revoke API tokens.
     #[command(subcommand)]
     ApiToken(ApiTokenCmd),
+    /// Show the CA, or rotate it (`ca rotate begin`, then `ca rotate finish`).
+    #[command(subcommand)]
+    Ca(CaCmd),
     /// Show the measured link matrix.
     Links(ApiArgs),
     /// Show a node's latest forecast, slot by slot.
@@ -125,6 +128,25 @@ enum ApiTokenCmd {
     Revoke {
         /// The token's id (the part before the `.`).
         id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CaCmd {
+    /// Where the CA stands: rotating or not, and how many nodes hold a
+    /// certificate from the CA that issues now.
+    Status(ApiArgs),
+    /// Take a rotation step: begin (a new CA signs from now on; every edge
+    /// reconnects once and renews onto it), then finish (the new CA is the
+    /// only one; refused while a node has not renewed, unless --force).
+    Rotate {
+        /// begin or finish.
+        step: crate::rotation::Step,
+        /// Finish even with nodes not yet renewed; they must join again.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -308,6 +330,13 @@ fn run(cli: Cli) -> Outcome {
             let tokens = api.client()?.revoke_api_token(&id)?;
             print_json(&tokens)
         }
+        Cmd::Ca(CaCmd::Status(a)) => print_ca(&a.client()?.ca_status()?, a.json),
+        Cmd::Ca(CaCmd::Rotate { step, force, api }) => {
+            let status = api
+                .client()?
+                .rotate_ca(&crate::api::RotateRequest { step, force })?;
+            print_ca(&status, api.json)
+        }
         Cmd::Token(TokenCmd::List(a)) => print_tokens(&a.client()?.tokens()?, a.json),
         Cmd::Token(TokenCmd::Revoke { id, api }) => {
             print_tokens(&api.client()?.revoke_token(&id)?, api.json)
@@ -440,6 +469,24 @@ fn print_forecast(node: &str, f: &tidemill_proto::NodeForecast) {
             .collect();
         println!("{:<12} {}", time(f.slot_start_ms(i)), cells.join("   "));
     }
+}
+
+fn print_ca(s: &crate::rotation::CaStatus, json: bool) -> Outcome {
+    if json {
+        return print_json(s);
+    }
+    println!("CA (servers, join tokens): sha256 {}", s.ca_sha256);
+    println!(
+        "issuing CA (node certificates): sha256 {}",
+        s.issuing_sha256
+    );
+    println!(
+        "rotation: {}; {} of {} nodes hold a certificate from the issuing CA",
+        if s.rotating { "under way" } else { "none" },
+        s.nodes_on_issuing,
+        s.nodes
+    );
+    Ok(())
 }
 
 fn print_tokens(tokens: &[crate::store::TokenRecord], json: bool) -> Outcome {

@@ -221,4 +221,17 @@ impl Client {
     pub fn revoke_api_token(&self, id: &str) -> Result<Vec<ApiTokenRecord>, ClientError> {
         self.call("POST", &format!("/v1/api-tokens/{id}/revoke"), None::<&()>)
     }
+
+    /// Where the CA stands.
+    pub fn ca_status(&self) -> Result<crate::rotation::CaStatus, ClientError> {
+        self.call("GET", "/v1/ca", None::<&()>)
+    }
+
+    /// Takes a CA rotation step.
+    pub fn rotate_ca(
+        &self,
+        req: &crate::api::RotateRequest,
+    ) -> Result<crate::rotation::CaStatus, ClientError> {
+        self.call("POST", "/v1/ca/rotate", Some(req))
+    }
 }

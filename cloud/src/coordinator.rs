@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tidemill_proto::Peer;
 use tidemill_runtime::clock::SharedClock;
@@ -41,6 +41,7 @@ impl Counters {
 struct Session {
     conn: quinn::Connection,
     probe_addr: Option<SocketAddr>,
+    cert_sha256: String,
 }
 
 /// State shared by the ingest, the rounds and the API.
@@ -63,8 +64,11 @@ pub struct Coordinator {
     pub scheduler: Mutex<SnapshotDriver>,
     /// When history was last pruned, Unix ms (0: never).
     last_prune_ms: AtomicI64,
-    /// The CA that issues joining nodes their certificates.
-    pub authority: Authority,
+    /// The CA that issues joining nodes their certificates (replaced at each
+    /// step of a CA rotation).
+    authority: RwLock<Arc<Authority>>,
+    /// The QUIC endpoint edges connect to, once it listens.
+    pub endpoint: OnceLock<quinn::Endpoint>,
 }
 
 impl Coordinator {
@@ -77,7 +81,8 @@ impl Coordinator {
         authority: Authority,
     ) -> Self {
         Coordinator {
-            authority,
+            authority: RwLock::new(Arc::new(authority)),
+            endpoint: OnceLock::new(),
             throughput,
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
@@ -93,9 +98,19 @@ impl Coordinator {
     /// Records `conn` as the node's connection, closing any older one it
     /// replaces. `probe_port` is where the edge answers link probes, on the
     /// address it connected from.
-    pub fn connect(&self, node_id: &str, conn: quinn::Connection, probe_port: Option<u16>) {
+    pub fn connect(
+        &self,
+        node_id: &str,
+        conn: quinn::Connection,
+        probe_port: Option<u16>,
+        cert_sha256: &str,
+    ) {
         let probe_addr = probe_port.map(|port| SocketAddr::new(conn.remote_address().ip(), port));
-        let session = Session { conn, probe_addr };
+        let session = Session {
+            conn,
+            probe_addr,
+            cert_sha256: cert_sha256.to_string(),
+        };
         if let Some(old) = self
             .sessions
             .lock()
@@ -127,9 +142,11 @@ impl Coordinator {
             .take(ids.len())
             .filter(|id| id.as_str() != node_id)
             .filter_map(|id| {
-                sessions[id.as_str()].probe_addr.map(|addr| Peer {
+                let s = &sessions[id.as_str()];
+                s.probe_addr.map(|addr| Peer {
                     node_id: id.to_string(),
                     addr,
+                    cert_sha256: s.cert_sha256.clone(),
                 })
             })
             .take(k)
@@ -155,6 +172,24 @@ impl Coordinator {
             .is_some_and(|s| s.conn.stable_id() == conn.stable_id())
         {
             sessions.remove(node_id);
+        }
+    }
+
+    /// The CA as it stands.
+    pub fn authority(&self) -> Arc<Authority> {
+        self.authority.read().unwrap().clone()
+    }
+
+    /// Puts a reloaded CA in force (a CA rotation's step).
+    pub fn set_authority(&self, authority: Authority) {
+        *self.authority.write().unwrap() = Arc::new(authority);
+    }
+
+    /// Closes every node's live connection, so that each reconnects (once)
+    /// into what changed: a CA rotation's step.
+    pub fn drop_sessions(&self, why: &str) {
+        for (_, s) in self.sessions.lock().unwrap().drain() {
+            s.conn.close(3u32.into(), why.as_bytes());
         }
     }
 

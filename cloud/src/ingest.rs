@@ -17,7 +17,7 @@ use tidemill_runtime::probe;
 use tidemill_runtime::quic;
 
 use crate::coordinator::{Coordinator, Counters};
-use crate::store::{CertStatus, ReportKind};
+use crate::store::{CertRecord, CertStatus, ReportKind};
 
 /// Longest node id accepted.
 const MAX_NODE_ID: usize = 128;
@@ -103,9 +103,9 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         Ok(hello) => hello,
         Err(why) => return refuse(&coord, &conn, remote, &why),
     };
-    let cert = certified.as_ref().map_or("", |(_, f)| &f[..16]);
-    tracing::info!(node_id = %node_id, %remote, cert = %cert, "edge connected");
-    coord.connect(&node_id, conn.clone(), probe_port);
+    let fingerprint = certified.as_ref().map_or("", |(_, f)| f.as_str());
+    tracing::info!(node_id = %node_id, %remote, cert = %&fingerprint[..fingerprint.len().min(16)], "edge connected");
+    coord.connect(&node_id, conn.clone(), probe_port, fingerprint);
     let trains = probe::Trains::watch(&conn);
     let reason = loop {
         match conn.accept_bi().await {
@@ -225,22 +225,23 @@ async fn join(
     let now = SystemClock.now_ms();
     let issued = match invalid_node_id(&j.node_id) {
         Some(why) => Err((ErrorCode::UnexpectedMessage, why)),
-        None => coord
-            .authority
-            .issue(&j.node_id, &j.public_key, now)
-            .map_err(|e| (ErrorCode::UnexpectedMessage, e.to_string())),
+        None => issue(coord, &j.node_id, &j.public_key, now),
     };
-    let outcome = issued.and_then(|(cert, not_after)| {
-        let fingerprint = sha256_hex(&cert);
-        let joined = coord.store.lock().unwrap().join(
-            &j.token_id,
-            &j.secret,
-            &j.node_id,
-            (&fingerprint, not_after),
-            now,
-        );
+    let outcome = issued.and_then(|issued| {
+        let fingerprint = sha256_hex(&issued.cert);
+        let record = CertRecord {
+            fingerprint: &fingerprint,
+            not_after_ms: issued.not_after_ms,
+            issuer_sha256: &issued.issuer_sha256,
+        };
+        let joined =
+            coord
+                .store
+                .lock()
+                .unwrap()
+                .join(&j.token_id, &j.secret, &j.node_id, record, now);
         match joined {
-            Ok(Ok(())) => Ok((cert, not_after)),
+            Ok(Ok(())) => Ok(issued),
             Ok(Err(refusal)) => Err((ErrorCode::Unauthorized, refusal.to_string())),
             Err(e) => {
                 tracing::error!(node_id = %j.node_id, error = %e, "cannot record a join");
@@ -252,14 +253,10 @@ async fn join(
         }
     });
     match outcome {
-        Ok((cert, not_after_ms)) => {
+        Ok(issued) => {
             Counters::bump(&coord.counters.joins);
             tracing::info!(node_id = %j.node_id, token_id = %j.token_id, %remote, "node joined");
-            let joined = CloudMsg::Joined {
-                cert: cert.to_vec(),
-                ca: coord.authority.ca.to_vec(),
-                not_after_ms,
-            };
+            let joined = CloudMsg::Joined(issued);
             let _ = frames::write_msg(&mut send, &joined).await;
             let _ = send.finish();
             let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
@@ -277,16 +274,18 @@ fn renew(
     public_key: &[u8],
 ) -> Result<CloudMsg, (ErrorCode, String)> {
     let now = SystemClock.now_ms();
-    let (cert, not_after_ms) = coord
-        .authority
-        .issue(node_id, public_key, now)
-        .map_err(|e| (ErrorCode::UnexpectedMessage, e.to_string()))?;
-    let fingerprint = sha256_hex(&cert);
+    let issued = issue(coord, node_id, public_key, now)?;
+    let fingerprint = sha256_hex(&issued.cert);
+    let record = CertRecord {
+        fingerprint: &fingerprint,
+        not_after_ms: issued.not_after_ms,
+        issuer_sha256: &issued.issuer_sha256,
+    };
     coord
         .store
         .lock()
         .unwrap()
-        .renew(node_id, (&fingerprint, not_after_ms), now)
+        .renew(node_id, record, now)
         .map_err(|e| {
             tracing::error!(node_id = %node_id, error = %e, "cannot record a renewal");
             (
@@ -294,12 +293,23 @@ fn renew(
                 "the coordinator cannot record the renewal".to_string(),
             )
         })?;
-    tracing::info!(node_id = %node_id, "certificate renewed");
-    Ok(CloudMsg::Renewed {
-        cert: cert.to_vec(),
-        ca: coord.authority.ca.to_vec(),
-        not_after_ms,
-    })
+    tracing::info!(node_id = %node_id, issuer = %&issued.issuer_sha256[..16], "certificate renewed");
+    Ok(CloudMsg::Renewed(issued))
+}
+
+/// A certificate for `node_id` over `public_key` from the CA that issues now,
+/// with what the node should trust.
+fn issue(
+    coord: &Coordinator,
+    node_id: &str,
+    public_key: &[u8],
+    now_ms: i64,
+) -> Result<tidemill_proto::Issued, (ErrorCode, String)> {
+    let authority = coord.authority();
+    let (cert, not_after_ms) = authority
+        .issue(node_id, public_key, now_ms)
+        .map_err(|e| (ErrorCode::UnexpectedMessage, e.to_string()))?;
+    Ok(authority.issued(&cert, not_after_ms))
 }
 
 /// Registers the node a hello names and answers it with the welcome; returns
@@ -332,6 +342,7 @@ async fn welcome(
     let welcome = CloudMsg::Welcome(Welcome {
         acked_seq,
         coordinator_version: env!("CARGO_PKG_VERSION").into(),
+        issuing_ca_sha256: coord.authority().issuing_pin(),
     });
     frames::write_msg(&mut send, &welcome)
         .await

@@ -112,7 +112,8 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
         idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
     };
-    let endpoint = quic::server(cfg.quic_listen, identity, timing, &reset_key)?;
+    let config = quic::server_config(identity, quic::Clients::CertifiedOrJoining, timing)?;
+    let endpoint = quic::server(cfg.quic_listen, config, &reset_key)?;
     let quic_addr = endpoint.local_addr().map_err(|source| {
         CloudError::Endpoint(EndpointError::Bind {
             addr: cfg.quic_listen,
@@ -129,6 +130,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     })?;
 
     let coordinator = Arc::new(Coordinator::new(store, cfg, clock, throughput, authority));
+    let _ = coordinator.endpoint.set(endpoint.clone());
     let mut tasks = JoinSet::new();
     tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
     tasks.spawn(round::run(coordinator.clone()));

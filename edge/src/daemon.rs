@@ -9,6 +9,7 @@ use tidemill_proto::ReportBody;
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock, SystemClock};
 use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::identity::NodeIdentity;
 use tidemill_runtime::probe;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
@@ -64,26 +65,34 @@ pub enum EdgeError {
     Journal(#[from] JournalError),
 }
 
-/// Starts this edge's probe responder and prober, if probing is enabled.
-fn probes(cfg: &EdgeConfig, timing: Timing) -> Result<Option<Arc<Probes>>, EdgeError> {
-    if !cfg.probe.enabled {
+/// Starts this edge's probe responder, which presents `identity` and answers
+/// only other nodes, and its prober, if probing is enabled (`probe`).
+fn probes(
+    probe: &crate::config::ProbeConfig,
+    identity: Arc<NodeIdentity>,
+    timing: Timing,
+) -> Result<Option<Arc<Probes>>, EdgeError> {
+    if !probe.enabled {
         return Ok(None);
     }
-    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], cfg.probe.listen_port));
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], probe.listen_port));
     let mut reset_key = [0u8; quic::RESET_KEY_LEN];
     rand::fill(&mut reset_key);
-    let identity = probe::responder_identity().map_err(EndpointError::from)?;
-    let responder = quic::server(addr, identity, timing, &reset_key)?;
+    let config = probe::responder_config(&identity, timing)?;
+    let responder = quic::server(addr, config, &reset_key)?;
     let responder_port = responder
         .local_addr()
         .map_err(|source| EndpointError::Bind { addr, source })?
         .port();
-    tokio::spawn(probe::respond(responder));
+    tokio::spawn(probe::respond(responder.clone()));
     Ok(Some(Arc::new(Probes {
-        prober: probe::prober(timing)?,
+        prober: quic::bare_client()?,
+        responder,
+        identity: Mutex::new(identity),
+        timing,
         responder_port,
-        interval: Duration::from_secs(cfg.probe.interval_secs),
-        bytes: cfg.probe.bytes,
+        interval: Duration::from_secs(probe.interval_secs),
+        bytes: probe.bytes,
     })))
 }
 
@@ -214,11 +223,12 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         clock: wall.clone(),
         backoff: backoff.clone(),
         ack_timeout: Duration::from_secs(cfg.link.ack_timeout_secs),
-        probes: probes(&cfg, timing)?,
+        probes: None,
         renewal: None,
         batch_budget: crate::link::BATCH_BYTES,
     };
     let renew_before = Duration::from_secs(cfg.link.renew_before_days * 86_400);
+    let probe_cfg = cfg.probe.clone();
     let mut link = tokio::spawn(async move {
         let identity = match identity {
             Some(identity) => identity,
@@ -230,9 +240,11 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             renew_before,
             not_after_ms: AtomicI64::new(identity.not_after_ms.unwrap_or(0)),
             renewed: AtomicBool::new(false),
+            issuer: Mutex::new(identity.issuer_sha256.clone()),
             timing,
         }));
         let endpoint = quic::client(&identity, timing)?;
+        link.probes = probes(&probe_cfg, Arc::new(identity), timing)?;
         let _ = slot.set(endpoint.clone());
         link.endpoint = Some(endpoint);
         link.run().await.map_err(EdgeError::from)

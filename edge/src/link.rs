@@ -116,16 +116,21 @@ pub struct Renewal {
     pub not_after_ms: AtomicI64,
     /// Whether the data dir holds newer credentials than the endpoint uses.
     pub renewed: AtomicBool,
+    /// SHA-256 of the CA that signed the certificate in use, if known.
+    pub issuer: Mutex<Option<String>>,
     /// Connection timing, for the endpoint's new configuration.
     pub timing: Timing,
 }
 
 impl Renewal {
     /// Whether the certificate is due for renewal at `now_ms`: its expiry is
-    /// unknown, or fewer than `renew_before` are left.
-    fn due(&self, now_ms: i64) -> bool {
+    /// unknown, fewer than `renew_before` are left, or another CA than the
+    /// one that signed it issues now (`issuing`, from the welcome: a CA
+    /// rotation is under way).
+    fn due(&self, now_ms: i64, issuing: &str) -> bool {
         let not_after = self.not_after_ms.load(Ordering::Relaxed);
-        not_after == 0 || not_after - now_ms < self.renew_before.as_millis() as i64
+        let moved = !issuing.is_empty() && self.issuer.lock().unwrap().as_deref() != Some(issuing);
+        moved || not_after == 0 || not_after - now_ms < self.renew_before.as_millis() as i64
     }
 }
 
@@ -138,10 +143,10 @@ async fn renew_when_due(
     conn: quinn::Connection,
     renewal: Arc<Renewal>,
     clock: SharedClock,
-    node_id: String,
+    (node_id, issuing): (String, String),
 ) {
     loop {
-        if renewal.due(clock.now_ms()) {
+        if renewal.due(clock.now_ms(), &issuing) {
             match renew(&conn, &renewal).await {
                 Ok(not_after_ms) => {
                     tracing::info!(node_id = %node_id, not_after_ms, "certificate renewed; the next connection uses it")
@@ -165,6 +170,7 @@ async fn renew(conn: &quinn::Connection, renewal: &Renewal) -> Result<i64, Strin
     renewal
         .not_after_ms
         .store(issued.not_after_ms, Ordering::Relaxed);
+    *renewal.issuer.lock().unwrap() = Some(issued.issuer_sha256.clone());
     renewal.renewed.store(true, Ordering::Relaxed);
     Ok(issued.not_after_ms)
 }
@@ -173,6 +179,12 @@ async fn renew(conn: &quinn::Connection, renewal: &Renewal) -> Result<i64, Strin
 pub struct Probes {
     /// The client endpoint for peers' responders.
     pub prober: quinn::Endpoint,
+    /// This edge's own responder.
+    pub responder: quinn::Endpoint,
+    /// The credentials both present (replaced when the certificate is renewed).
+    pub identity: Mutex<Arc<NodeIdentity>>,
+    /// Connection timing.
+    pub timing: Timing,
     /// The UDP port of this edge's own responder.
     pub responder_port: u16,
     /// Time between rounds of probes.
@@ -216,6 +228,11 @@ impl Link {
             if let Some(endpoint) = self.endpoint.as_mut() {
                 endpoint.set_default_client_config(config);
             }
+            if let Some(p) = &self.probes {
+                p.responder
+                    .set_server_config(Some(probe::responder_config(&identity, p.timing)?));
+                *p.identity.lock().unwrap() = Arc::new(identity);
+            }
         }
         let endpoint = self
             .endpoint
@@ -227,8 +244,8 @@ impl Link {
             capabilities: self.capabilities.clone(),
             probe_port: self.probes.as_ref().map(|p| p.responder_port),
         });
-        let acked = match self.ask(&conn, &hello, "the hello").await? {
-            CloudMsg::Welcome(w) => w.acked_seq,
+        let (acked, issuing) = match self.ask(&conn, &hello, "the hello").await? {
+            CloudMsg::Welcome(w) => (w.acked_seq, w.issuing_ca_sha256),
             CloudMsg::Error(e) => return Err(refused("registration", e)),
             _ => return Err(SessionError::Unexpected("hello")),
         };
@@ -252,7 +269,7 @@ impl Link {
                 conn.clone(),
                 r,
                 self.clock.clone(),
-                self.node_id.clone(),
+                (self.node_id.clone(), issuing.clone()),
             ))
         });
         let result = self.drain(&conn).await;
@@ -383,9 +400,15 @@ async fn probe_links(
             Ok(Ok(CloudMsg::Peers(peers))) => peers,
             _ => Vec::new(),
         };
+        let identity = probes.identity.lock().unwrap().clone();
         for peer in peers {
-            let probe =
-                probe::measure_peer(&probes.prober, &peer.node_id, peer.addr, probes.bytes, now);
+            let probe = probe::measure_peer(
+                &probes.prober,
+                &identity,
+                (&peer.node_id, peer.addr, &peer.cert_sha256),
+                probes.timing,
+                (probes.bytes, now),
+            );
             match clock::timeout(&*clock, limit, probe).await {
                 Ok(Ok(sample)) => measured.push(sample),
                 Ok(Err(e)) => {

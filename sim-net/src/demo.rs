@@ -238,7 +238,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     );
 
     // The edges join with a token, as real ones do.
-    let token = JoinToken::generate(&server.coordinator.authority.pin());
+    let token = JoinToken::generate(&server.coordinator.authority().pin());
     server
         .coordinator
         .store

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use tidemill_proto::{
-    Capabilities, CloudMsg, Command, EdgeMsg, HEADER_LEN, Hello, Join, LinkSample, Report,
+    Capabilities, CloudMsg, Command, EdgeMsg, HEADER_LEN, Hello, Issued, Join, LinkSample, Report,
     ReportBody, Sample, TaskAssignment, TrainArrival, Welcome, encode,
 };
 
@@ -86,6 +86,7 @@ fn cloud_msgs() -> Vec<CloudMsg> {
         CloudMsg::Welcome(Welcome {
             acked_seq: 41,
             coordinator_version: "0.1.0".into(),
+            issuing_ca_sha256: "ab".repeat(32),
         }),
         CloudMsg::Ack { seq: 42 },
         CloudMsg::Command(Command::Assign(TaskAssignment {
@@ -102,11 +103,12 @@ fn cloud_msgs() -> Vec<CloudMsg> {
                 arrivals_us: vec![0, 900, 1_800],
             }),
         },
-        CloudMsg::Joined {
+        CloudMsg::Joined(Issued {
             cert: vec![0x30, 0x82, 0x01, 0x00],
-            ca: vec![0x30, 0x82, 0x01, 0x00],
+            ca: vec![vec![0x30, 0x82, 0x01, 0x00]],
+            issuer_sha256: "ab".repeat(32),
             not_after_ms: 1_831_536_000_000,
-        },
+        }),
     ]
 }
 

@@ -68,19 +68,30 @@ pub struct ApiTokenRecord {
     pub revoked_ms: Option<i64>,
 }
 
+/// A certificate issued to a node, as the store keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct CertRecord<'a> {
+    /// SHA-256 of the certificate, hex.
+    pub fingerprint: &'a str,
+    /// When it expires, Unix ms.
+    pub not_after_ms: i64,
+    /// SHA-256 of the CA that signed it, hex.
+    pub issuer_sha256: &'a str,
+}
+
 /// Records a certificate issued to `node_id` (at a join with `token_id`, or
 /// at a renewal).
 fn insert_cert(
     tx: &rusqlite::Transaction<'_>,
-    (fingerprint, not_after_ms): (&str, i64),
+    cert: CertRecord<'_>,
     node_id: &str,
     token_id: &str,
     now_ms: i64,
 ) -> rusqlite::Result<usize> {
     tx.execute(
-        "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![fingerprint, node_id, token_id, now_ms, not_after_ms],
+        "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms, issuer_sha256)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![cert.fingerprint, node_id, token_id, now_ms, cert.not_after_ms, cert.issuer_sha256],
     )
 }
 
@@ -168,7 +179,7 @@ impl Store {
         token_id: &str,
         secret: &str,
         node_id: &str,
-        (fingerprint, not_after_ms): (&str, i64),
+        cert: CertRecord<'_>,
         now_ms: i64,
     ) -> Result<Result<(), JoinRefusal>, StoreError> {
         let err = self.sql_err();
@@ -212,7 +223,7 @@ impl Store {
                 [token_id],
             )
             .map_err(&err)?;
-            insert_cert(tx, (fingerprint, not_after_ms), node_id, token_id, now_ms).map_err(&err)?;
+            insert_cert(tx, cert, node_id, token_id, now_ms).map_err(&err)?;
             event(tx, now_ms, Some(node_id), None, "node-joined", &format!("token {token_id}"))
                 .map_err(&err)?;
             Ok(Ok(()))
@@ -224,16 +235,42 @@ impl Store {
     pub fn renew(
         &mut self,
         node_id: &str,
-        (fingerprint, not_after_ms): (&str, i64),
+        cert: CertRecord<'_>,
         now_ms: i64,
     ) -> Result<(), StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
-            insert_cert(tx, (fingerprint, not_after_ms), node_id, "renewal", now_ms)
-                .map_err(&err)?;
-            event(tx, now_ms, Some(node_id), None, "node-renewed", fingerprint).map_err(&err)?;
+            insert_cert(tx, cert, node_id, "renewal", now_ms).map_err(&err)?;
+            event(
+                tx,
+                now_ms,
+                Some(node_id),
+                None,
+                "node-renewed",
+                cert.fingerprint,
+            )
+            .map_err(&err)?;
             Ok(())
         })
+    }
+
+    /// For a CA rotation: how many nodes with a live certificate there are,
+    /// and how many of them hold one from the CA `issuer_sha256`.
+    pub fn rotation_progress(
+        &self,
+        issuer_sha256: &str,
+        now_ms: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .query_row(
+                "SELECT COUNT(DISTINCT node_id),
+                        COUNT(DISTINCT CASE WHEN issuer_sha256 = ?1 THEN node_id END)
+                 FROM node_certs WHERE revoked_ms IS NULL AND not_after_ms > ?2",
+                params![issuer_sha256, now_ms],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+            )
+            .map_err(err)
     }
 
     /// What the certificate with this fingerprint names.
@@ -370,8 +407,12 @@ mod tests {
     use super::*;
     use tidemill_runtime::identity::JoinToken;
 
-    fn issue(fp: &str) -> (&str, i64) {
-        (fp, 10_000)
+    fn issue(fp: &str) -> CertRecord<'_> {
+        CertRecord {
+            fingerprint: fp,
+            not_after_ms: 10_000,
+            issuer_sha256: "ca",
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod schema;
 mod testkit;
 mod tidal;
 
-pub use identity::{ApiTokenRecord, CertStatus, JoinRefusal, TokenRecord};
+pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
 pub use reports::{Applied, ReportKind};

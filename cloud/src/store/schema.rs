@@ -138,4 +138,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 ",
+    "
+    ALTER TABLE node_certs ADD COLUMN issuer_sha256 TEXT NOT NULL DEFAULT '';
+",
 ];

@@ -61,13 +61,31 @@ pub fn payload_len(header: [u8; HEADER_LEN]) -> Result<usize, CodecError> {
     Ok(len)
 }
 
+/// How deeply a payload may nest. The protocol's own messages nest a dozen
+/// levels at most; a hostile payload of nested arrays would otherwise recurse
+/// once per byte and overflow the stack (found by the `edge_msg` fuzz target).
+pub(crate) const MAX_DEPTH: usize = 64;
+
 /// Deserialises a payload (without its header).
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, CodecError> {
-    Ok(rmp_serde::from_slice(payload)?)
+    let mut de = rmp_serde::Deserializer::from_read_ref(payload);
+    de.set_max_depth(MAX_DEPTH);
+    Ok(T::deserialize(&mut de)?)
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        // 100 000 one-element arrays inside each other.
+        let mut payload = vec![0x91u8; 100_000];
+        payload.push(0xc0);
+        assert!(decode::<crate::EdgeMsg>(&payload).is_err());
+        let mut map = [0x81u8, 0xa1, b'x'].repeat(30_000);
+        map.push(0xc0);
+        assert!(decode::<crate::CloudMsg>(&map).is_err());
+    }
+
     use super::*;
     use crate::{EdgeMsg, Report, ReportBody, Sample};
     use proptest::prelude::*;

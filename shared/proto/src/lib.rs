@@ -13,7 +13,7 @@ pub mod fuzzing;
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
-    Hello, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
+    Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
     TaskStatus, TrainArrival, Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;

@@ -61,23 +61,9 @@ pub enum CloudMsg {
     Welcome(Welcome),
     /// Accepts a [`Join`]: the node's certificate and the CA that signed it,
     /// both DER.
-    Joined {
-        /// The node's client certificate.
-        cert: Vec<u8>,
-        /// The coordinator's CA certificate.
-        ca: Vec<u8>,
-        /// When the certificate expires, Unix ms.
-        not_after_ms: i64,
-    },
+    Joined(Issued),
     /// Answers [`EdgeMsg::Renew`], as [`CloudMsg::Joined`] answers a join.
-    Renewed {
-        /// The node's new client certificate.
-        cert: Vec<u8>,
-        /// The coordinator's CA certificate.
-        ca: Vec<u8>,
-        /// When the new certificate expires, Unix ms.
-        not_after_ms: i64,
-    },
+    Renewed(Issued),
     /// Acknowledges every report of this node up to and including `seq`.
     Ack {
         /// The highest sequence number the coordinator has durably stored.
@@ -115,6 +101,9 @@ pub struct Peer {
     pub node_id: String,
     /// Its probe responder's UDP address.
     pub addr: std::net::SocketAddr,
+    /// SHA-256 of the certificate it connected to the coordinator with, which
+    /// its responder presents: the prober accepts no other.
+    pub cert_sha256: String,
 }
 
 /// The name under which an edge reports its link to the coordinator.
@@ -145,6 +134,20 @@ pub struct Hello {
     /// The UDP port of the edge's probe responder, if it runs one; peers reach
     /// it at the address the coordinator sees the edge connect from.
     pub probe_port: Option<u16>,
+}
+
+/// A certificate the coordinator issued to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issued {
+    /// The node's client certificate, DER.
+    pub cert: Vec<u8>,
+    /// The CA certificates (DER) the node should trust: the coordinator's CA,
+    /// and the next one while a CA rotation is under way.
+    pub ca: Vec<Vec<u8>>,
+    /// SHA-256 (hex) of the CA that signed `cert`.
+    pub issuer_sha256: String,
+    /// When `cert` expires, Unix ms.
+    pub not_after_ms: i64,
 }
 
 /// A request for a node certificate, authorised by a join token.
@@ -179,6 +182,9 @@ pub struct Welcome {
     pub acked_seq: u64,
     /// The coordinator's build version, for operators reading logs.
     pub coordinator_version: String,
+    /// SHA-256 (hex) of the CA that signs node certificates now: a node whose
+    /// certificate another CA signed renews it (a CA rotation is under way).
+    pub issuing_ca_sha256: String,
 }
 
 /// A node's hardware and software, as registered.

@@ -28,6 +28,8 @@ pub const NODE_KEY_FILE: &str = "node-key.pem";
 pub const NODE_CA_FILE: &str = "ca.pem";
 /// When a node's certificate expires (Unix ms), in its data dir.
 pub const NODE_EXPIRY_FILE: &str = "node.expires";
+/// SHA-256 of the CA that signed a node's certificate, in its data dir.
+pub const NODE_ISSUER_FILE: &str = "node.issuer";
 
 /// Days a leaf certificate (a node's or the server's) is valid.
 pub const LEAF_DAYS: i64 = 365;
@@ -139,8 +141,14 @@ pub fn secret_matches(stored_sha256: &str, secret: &str) -> bool {
 /// The coordinator's CA, able to issue node certificates.
 pub struct Authority {
     issuer: Issuer<'static, KeyPair>,
-    /// The CA certificate.
+    /// The CA that signs node certificates now: the next one while a
+    /// rotation is under way.
+    pub issuing: CertificateDer<'static>,
+    /// The CA the server presents, which join tokens pin.
     pub ca: CertificateDer<'static>,
+    /// Every CA nodes should trust: the CA, and the next one during a
+    /// rotation.
+    pub trust: Vec<CertificateDer<'static>>,
 }
 
 /// An ECDSA P-256 public key as an edge sends it (the uncompressed point).
@@ -168,19 +176,37 @@ pub enum IssueError {
 }
 
 impl Authority {
-    /// Loads the CA from the coordinator's data dir.
+    /// Loads the CA (and, during a rotation, the next one) from the
+    /// coordinator's data dir.
     pub fn load(dir: &Path) -> Result<Authority, TlsError> {
-        let (params, key) = tls::ca_signer(dir)?;
+        let (params, key, issuing) = tls::issuing_ca(dir)?;
         let ca = tls::read_certs(&dir.join(tls::CA_CERT_FILE))?.remove(0);
         Ok(Authority {
             issuer: Issuer::new(params, key),
+            issuing,
             ca,
+            trust: tls::trusted_cas(dir)?,
         })
     }
 
-    /// The pin a join token carries.
+    /// The pin a join token carries: the CA the server presents.
     pub fn pin(&self) -> String {
         sha256_hex(&self.ca)
+    }
+
+    /// The pin of the CA that signs node certificates now.
+    pub fn issuing_pin(&self) -> String {
+        sha256_hex(&self.issuing)
+    }
+
+    /// What a node gets with a certificate it was issued.
+    pub fn issued(&self, cert: &CertificateDer<'_>, not_after_ms: i64) -> tidemill_proto::Issued {
+        tidemill_proto::Issued {
+            cert: cert.to_vec(),
+            ca: self.trust.iter().map(|c| c.to_vec()).collect(),
+            issuer_sha256: self.issuing_pin(),
+            not_after_ms,
+        }
     }
 
     /// A client certificate for `node_id` over `public_key`, valid from
@@ -218,18 +244,11 @@ pub struct NodeIdentity {
     pub ca: Vec<CertificateDer<'static>>,
     /// When the certificate expires, Unix ms, if known.
     pub not_after_ms: Option<i64>,
+    /// SHA-256 of the CA that signed the certificate, if known.
+    pub issuer_sha256: Option<String>,
 }
 
-/// A certificate the coordinator issued, at a join or a renewal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Issued {
-    /// The node's certificate, DER.
-    pub cert: Vec<u8>,
-    /// The CA that signed it, DER.
-    pub ca: Vec<u8>,
-    /// When it expires, Unix ms.
-    pub not_after_ms: i64,
-}
+pub use tidemill_proto::Issued;
 
 impl NodeIdentity {
     /// Whether `dir` holds a node certificate and key.
@@ -251,11 +270,15 @@ impl NodeIdentity {
         let not_after_ms = std::fs::read_to_string(dir.join(NODE_EXPIRY_FILE))
             .ok()
             .and_then(|s| s.trim().parse().ok());
+        let issuer_sha256 = std::fs::read_to_string(dir.join(NODE_ISSUER_FILE))
+            .ok()
+            .map(|s| s.trim().to_string());
         Ok(NodeIdentity {
             cert,
             key,
             ca: tls::read_certs(&ca_path)?,
             not_after_ms,
+            issuer_sha256,
         })
     }
 }
@@ -281,12 +304,14 @@ impl NodeKeyPair {
     /// strikes between the first two writes; the node then joins again.
     pub fn store(&self, dir: &Path, issued: &Issued) -> Result<(), TlsError> {
         let pem = |der: &[u8]| tls::cert_pem(&CertificateDer::from(der));
+        let bundle: String = issued.ca.iter().map(|c| pem(c)).collect();
         tls::write_private(&dir.join(NODE_KEY_FILE), self.0.serialize_pem().as_bytes())?;
-        tls::write_private(&dir.join(NODE_CA_FILE), pem(&issued.ca).as_bytes())?;
+        tls::write_private(&dir.join(NODE_CA_FILE), bundle.as_bytes())?;
         tls::write_private(
             &dir.join(NODE_EXPIRY_FILE),
             issued.not_after_ms.to_string().as_bytes(),
         )?;
+        tls::write_private(&dir.join(NODE_ISSUER_FILE), issued.issuer_sha256.as_bytes())?;
         tls::write_private(&dir.join(NODE_CERT_FILE), pem(&issued.cert).as_bytes())
     }
 
@@ -295,8 +320,9 @@ impl NodeKeyPair {
         NodeIdentity {
             cert: CertificateDer::from(issued.cert),
             key: PrivateKeyDer::Pkcs8(self.0.serialize_der().into()),
-            ca: vec![CertificateDer::from(issued.ca)],
+            ca: issued.ca.into_iter().map(CertificateDer::from).collect(),
             not_after_ms: Some(issued.not_after_ms),
+            issuer_sha256: Some(issued.issuer_sha256),
         }
     }
 }
@@ -345,44 +371,47 @@ pub async fn request_renewal(
 fn issued(reply: tidemill_proto::CloudMsg) -> Result<Issued, JoinFailure> {
     use tidemill_proto::CloudMsg;
     match reply {
-        CloudMsg::Joined {
-            cert,
-            ca,
-            not_after_ms,
-        }
-        | CloudMsg::Renewed {
-            cert,
-            ca,
-            not_after_ms,
-        } => Ok(Issued {
-            cert,
-            ca,
-            not_after_ms,
-        }),
+        CloudMsg::Joined(issued) | CloudMsg::Renewed(issued) => Ok(issued),
         CloudMsg::Error(e) => Err(JoinFailure::Refused(e.message)),
         other => Err(JoinFailure::Refused(format!("unexpected answer {other:?}"))),
     }
 }
 
-/// Accepts a server whose chain ends in the CA certificate that hashes to
-/// the token's pin, and whose leaf that CA signed for the name dialled.
+/// Accepts a server by a SHA-256 pin: a join token's pin on the CA, whose
+/// certificate must be in the server's chain and must have signed its leaf for
+/// the name dialled; or a peer's pin on its leaf itself, as the coordinator
+/// named it. The handshake's signature is checked either way.
 #[derive(Debug)]
-pub struct PinnedCa {
-    pin: String,
+pub struct Pinned {
+    pin: Pin,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-impl PinnedCa {
-    /// A verifier for the CA that hashes to `pin`.
-    pub fn new(pin: &str) -> PinnedCa {
-        PinnedCa {
-            pin: pin.to_ascii_lowercase(),
+#[derive(Debug)]
+enum Pin {
+    Ca(String),
+    Leaf(String),
+}
+
+impl Pinned {
+    /// A verifier for a coordinator whose CA hashes to `pin`.
+    pub fn ca(pin: &str) -> Pinned {
+        Pinned {
+            pin: Pin::Ca(pin.to_ascii_lowercase()),
+            provider: crate::quic::provider(),
+        }
+    }
+
+    /// A verifier for a peer whose own certificate hashes to `pin`.
+    pub fn leaf(pin: &str) -> Pinned {
+        Pinned {
+            pin: Pin::Leaf(pin.to_ascii_lowercase()),
             provider: crate::quic::provider(),
         }
     }
 }
 
-impl rustls::client::danger::ServerCertVerifier for PinnedCa {
+impl rustls::client::danger::ServerCertVerifier for Pinned {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -391,9 +420,20 @@ impl rustls::client::danger::ServerCertVerifier for PinnedCa {
         ocsp_response: &[u8],
         now: rustls::pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let pin = match &self.pin {
+            Pin::Leaf(pin) if sha256_hex(end_entity) == *pin => {
+                return Ok(rustls::client::danger::ServerCertVerified::assertion());
+            }
+            Pin::Leaf(_) => {
+                return Err(rustls::Error::General(
+                    "the peer's certificate is not the one the coordinator named".into(),
+                ));
+            }
+            Pin::Ca(pin) => pin,
+        };
         let ca = intermediates
             .iter()
-            .find(|c| sha256_hex(c) == self.pin)
+            .find(|c| sha256_hex(c) == *pin)
             .ok_or_else(|| {
                 rustls::Error::General(
                     "the coordinator's CA does not match the join token's pin; check the token and the address".into(),
@@ -489,11 +529,7 @@ mod tests {
         let (cert, not_after) = ca.issue("e1", &node.public_key(), now).unwrap();
         assert_eq!(not_after, now + LEAF_DAYS * 86_400_000);
         let edge = tempfile::tempdir().unwrap();
-        let issued = Issued {
-            cert: cert.to_vec(),
-            ca: ca.ca.to_vec(),
-            not_after_ms: not_after,
-        };
+        let issued = ca.issued(&cert, not_after);
         node.store(edge.path(), &issued).unwrap();
         let id = NodeIdentity::load(edge.path(), None).unwrap();
         assert_eq!(id.cert, cert);

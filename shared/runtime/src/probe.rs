@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, LinkSample, TrainArrival, WireError};
 
 use crate::frames::{self, FrameError};
+use crate::identity::NodeIdentity;
 use crate::quic::{EndpointError, Timing};
-use crate::tls::{ServerIdentity, TlsError};
+use crate::tls::ServerIdentity;
 
 /// The floor on the transfer time used for throughput, so that a transfer
 /// faster than the clock's resolution does not divide by zero.
@@ -281,97 +282,73 @@ pub async fn respond(endpoint: quinn::Endpoint) {
             let trains = Trains::watch(&conn);
             while let Ok((mut send, mut recv)) = conn.accept_bi().await {
                 let trains = trains.clone();
-                tokio::spawn(async move {
-                    if let Ok(Some(msg)) = frames::read_msg::<EdgeMsg>(&mut recv).await {
-                        let _ = frames::write_msg(&mut send, &answer(&msg, &trains).await).await;
-                        let _ = send.finish();
-                    }
-                });
+                tokio::spawn(crate::clock::timeout(
+                    &crate::clock::SystemClock,
+                    STREAM_TIMEOUT,
+                    async move {
+                        if let Ok(Some(msg)) = frames::read_msg::<EdgeMsg>(&mut recv).await {
+                            let _ =
+                                frames::write_msg(&mut send, &answer(&msg, &trains).await).await;
+                            let _ = send.finish();
+                        }
+                    },
+                ));
             }
         });
     }
 }
 
-/// A probe responder's identity: a certificate made up at start. Probes carry
-/// nothing of value, so probers do not verify it (see [`prober`]).
-pub fn responder_identity() -> Result<ServerIdentity, TlsError> {
-    let key = rcgen::KeyPair::generate()?;
-    let cert =
-        rcgen::CertificateParams::new(vec!["tidemill-probe".to_string()])?.self_signed(&key)?;
-    Ok(ServerIdentity {
-        chain: vec![cert.der().clone()],
-        key: rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+/// How long a probe stream may take, from its opening to its answer.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server side of this node's probe responder: its own certificate, and
+/// only clients with a certificate from the same CA (other nodes).
+pub fn responder_config(
+    node: &NodeIdentity,
+    timing: Timing,
+) -> Result<quinn::ServerConfig, EndpointError> {
+    let mut chain = vec![node.cert.clone()];
+    chain.extend(node.ca.iter().cloned());
+    let identity = ServerIdentity {
+        chain,
+        key: node.key.clone_key(),
         ca_path: std::path::PathBuf::new(),
-    })
+        client_roots: node.ca.clone(),
+    };
+    crate::quic::server_config(identity, crate::quic::Clients::Certified, timing)
 }
 
-/// A client endpoint for probing peers' responders. It accepts any server
-/// certificate (the handshake signature is still checked): a probe sends only
-/// filler and trusts nothing it receives beyond a byte count.
-pub fn prober(timing: Timing) -> Result<quinn::Endpoint, EndpointError> {
-    crate::quic::client_with_verifier(Arc::new(AnyCertificate(crate::quic::provider())), timing)
-}
-
-/// Connects to a peer's probe responder and measures the link.
+/// Connects from `prober` to the responder of `peer` at `addr`, accepting it
+/// only if its certificate hashes to `peer_sha256`, as `node`, and measures
+/// the link.
 pub async fn measure_peer(
     prober: &quinn::Endpoint,
-    peer: &str,
-    addr: SocketAddr,
-    bytes: usize,
-    t_ms: i64,
-) -> Result<LinkSample, FrameError> {
-    let conn = prober.connect(addr, "tidemill-probe")?.await?;
+    node: &NodeIdentity,
+    (peer, addr, peer_sha256): (&str, SocketAddr, &str),
+    timing: Timing,
+    (bytes, t_ms): (usize, i64),
+) -> Result<LinkSample, PeerProbeError> {
+    let config = crate::quic::peer_config(node, peer_sha256, timing)?;
+    let conn = prober
+        .connect_with(config, addr, "tidemill-probe")
+        .map_err(FrameError::from)?
+        .await
+        .map_err(FrameError::from)?;
     let sample = measure(&conn, peer, bytes, t_ms).await;
     conn.close(0u32.into(), b"probe done");
-    sample
+    Ok(sample?)
 }
 
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+/// Why a peer could not be probed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerProbeError {
+    /// This node's credentials could not make a client configuration.
+    #[error(transparent)]
+    Config(#[from] EndpointError),
+    /// The connection or the exchange failed (a peer whose certificate is not
+    /// the one named fails here, in the handshake).
+    #[error(transparent)]
+    Frame(#[from] FrameError),
 }
 
 #[cfg(test)]
@@ -457,32 +434,58 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn measures_a_loopback_link_through_a_responder() {
-        let identity = responder_identity().unwrap();
+    async fn measures_a_loopback_link_through_a_responder_only_between_named_nodes() {
+        use crate::identity::{Authority, NodeIdentity, NodeKeyPair, sha256_hex};
+        let pki = tempfile::tempdir().unwrap();
+        crate::tls::load_or_create(pki.path(), &["localhost".into()], 1_800_000_000_000).unwrap();
+        let ca = Authority::load(pki.path()).unwrap();
+        let node = |id: &str| -> NodeIdentity {
+            let key = NodeKeyPair::generate().unwrap();
+            let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+            let (cert, not_after_ms) = ca.issue(id, &key.public_key(), now).unwrap();
+            key.into_identity(ca.issued(&cert, not_after_ms))
+        };
+        let (a, b) = (node("a"), node("b"));
+        let timing = Timing::default();
         let key = [7u8; crate::quic::RESET_KEY_LEN];
-        let server = crate::quic::server(
-            "127.0.0.1:0".parse().unwrap(),
-            identity,
-            Timing::default(),
-            &key,
-        )
-        .unwrap();
+        let config = responder_config(&a, timing).unwrap();
+        let server = crate::quic::server("127.0.0.1:0".parse().unwrap(), config, &key).unwrap();
         let addr = server.local_addr().unwrap();
         tokio::spawn(respond(server));
-        let client = prober(Timing::default()).unwrap();
-        let sample = measure_peer(&client, "peer-1", addr, 64 * 1024, 42)
+        let client = crate::quic::bare_client().unwrap();
+        let pin = sha256_hex(&a.cert);
+        let sample = measure_peer(&client, &b, ("a", addr, &pin), timing, (64 * 1024, 42))
             .await
             .unwrap();
-        assert_eq!((sample.peer.as_str(), sample.t_ms), ("peer-1", 42));
+        assert_eq!((sample.peer.as_str(), sample.t_ms), ("a", 42));
         assert!(sample.rtt_ms > 0.0 && sample.rtt_ms < 1000.0, "{sample:?}");
         assert!(sample.bandwidth_bps > 1e5, "{sample:?}");
         assert!((0.0..=1.0).contains(&sample.loss));
+        let config = crate::quic::peer_config(&b, &pin, timing).unwrap();
         let conn = client
-            .connect(addr, "tidemill-probe")
+            .connect_with(config, addr, "tidemill-probe")
             .unwrap()
             .await
             .unwrap();
         let arrived = train(&conn, 5).await.unwrap().unwrap().arrivals_us;
         assert_eq!(arrived.len(), TRAIN_LEN, "{arrived:?}");
+
+        // A responder that is not the node named is refused by the prober.
+        let wrong = sha256_hex(&b.cert);
+        assert!(
+            measure_peer(&client, &b, ("a", addr, &wrong), timing, (1_024, 42))
+                .await
+                .is_err()
+        );
+        // A client without a node certificate is refused by the responder.
+        let anonymous = crate::quic::joiner_config(&ca.pin(), timing).unwrap();
+        let refused = async {
+            let conn = client
+                .connect_with(anonymous, addr, "tidemill-probe")?
+                .await?;
+            conn.accept_uni().await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        };
+        assert!(refused.await.is_err());
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tidemill_proto::ALPN;
 
-use crate::identity::{NodeIdentity, PinnedCa};
+use crate::identity::{NodeIdentity, Pinned};
 use crate::tls::{ServerIdentity, TlsError, read_certs};
 
 /// TLS alert 120, `no_application_protocol`: the peers share no ALPN token, which
@@ -77,35 +77,9 @@ pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// packet instead of waiting out the idle timeout.
 pub fn server(
     addr: SocketAddr,
-    identity: ServerIdentity,
-    timing: Timing,
+    config: quinn::ServerConfig,
     reset_key: &[u8; RESET_KEY_LEN],
 ) -> Result<quinn::Endpoint, EndpointError> {
-    // Clients that present a certificate must present one the CA signed; one
-    // without may only join (the coordinator checks which, per connection).
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in &identity.chain[1..] {
-        roots.add(ca.clone()).map_err(TlsError::from)?;
-    }
-    let clients = if roots.is_empty() {
-        rustls::server::WebPkiClientVerifier::no_client_auth()
-    } else {
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?
-    };
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(TlsError::from)?
-        .with_client_cert_verifier(clients)
-        .with_single_cert(identity.chain, identity.key)
-        .map_err(TlsError::from)?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = QuicServerConfig::try_from(tls)
-        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    config.transport_config(transport(timing)?);
     let bind = |source| EndpointError::Bind { addr, source };
     let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
     widen_buffers(&socket);
@@ -123,6 +97,50 @@ pub fn server(
     let runtime = quinn::default_runtime()
         .ok_or_else(|| bind(std::io::Error::other("no async runtime is running")))?;
     quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(bind)
+}
+
+/// Which clients a server accepts. Either way a client certificate must be
+/// one the server's CA (the rest of its chain) signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clients {
+    /// Also clients without a certificate, which may only join (the
+    /// coordinator checks which, per connection).
+    CertifiedOrJoining,
+    /// Only clients with a certificate (a node's probe responder).
+    Certified,
+}
+
+/// A server's side of its connections: its chain and key, the clients it
+/// accepts, and the transport timing.
+pub fn server_config(
+    identity: ServerIdentity,
+    clients: Clients,
+    timing: Timing,
+) -> Result<quinn::ServerConfig, EndpointError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in &identity.client_roots {
+        roots.add(ca.clone()).map_err(TlsError::from)?;
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let verifier = match clients {
+        Clients::CertifiedOrJoining => verifier.allow_unauthenticated(),
+        Clients::Certified => verifier,
+    }
+    .build()
+    .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::from)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain, identity.key)
+        .map_err(TlsError::from)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicServerConfig::try_from(tls)
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(transport(timing)?);
+    Ok(config)
 }
 
 /// The UDP buffer size the coordinator asks for, each way. Thousands of edges
@@ -237,23 +255,27 @@ pub fn joiner_config(pin: &str, timing: Timing) -> Result<quinn::ClientConfig, E
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::from)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(PinnedCa::new(pin)))
+        .with_custom_certificate_verifier(Arc::new(Pinned::ca(pin)))
         .with_no_client_auth();
     quinn_config(tls, timing, ALPN)
 }
 
-/// A client endpoint whose server certificates `verifier` judges.
-pub(crate) fn client_with_verifier(
-    verifier: Arc<dyn rustls::client::danger::ServerCertVerifier>,
+/// The client side of a link probe to a peer: this node's certificate, and
+/// the peer accepted only if its certificate hashes to `peer_sha256`, the
+/// pin the coordinator named it with.
+pub fn peer_config(
+    node: &NodeIdentity,
+    peer_sha256: &str,
     timing: Timing,
-) -> Result<quinn::Endpoint, EndpointError> {
+) -> Result<quinn::ClientConfig, EndpointError> {
     let tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(TlsError::from)?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    client_endpoint(tls, timing, ALPN)
+        .with_custom_certificate_verifier(Arc::new(Pinned::leaf(peer_sha256)))
+        .with_client_auth_cert(vec![node.cert.clone()], node.key.clone_key())
+        .map_err(TlsError::from)?;
+    quinn_config(tls, timing, ALPN)
 }
 
 fn client_endpoint(

@@ -24,6 +24,9 @@ pub const CA_CERT_FILE: &str = "ca.pem";
 const CA_KEY_FILE: &str = "ca-key.pem";
 const SERVER_CERT_FILE: &str = "server.pem";
 const SERVER_KEY_FILE: &str = "server-key.pem";
+/// The next CA while a rotation is under way ([`begin_rotation`]).
+const NEXT_CA_CERT_FILE: &str = "ca-next.pem";
+const NEXT_CA_KEY_FILE: &str = "ca-next-key.pem";
 /// The server certificate's expiry (Unix ms), written beside it.
 const SERVER_EXPIRY_FILE: &str = "server.expires";
 /// The CA's distinguished name; the issuer of every certificate it signs.
@@ -84,6 +87,9 @@ pub struct ServerIdentity {
     pub key: PrivateKeyDer<'static>,
     /// Where the CA certificate lies, to hand to edges.
     pub ca_path: PathBuf,
+    /// The CAs whose certificates clients may present: the CA, and the next
+    /// one while a rotation is under way.
+    pub client_roots: Vec<CertificateDer<'static>>,
 }
 
 /// Loads the PKI from `dir`, creating a CA and a server certificate valid for
@@ -123,16 +129,79 @@ pub fn load_or_create(
         detail: e.to_string(),
     })?;
     Ok(ServerIdentity {
+        client_roots: trusted_cas(dir)?,
         chain,
         key,
         ca_path,
     })
 }
 
+/// The CA certificates clients are checked against: the CA, then the next
+/// one while a rotation is under way.
+pub fn trusted_cas(dir: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let mut cas = read_certs(&dir.join(CA_CERT_FILE))?;
+    if rotating(dir) {
+        cas.extend(read_certs(&dir.join(NEXT_CA_CERT_FILE))?);
+    }
+    Ok(cas)
+}
+
+/// Whether a CA rotation is under way in `dir`.
+pub fn rotating(dir: &Path) -> bool {
+    dir.join(NEXT_CA_CERT_FILE).exists()
+}
+
+/// Starts a CA rotation: makes the next CA, which from now on signs the
+/// certificates nodes get at joins and renewals, while clients of either CA
+/// are accepted and the server keeps its certificate from the current one.
+/// Does nothing if a rotation is under way.
+pub fn begin_rotation(dir: &Path, now_ms: i64) -> Result<(), TlsError> {
+    if rotating(dir) {
+        return Ok(());
+    }
+    let key = KeyPair::generate()?;
+    let cert = ca_params(now_ms)?.self_signed(&key)?;
+    write_private(&dir.join(NEXT_CA_KEY_FILE), key.serialize_pem().as_bytes())?;
+    write_file(&dir.join(NEXT_CA_CERT_FILE), cert.pem().as_bytes(), 0o644)?;
+    tracing::info!(dir = %dir.display(), "CA rotation begun: a new CA signs from now on");
+    Ok(())
+}
+
+/// Ends a CA rotation: the next CA becomes the CA, signs a new server
+/// certificate for `names`, and the old one is kept as ca-retired-<ms>.pem
+/// (with its key) but trusted no more.
+pub fn finish_rotation(dir: &Path, names: &[String], now_ms: i64) -> Result<(), TlsError> {
+    if !rotating(dir) {
+        return Err(TlsError::Io {
+            path: dir.join(NEXT_CA_CERT_FILE),
+            source: std::io::Error::other("no CA rotation is under way; begin one first"),
+        });
+    }
+    let rename = |from: &str, to: String| {
+        std::fs::rename(dir.join(from), dir.join(&to)).map_err(|source| TlsError::Io {
+            path: dir.join(from),
+            source,
+        })
+    };
+    rename(CA_KEY_FILE, format!("ca-retired-{now_ms}-key.pem"))?;
+    rename(CA_CERT_FILE, format!("ca-retired-{now_ms}.pem"))?;
+    rename(NEXT_CA_KEY_FILE, CA_KEY_FILE.to_string())?;
+    rename(NEXT_CA_CERT_FILE, CA_CERT_FILE.to_string())?;
+    let (params, key) = ca_signer(dir)?;
+    issue_server(dir, names, &Issuer::new(params, key), now_ms)?;
+    tracing::info!(dir = %dir.display(), "CA rotation finished: the new CA is the only one trusted");
+    Ok(())
+}
+
 /// The CA's parameters and key, to sign with: the same name and key as the
 /// CA certificate, so what they sign chains to it.
 pub(crate) fn ca_signer(dir: &Path) -> Result<(CertificateParams, KeyPair), TlsError> {
-    let path = dir.join(CA_KEY_FILE);
+    ca_signer_from(&dir.join(CA_KEY_FILE))
+}
+
+/// The signer of the CA whose key is at `path`.
+fn ca_signer_from(path: &Path) -> Result<(CertificateParams, KeyPair), TlsError> {
+    let path = path.to_path_buf();
     let pem = std::fs::read_to_string(&path).map_err(|source| TlsError::Io {
         path: path.clone(),
         source,
@@ -173,6 +242,20 @@ pub(crate) fn set_validity(params: &mut CertificateParams, now_ms: i64, days: i6
 }
 
 /// A certificate in PEM.
+/// The signer of the CA that issues node certificates now: the next CA
+/// while a rotation is under way, else the CA; with its certificate.
+pub(crate) fn issuing_ca(
+    dir: &Path,
+) -> Result<(CertificateParams, KeyPair, CertificateDer<'static>), TlsError> {
+    let (key, cert) = if rotating(dir) {
+        (NEXT_CA_KEY_FILE, NEXT_CA_CERT_FILE)
+    } else {
+        (CA_KEY_FILE, CA_CERT_FILE)
+    };
+    let (params, signer) = ca_signer_from(&dir.join(key))?;
+    Ok((params, signer, read_certs(&dir.join(cert))?.remove(0)))
+}
+
 pub(crate) fn cert_pem(cert: &CertificateDer<'_>) -> String {
     pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec()))
 }
