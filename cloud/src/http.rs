@@ -13,13 +13,17 @@ use tower::ServiceExt;
 
 use crate::auth::Peer;
 
+/// A connection's lifetime, in request timeouts: keep-alive is allowed, but
+/// no connection stays open indefinitely.
+pub const CONNECTION_LIFETIMES: u32 = 6;
+
 /// What the loop allows each connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
-    /// Time to send the request headers, and the most a connection lives
-    /// without finishing a request.
+    /// Time to send a request's headers; a connection lives at most
+    /// [`CONNECTION_LIFETIMES`] times this.
     pub request_timeout: Duration,
 }
 
@@ -68,7 +72,8 @@ pub async fn serve(
                 }
             };
             // A connection may stay open for keep-alive, but not idle forever.
-            match tokio::time::timeout(limits.request_timeout * 6, served).await {
+            match tokio::time::timeout(limits.request_timeout * CONNECTION_LIFETIMES, served).await
+            {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "API connection ended"),
                 Err(_) => tracing::debug!(%peer, "API connection cut at its time limit"),
