@@ -23,6 +23,8 @@ use tidemill_runtime::identity::JoinToken;
 pub fn router(coord: Arc<Coordinator>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{id}/forecast", get(node_forecast))
@@ -463,6 +465,19 @@ async fn rotate_ca(
             };
             Failure(status, e.to_string())
         })
+}
+
+/// Ready when the store answers and a scheduling round finished recently; a
+/// 503 says why not.
+async fn readyz(State(c): State<Arc<Coordinator>>) -> Response {
+    match c.not_ready() {
+        None => "ok\n".into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// Prometheus text exposition of a few gauges and counters.

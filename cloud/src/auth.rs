@@ -103,7 +103,7 @@ pub fn bootstrap(store: &mut Store, data_dir: &Path) -> Result<(), StoreError> {
 /// read.
 fn needed(method: &Method, path: &str) -> Option<Scope> {
     let admin_paths = ["/v1/tokens", "/v1/api-tokens", "/v1/ca"];
-    if path == "/healthz" {
+    if ["/healthz", "/livez", "/readyz"].contains(&path) {
         None
     } else if admin_paths.iter().any(|p| path.starts_with(p)) || path.ends_with("/remove") {
         Some(Scope::Admin)
@@ -187,6 +187,7 @@ mod tests {
     #[test]
     fn each_route_needs_its_scope() {
         assert_eq!(needed(&Method::GET, "/healthz"), None);
+        assert_eq!(needed(&Method::GET, "/readyz"), None);
         assert_eq!(needed(&Method::GET, "/metrics"), Some(Scope::Read));
         assert_eq!(needed(&Method::GET, "/v1/jobs"), Some(Scope::Read));
         assert_eq!(needed(&Method::POST, "/v1/jobs"), Some(Scope::Submit));

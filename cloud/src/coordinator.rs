@@ -69,6 +69,8 @@ pub struct Coordinator {
     authority: RwLock<Arc<Authority>>,
     /// The QUIC endpoint edges connect to, once it listens.
     pub endpoint: OnceLock<quinn::Endpoint>,
+    /// When the last scheduling round succeeded, wall time.
+    last_round: Mutex<Option<std::time::Instant>>,
 }
 
 impl Coordinator {
@@ -83,6 +85,7 @@ impl Coordinator {
         Coordinator {
             authority: RwLock::new(Arc::new(authority)),
             endpoint: OnceLock::new(),
+            last_round: Mutex::new(None),
             throughput,
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
@@ -172,6 +175,33 @@ impl Coordinator {
             .is_some_and(|s| s.conn.stable_id() == conn.stable_id())
         {
             sessions.remove(node_id);
+        }
+    }
+
+    /// Notes that a scheduling round succeeded just now.
+    pub fn round_done(&self) {
+        *self.last_round.lock().unwrap() = Some(std::time::Instant::now());
+    }
+
+    /// Why the coordinator is not ready to serve, if it is not: the store
+    /// cannot be read, or no scheduling round has succeeded within three
+    /// round intervals (wall time).
+    pub fn not_ready(&self) -> Option<String> {
+        if let Err(e) = self.store.lock().unwrap().counts() {
+            return Some(format!("the store cannot be read: {e}"));
+        }
+        let interval = std::time::Duration::from_secs_f64(
+            self.cfg.round_interval_secs / self.cfg.clock.speed.max(1.0),
+        );
+        match *self.last_round.lock().unwrap() {
+            None => Some("no scheduling round has finished yet".into()),
+            Some(t) if t.elapsed() > 3 * interval + std::time::Duration::from_secs(1) => {
+                Some(format!(
+                    "the last scheduling round finished {:.0} s ago",
+                    t.elapsed().as_secs_f64()
+                ))
+            }
+            Some(_) => None,
         }
     }
 

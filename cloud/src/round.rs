@@ -23,8 +23,9 @@ pub async fn run(coord: Arc<Coordinator>) {
     let interval = Duration::from_secs_f64(coord.cfg.round_interval_secs);
     loop {
         let started = std::time::Instant::now();
-        if let Err(e) = round(&coord).await {
-            tracing::error!(error = %e, "scheduling round failed; retrying next round");
+        match round(&coord).await {
+            Ok(()) => coord.round_done(),
+            Err(e) => tracing::error!(error = %e, "scheduling round failed; retrying next round"),
         }
         let took = started.elapsed();
         tracing::debug!(elapsed_us = took.as_micros() as u64, "round done");

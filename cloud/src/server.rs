@@ -35,6 +35,16 @@ pub enum CloudError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Another coordinator holds the data dir.
+    #[error(
+        "another tidemill-cloud ({holder}) is running on data dir {path}; stop it, or pass another --data-dir"
+    )]
+    Locked {
+        /// The data dir.
+        path: PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
     /// The store cannot be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -69,6 +79,8 @@ pub struct Server {
     pub coordinator: Arc<Coordinator>,
     endpoint: quinn::Endpoint,
     tasks: JoinSet<()>,
+    /// Held while the coordinator runs: the data dir's lock.
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// Connections the kernel holds for the API beyond those being served
@@ -87,6 +99,43 @@ fn api_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(API_BACKLOG)
 }
 
+/// The lock file that keeps a second coordinator off a data dir.
+const LOCK_FILE: &str = "lock";
+
+/// Takes the data dir's lock for as long as the returned file lives, and
+/// writes this process's id into it for the next one's error message.
+fn lock_data_dir(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, CloudError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let io = |source| CloudError::DataDir {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    let mut lock = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    {
+        Ok(lock) => lock,
+        Err((mut file, _)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(CloudError::Locked {
+                path: dir.to_path_buf(),
+                holder: holder.trim().to_string(),
+            });
+        }
+    };
+    lock.set_len(0).map_err(io)?;
+    lock.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+    write!(lock, "pid {}", std::process::id()).map_err(io)?;
+    Ok(lock)
+}
+
 /// Starts a coordinator and returns once it listens.
 pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, CloudError> {
     cfg.validate()?;
@@ -94,6 +143,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         path: cfg.data_dir.clone(),
         source,
     })?;
+    let lock = lock_data_dir(&cfg.data_dir)?;
     let throughput = cfg.scheduler.throughput_tables()?;
     let policy = cfg.scheduler.policy;
     let mut store = Store::open(&cfg.data_dir)?;
@@ -148,6 +198,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         coordinator,
         endpoint,
         tasks,
+        _lock: lock,
     })
 }
 

@@ -299,7 +299,10 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // Reports not yet acknowledged stay in the journal and go out on the next start.
     link.abort();
     if let Some(endpoint) = endpoint_slot.get() {
+        // Tell the coordinator at once, so it does not wait out the idle
+        // timeout before it sees this edge go.
         endpoint.close(0u32.into(), b"edge stopping");
+        let _ = clock::timeout(&SystemClock, Duration::from_secs(2), endpoint.wait_idle()).await;
     }
     outcome
 }
