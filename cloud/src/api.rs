@@ -224,6 +224,21 @@ async fn cancel_job(
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<u64>,
 ) -> Result<Json<JobRecord>, Failure> {
+    let job = c
+        .store
+        .lock()
+        .unwrap()
+        .job(id)?
+        .ok_or_else(|| not_found(id))?;
+    if job.state.is_terminal() {
+        return Err(Failure(
+            StatusCode::CONFLICT,
+            format!(
+                "job {id} already ended ({}); there is nothing to cancel",
+                job.state.as_str()
+            ),
+        ));
+    }
     if caller.scope < Scope::Admin {
         let owner = c.store.lock().unwrap().job_owner(id)?;
         if owner.as_deref().is_some_and(|o| o != caller.id) {
@@ -480,53 +495,96 @@ async fn readyz(State(c): State<Arc<Coordinator>>) -> Response {
     }
 }
 
-/// Prometheus text exposition of a few gauges and counters.
-async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<String, Failure> {
+/// Writes one metric family in Prometheus text format: its help, its type,
+/// and a sample per label set (`""` for none).
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// Prometheus text exposition (format 0.0.4) of the coordinator's gauges and
+/// counters.
+async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<Response, Failure> {
     use std::sync::atomic::Ordering::Relaxed;
     let counts = c.store.lock().unwrap().counts()?;
+    let plain = |v: u64| vec![(String::new(), v)];
     let mut out = String::new();
-    let _ = writeln!(out, "# TYPE tidemill_nodes gauge");
-    let _ = writeln!(
-        out,
-        "tidemill_nodes{{state=\"online\"}} {}",
-        counts.nodes_online
+    family(
+        &mut out,
+        "tidemill_build_info",
+        "gauge",
+        "The running build: always 1, with the version as a label.",
+        &[(format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1)],
     );
-    let _ = writeln!(
-        out,
-        "tidemill_nodes{{state=\"offline\"}} {}",
-        counts.nodes_offline
+    family(
+        &mut out,
+        "tidemill_nodes",
+        "gauge",
+        "Registered nodes by state.",
+        &[
+            ("{state=\"online\"}".into(), counts.nodes_online),
+            ("{state=\"offline\"}".into(), counts.nodes_offline),
+        ],
     );
-    let _ = writeln!(out, "# TYPE tidemill_nodes_connected gauge");
-    let _ = writeln!(out, "tidemill_nodes_connected {}", c.connected().len());
-    let _ = writeln!(out, "# TYPE tidemill_jobs gauge");
-    for (state, n) in &counts.jobs {
-        let _ = writeln!(out, "tidemill_jobs{{state=\"{state}\"}} {n}");
+    family(
+        &mut out,
+        "tidemill_nodes_connected",
+        "gauge",
+        "Nodes with a live connection now.",
+        &plain(c.connected().len() as u64),
+    );
+    let jobs: Vec<(String, u64)> = counts
+        .jobs
+        .iter()
+        .map(|(state, n)| (format!("{{state=\"{state}\"}}"), *n))
+        .collect();
+    family(&mut out, "tidemill_jobs", "gauge", "Jobs by state.", &jobs);
+    family(
+        &mut out,
+        "tidemill_reports_stored",
+        "gauge",
+        "Reports in the ledger.",
+        &plain(counts.reports),
+    );
+    for (name, help, counter) in [
+        (
+            "tidemill_refused_connections_total",
+            "Connections refused in or after the handshake.",
+            &c.counters.refused_connections,
+        ),
+        (
+            "tidemill_refused_frames_total",
+            "Frames refused as oversized, malformed or unexpected.",
+            &c.counters.refused_frames,
+        ),
+        (
+            "tidemill_refused_identity_total",
+            "Connections refused for identity: no, an unknown or a revoked certificate, another node's id, or a bad join token.",
+            &c.counters.refused_identity,
+        ),
+        (
+            "tidemill_joins_total",
+            "Certificates issued to joining nodes.",
+            &c.counters.joins,
+        ),
+    ] {
+        family(
+            &mut out,
+            name,
+            "counter",
+            help,
+            &plain(counter.load(Relaxed)),
+        );
     }
-    let _ = writeln!(out, "# TYPE tidemill_reports_stored gauge");
-    let _ = writeln!(out, "tidemill_reports_stored {}", counts.reports);
-    let _ = writeln!(out, "# TYPE tidemill_refused_connections_total counter");
-    let _ = writeln!(
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         out,
-        "tidemill_refused_connections_total {}",
-        c.counters.refused_connections.load(Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE tidemill_refused_frames_total counter");
-    let _ = writeln!(
-        out,
-        "tidemill_refused_frames_total {}",
-        c.counters.refused_frames.load(Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE tidemill_refused_identity_total counter");
-    let _ = writeln!(
-        out,
-        "tidemill_refused_identity_total {}",
-        c.counters.refused_identity.load(Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE tidemill_joins_total counter");
-    let _ = writeln!(
-        out,
-        "tidemill_joins_total {}",
-        c.counters.joins.load(Relaxed)
-    );
-    Ok(out)
+    )
+        .into_response())
 }

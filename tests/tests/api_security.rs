@@ -177,6 +177,14 @@ fn bad_input_gets_a_clear_4xx() {
     for k in 0..3 {
         assert_eq!(post(&job(&format!("\"j{k}\""), "")).0, 201);
     }
+    // A job that ended cannot be cancelled, and the answer says so.
+    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", None, b"");
+    assert_eq!(status, 200, "cancelling a queued job: {body}");
+    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", None, b"");
+    assert!(
+        status == 409 && body.contains("already ended"),
+        "{status} {body}"
+    );
     let (status, page) = http(&coord, "GET", "/v1/jobs?limit=2", None, b"");
     let page: Vec<serde_json::Value> = serde_json::from_str(&page).unwrap();
     assert_eq!((status, page.len()), (200, 2));

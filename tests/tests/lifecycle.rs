@@ -62,4 +62,12 @@ fn liveness_and_readiness_answer() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let metrics = get("/metrics");
+    assert!(
+        metrics.contains("content-type: text/plain; version=0.0.4")
+            && metrics.contains("# HELP tidemill_build_info")
+            && metrics.contains("tidemill_build_info{version=")
+            && metrics.contains("# HELP tidemill_refused_identity_total"),
+        "{metrics}"
+    );
 }
