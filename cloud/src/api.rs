@@ -87,6 +87,17 @@ pub struct NewToken {
     pub token: String,
 }
 
+/// Refuses a token description that would bloat listings or forge log lines.
+fn check_description(description: &str) -> Result<(), Failure> {
+    if description.len() > 200 || description.contains(char::is_control) {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            "the description must be at most 200 characters, with no control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The answer to a node removal.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Removed {
@@ -277,12 +288,7 @@ async fn create_token(
             format!("invalid token request: {}", e.body_text()),
         )
     })?;
-    if req.description.len() > 200 || req.description.contains(char::is_control) {
-        return Err(Failure(
-            StatusCode::BAD_REQUEST,
-            "the description must be at most 200 characters, with no control characters".into(),
-        ));
-    }
+    check_description(&req.description)?;
     // Tokens expire in real time, as the certificates they buy do.
     let now = SystemClock.now_ms();
     let expires = req.ttl_secs.map(|s| {
@@ -395,12 +401,7 @@ async fn create_api_token(
             format!("{:?} is not a scope: use read, submit or admin", req.scope),
         )
     })?;
-    if req.description.len() > 200 || req.description.contains(char::is_control) {
-        return Err(Failure(
-            StatusCode::BAD_REQUEST,
-            "the description must be at most 200 characters, with no control characters".into(),
-        ));
-    }
+    check_description(&req.description)?;
     let (token, id, secret) = crate::auth::new_token();
     c.store.lock().unwrap().create_api_token(
         &id,

@@ -125,12 +125,16 @@ enum ApiTokenCmd {
     /// List API tokens (never their secrets).
     List(ApiArgs),
     /// Revoke an API token by its id.
-    Revoke {
-        /// The token's id (the part before the `.`).
-        id: String,
-        #[command(flatten)]
-        api: ApiArgs,
-    },
+    Revoke(RevokeArgs),
+}
+
+/// A token to revoke.
+#[derive(Debug, Args)]
+struct RevokeArgs {
+    /// The token's id, as `list` shows it.
+    id: String,
+    #[command(flatten)]
+    api: ApiArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,12 +188,7 @@ enum TokenCmd {
     /// List join tokens (never their secrets).
     List(ApiArgs),
     /// Revoke a join token by its id.
-    Revoke {
-        /// The token's id (the part between `::` and `.`).
-        id: String,
-        #[command(flatten)]
-        api: ApiArgs,
-    },
+    Revoke(RevokeArgs),
 }
 
 /// Seconds in a duration such as `90s`, `30m`, `24h` or `7d`.
@@ -326,7 +325,7 @@ fn run(cli: Cli) -> Outcome {
             let tokens = a.client()?.api_tokens()?;
             print_json(&tokens)
         }
-        Cmd::ApiToken(ApiTokenCmd::Revoke { id, api }) => {
+        Cmd::ApiToken(ApiTokenCmd::Revoke(RevokeArgs { id, api })) => {
             let tokens = api.client()?.revoke_api_token(&id)?;
             print_json(&tokens)
         }
@@ -338,7 +337,7 @@ fn run(cli: Cli) -> Outcome {
             print_ca(&status, api.json)
         }
         Cmd::Token(TokenCmd::List(a)) => print_tokens(&a.client()?.tokens()?, a.json),
-        Cmd::Token(TokenCmd::Revoke { id, api }) => {
+        Cmd::Token(TokenCmd::Revoke(RevokeArgs { id, api })) => {
             print_tokens(&api.client()?.revoke_token(&id)?, api.json)
         }
         Cmd::Nodes { cmd: None, api: a } => {

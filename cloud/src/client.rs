@@ -84,6 +84,14 @@ impl Client {
         })
     }
 
+    /// `req` with this client's API token, if it has one.
+    fn authorized<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => req.header("Authorization", format!("Bearer {t}")),
+            None => req,
+        }
+    }
+
     fn call<T: DeserializeOwned>(
         &self,
         method: &str,
@@ -95,25 +103,10 @@ impl Client {
             url: url.clone(),
             source,
         };
-        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
         let response = match (method, body) {
-            ("GET", _) => {
-                let mut req = self.agent.get(&url);
-                if let Some(b) = &bearer {
-                    req = req.header("Authorization", b);
-                }
-                req.call()
-            }
-            (_, body) => {
-                let mut req = self.agent.post(&url);
-                if let Some(b) = &bearer {
-                    req = req.header("Authorization", b);
-                }
-                match body {
-                    Some(b) => req.send_json(b),
-                    None => req.send_empty(),
-                }
-            }
+            ("GET", _) => self.authorized(self.agent.get(&url)).call(),
+            (_, Some(b)) => self.authorized(self.agent.post(&url)).send_json(b),
+            (_, None) => self.authorized(self.agent.post(&url)).send_empty(),
         };
         let mut response = response.map_err(unreachable)?;
         let status = response.status().as_u16();
@@ -191,11 +184,10 @@ impl Client {
             url: url.clone(),
             source,
         };
-        let mut req = self.agent.get(&url);
-        if let Some(t) = &self.token {
-            req = req.header("Authorization", format!("Bearer {t}"));
-        }
-        let mut response = req.call().map_err(unreachable)?;
+        let mut response = self
+            .authorized(self.agent.get(&url))
+            .call()
+            .map_err(unreachable)?;
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().map_err(unreachable)?;
         if status >= 400 {

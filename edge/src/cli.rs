@@ -121,15 +121,9 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Run(args) => {
-            lifecycle::init_logging("info");
-            lifecycle::private_files();
-            let cfg = match args.resolve() {
-                Ok(cfg) => cfg,
-                Err(e) => return fail(&e),
-            };
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(e) => return fail(&e),
+            let (cfg, rt) = match start(&args) {
+                Ok(started) => started,
+                Err(code) => return code,
             };
             match rt.block_on(crate::daemon::run(cfg, lifecycle::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -137,15 +131,9 @@ pub fn main() -> ExitCode {
             }
         }
         Cmd::Join(args) => {
-            lifecycle::init_logging("info");
-            lifecycle::private_files();
-            let cfg = match args.resolve() {
-                Ok(cfg) => cfg,
-                Err(e) => return fail(&e),
-            };
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(e) => return fail(&e),
+            let (cfg, rt) = match start(&args) {
+                Ok(started) => started,
+                Err(code) => return code,
             };
             match rt.block_on(crate::daemon::join_only(&cfg)) {
                 Ok(node_id) => {
@@ -161,11 +149,18 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// One thread keeps the daemon's footprint small; tasks are separate processes.
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
+/// What `run` and `join` share: logging, private files, the resolved config,
+/// and the runtime (one thread keeps the daemon's footprint small; tasks are
+/// separate processes). An error is reported and becomes the exit code.
+fn start(args: &RunArgs) -> Result<(EdgeConfig, tokio::runtime::Runtime), ExitCode> {
+    lifecycle::init_logging("info");
+    lifecycle::private_files();
+    let cfg = args.resolve().map_err(|e| fail(&e))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
+        .map_err(|e| fail(&e))?;
+    Ok((cfg, rt))
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

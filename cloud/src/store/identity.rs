@@ -159,11 +159,24 @@ impl Store {
 
     /// Revokes a join token; `false` if there is none by that id.
     pub fn revoke_token(&mut self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        self.revoke_in("join_tokens", id, now_ms)
+    }
+
+    /// Marks token `id` of `table` (join or API tokens) revoked, keeping the
+    /// first revocation time; `false` if there is none by that id.
+    fn revoke_in(
+        &mut self,
+        table: &'static str,
+        id: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
             let n = tx
                 .execute(
-                    "UPDATE join_tokens SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1",
+                    &format!(
+                        "UPDATE {table} SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1"
+                    ),
                     params![id, now_ms],
                 )
                 .map_err(&err)?;
@@ -389,16 +402,7 @@ impl Store {
 
     /// Revokes an API token; `false` if there is none by that id.
     pub fn revoke_api_token(&mut self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let err = self.sql_err();
-        self.write(|tx| {
-            let n = tx
-                .execute(
-                    "UPDATE api_tokens SET revoked_ms = COALESCE(revoked_ms, ?2) WHERE id = ?1",
-                    params![id, now_ms],
-                )
-                .map_err(&err)?;
-            Ok(n == 1)
-        })
+        self.revoke_in("api_tokens", id, now_ms)
     }
 }
 
