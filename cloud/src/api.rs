@@ -1,7 +1,6 @@
 //! The operator HTTP API (JSON): nodes, jobs, health and metrics. The CLI is a
 //! thin client of it.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -496,96 +495,16 @@ async fn readyz(State(c): State<Arc<Coordinator>>) -> Response {
     }
 }
 
-/// Writes one metric family in Prometheus text format: its help, its type,
-/// and a sample per label set (`""` for none).
-fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for (labels, value) in samples {
-        let _ = writeln!(out, "{name}{labels} {value}");
-    }
-}
-
-/// Prometheus text exposition (format 0.0.4) of the coordinator's gauges and
-/// counters.
+/// Prometheus text exposition (format 0.0.4) of [`crate::metrics`].
 async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<Response, Failure> {
-    use std::sync::atomic::Ordering::Relaxed;
-    let counts = c.store.lock().unwrap().counts()?;
-    let plain = |v: u64| vec![(String::new(), v)];
-    let mut out = String::new();
-    family(
-        &mut out,
-        "tidemill_build_info",
-        "gauge",
-        "The running build: always 1, with the version as a label.",
-        &[(format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1)],
-    );
-    family(
-        &mut out,
-        "tidemill_nodes",
-        "gauge",
-        "Registered nodes by state.",
-        &[
-            ("{state=\"online\"}".into(), counts.nodes_online),
-            ("{state=\"offline\"}".into(), counts.nodes_offline),
-        ],
-    );
-    family(
-        &mut out,
-        "tidemill_nodes_connected",
-        "gauge",
-        "Nodes with a live connection now.",
-        &plain(c.connected().len() as u64),
-    );
-    let jobs: Vec<(String, u64)> = counts
-        .jobs
-        .iter()
-        .map(|(state, n)| (format!("{{state=\"{state}\"}}"), *n))
-        .collect();
-    family(&mut out, "tidemill_jobs", "gauge", "Jobs by state.", &jobs);
-    family(
-        &mut out,
-        "tidemill_reports_stored",
-        "gauge",
-        "Reports in the ledger.",
-        &plain(counts.reports),
-    );
-    for (name, help, counter) in [
-        (
-            "tidemill_refused_connections_total",
-            "Connections refused in or after the handshake.",
-            &c.counters.refused_connections,
-        ),
-        (
-            "tidemill_refused_frames_total",
-            "Frames refused as oversized, malformed or unexpected.",
-            &c.counters.refused_frames,
-        ),
-        (
-            "tidemill_refused_identity_total",
-            "Connections refused for identity: no, an unknown or a revoked certificate, another node's id, or a bad join token.",
-            &c.counters.refused_identity,
-        ),
-        (
-            "tidemill_joins_total",
-            "Certificates issued to joining nodes.",
-            &c.counters.joins,
-        ),
-    ] {
-        family(
-            &mut out,
-            name,
-            "counter",
-            help,
-            &plain(counter.load(Relaxed)),
-        );
-    }
+    let connected = c.connected().len();
+    let text = c.metrics.scrape(&c.store.lock().unwrap(), connected)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            tidemill_runtime::metrics::CONTENT_TYPE,
         )],
-        out,
+        text,
     )
         .into_response())
 }

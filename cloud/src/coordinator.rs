@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tidemill_proto::Peer;
@@ -14,28 +14,8 @@ use tidemill_sched::policies::SnapshotDriver;
 use tokio::sync::Notify;
 
 use crate::config::CloudConfig;
+use crate::metrics::Metrics;
 use crate::store::Store;
-
-/// Counters for the metrics endpoint.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Connections refused during or right after the handshake.
-    pub refused_connections: AtomicU64,
-    /// Frames refused as oversized, malformed or unexpected.
-    pub refused_frames: AtomicU64,
-    /// Connections refused for identity: no, an unknown or a revoked
-    /// certificate, a node id not the certificate's, or a bad join token.
-    pub refused_identity: AtomicU64,
-    /// Certificates issued to joining nodes.
-    pub joins: AtomicU64,
-}
-
-impl Counters {
-    /// Adds one to a counter.
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// One connected edge.
 struct Session {
@@ -56,8 +36,8 @@ pub struct Coordinator {
     pub cfg: CloudConfig,
     /// The coordinator's clock for plans, forecasts and records (accelerated in demos); network timeouts use the wall clock.
     pub clock: SharedClock,
-    /// Operational counters.
-    pub counters: Counters,
+    /// What `/metrics` exposes.
+    pub metrics: Metrics,
     /// The throughput tables the policies plan with.
     pub throughput: ThroughputTables,
     /// The policy that plans jobs with `[work]`, and what it remembers between rounds.
@@ -91,9 +71,9 @@ impl Coordinator {
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
             wake: Notify::new(),
+            metrics: Metrics::new(cfg.metrics.max_node_series),
             cfg,
             clock,
-            counters: Counters::default(),
             last_prune_ms: AtomicI64::new(0),
         }
     }
@@ -184,11 +164,13 @@ impl Coordinator {
     }
 
     /// Why the coordinator is not ready to serve, if it is not: the store
-    /// cannot be read, or no scheduling round has succeeded within three
+    /// cannot be written, or no scheduling round has succeeded within three
     /// round intervals (wall time).
     pub fn not_ready(&self) -> Option<String> {
-        if let Err(e) = self.store.lock().unwrap().counts() {
-            return Some(format!("the store cannot be read: {e}"));
+        if let Err(e) = self.store.lock().unwrap().probe_write() {
+            return Some(format!(
+                "the store cannot be written: {e}; check that the data dir's disk has space and the database file is in place and writable"
+            ));
         }
         let interval = std::time::Duration::from_secs_f64(
             self.cfg.round_interval_secs / self.cfg.clock.speed.max(1.0),

@@ -28,12 +28,20 @@ pub(crate) async fn deliver(
             Owed::Assign(a) => (Command::Assign(a.clone()), a.task_id),
             Owed::Cancel(id) => (Command::Cancel { task_id: *id }, *id),
         };
+        let command = CloudMsg::Command(cmd);
         let reply = clock::timeout(
             &SystemClock,
             timeout,
-            frames::request::<_, EdgeMsg>(conn, &CloudMsg::Command(cmd)),
+            frames::request_sized::<_, EdgeMsg>(conn, &command),
         )
         .await;
+        let reply = reply.map(|r| {
+            r.map(|(reply, sent, received)| {
+                coord.metrics.count(&command, "sent", sent);
+                coord.metrics.count(&reply, "received", received);
+                reply
+            })
+        });
         match reply {
             Ok(Ok(EdgeMsg::CommandAck { task_id: acked })) if acked == task_id => {
                 coord.store.lock().unwrap().acknowledged(&item)?;

@@ -16,7 +16,7 @@ use tidemill_runtime::identity::sha256_hex;
 use tidemill_runtime::probe;
 use tidemill_runtime::quic;
 
-use crate::coordinator::{Coordinator, Counters};
+use crate::coordinator::Coordinator;
 use crate::store::{CertRecord, CertStatus, ReportKind};
 
 /// Longest node id accepted.
@@ -38,7 +38,7 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     let conn = match incoming.await {
         Ok(conn) => conn,
         Err(e) => {
-            Counters::bump(&coord.counters.refused_connections);
+            coord.metrics.refused_connections.inc();
             if quic::is_version_mismatch(&e) {
                 tracing::warn!(%remote, error = %e,
                     "refused a connection: the peer does not speak {}; upgrade it to this release",
@@ -55,7 +55,10 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     };
     let first = clock::timeout(&SystemClock, stream_timeout(&coord), async {
         let (send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
-        Ok::<_, String>((send, frames::read_msg::<EdgeMsg>(&mut recv).await))
+        let hello = coord
+            .metrics
+            .received(frames::read_msg_sized::<EdgeMsg>(&mut recv).await);
+        Ok::<_, String>((send, hello))
     })
     .await;
     let (mut send, first) = match first {
@@ -142,9 +145,9 @@ async fn refuse_with_answer(
     why: &str,
 ) {
     if code == ErrorCode::Unauthorized {
-        Counters::bump(&coord.counters.refused_identity);
+        coord.metrics.refused_identity.inc();
     }
-    Counters::bump(&coord.counters.refused_connections);
+    coord.metrics.refused_connections.inc();
     tracing::warn!(%remote, %why, "refused a connection");
     reply_error(&mut send, code, why).await;
     let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
@@ -153,7 +156,7 @@ async fn refuse_with_answer(
 
 /// Refuses a connection: counts it, logs why, and closes it with the reason.
 fn refuse(coord: &Coordinator, conn: &quinn::Connection, remote: std::net::SocketAddr, why: &str) {
-    Counters::bump(&coord.counters.refused_connections);
+    coord.metrics.refused_connections.inc();
     tracing::warn!(%remote, %why, "refused a connection");
     conn.close(1u32.into(), why.as_bytes());
 }
@@ -166,7 +169,7 @@ fn refuse_identity(
     remote: std::net::SocketAddr,
     why: &str,
 ) {
-    Counters::bump(&coord.counters.refused_identity);
+    coord.metrics.refused_identity.inc();
     refuse(coord, conn, remote, why);
 }
 
@@ -254,10 +257,12 @@ async fn join(
     });
     match outcome {
         Ok(issued) => {
-            Counters::bump(&coord.counters.joins);
+            coord.metrics.joins.inc();
             tracing::info!(node_id = %j.node_id, token_id = %j.token_id, %remote, "node joined");
             let joined = CloudMsg::Joined(issued);
-            let _ = frames::write_msg(&mut send, &joined).await;
+            let _ = coord
+                .metrics
+                .sent(&joined, frames::write_msg(&mut send, &joined).await);
             let _ = send.finish();
             let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
             conn.close(0u32.into(), b"joined; reconnect with the certificate");
@@ -344,8 +349,9 @@ async fn welcome(
         coordinator_version: env!("CARGO_PKG_VERSION").into(),
         issuing_ca_sha256: coord.authority().issuing_pin(),
     });
-    frames::write_msg(&mut send, &welcome)
-        .await
+    coord
+        .metrics
+        .sent(&welcome, frames::write_msg(&mut send, &welcome).await)
         .map_err(|e| e.to_string())?;
     let _ = send.finish();
     Ok((hello.node_id, hello.probe_port))
@@ -380,9 +386,11 @@ async fn serve_stream(
     let read = clock::timeout(
         &SystemClock,
         stream_timeout(&coord),
-        frames::read_msg::<EdgeMsg>(&mut recv),
+        frames::read_msg_sized::<EdgeMsg>(&mut recv),
     )
-    .await;
+    .await
+    .map(|read| coord.metrics.received(read));
+    let arrived = std::time::Instant::now();
     let refuse = |code, msg: String| (Some((code, msg)), None);
     let (refusal, reply) = match read {
         Err(_) => refuse(
@@ -400,11 +408,13 @@ async fn serve_stream(
         }
         Ok(Ok(Some(EdgeMsg::Reports(reports)))) => {
             let now = coord.clock.now_ms();
+            let ingest = coord.metrics.ingest_seconds.start_timer();
             let applied = coord
                 .store
                 .lock()
                 .unwrap()
                 .apply_reports(&node_id, &reports, now);
+            ingest.observe_duration();
             match applied {
                 Ok(a) => {
                     for (seq, kind) in &a.stored {
@@ -457,7 +467,7 @@ async fn serve_stream(
     };
     let reply = match refusal {
         Some((code, message)) => {
-            Counters::bump(&coord.counters.refused_frames);
+            coord.metrics.refused_frames.inc();
             tracing::warn!(node_id = %node_id, ?code, %message, "refused a frame");
             if code == ErrorCode::FrameTooLarge {
                 let _ = recv.stop(1u32.into());
@@ -466,8 +476,14 @@ async fn serve_stream(
         }
         None => reply.expect("a reply when nothing was refused"),
     };
-    if let Err(e) = frames::write_msg(&mut send, &reply).await {
-        tracing::debug!(node_id = %node_id, error = %e, "cannot reply on a stream");
+    let written = frames::write_msg(&mut send, &reply).await;
+    match coord.metrics.sent(&reply, written) {
+        Ok(()) if matches!(reply, CloudMsg::Ack { .. }) => coord
+            .metrics
+            .ack_seconds
+            .observe(arrived.elapsed().as_secs_f64()),
+        Ok(()) => {}
+        Err(e) => tracing::debug!(node_id = %node_id, error = %e, "cannot reply on a stream"),
     }
     let _ = send.finish();
 }

@@ -16,6 +16,7 @@ pub mod http;
 pub mod ingest;
 pub mod job;
 pub mod lifecycle;
+pub mod metrics;
 pub mod rendezvous;
 pub mod rotation;
 pub mod round;

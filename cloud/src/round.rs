@@ -28,6 +28,7 @@ pub async fn run(coord: Arc<Coordinator>) {
             Err(e) => tracing::error!(error = %e, "scheduling round failed; retrying next round"),
         }
         let took = started.elapsed();
+        coord.metrics.round_seconds.observe(took.as_secs_f64());
         tracing::debug!(elapsed_us = took.as_micros() as u64, "round done");
         let gap = (took * WOKEN_GAP_FACTOR).min(interval);
         tokio::select! {

@@ -31,6 +31,15 @@ pub use tidal::{Addresses, PlannedJob};
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
 
+/// The SQLite application id of the coordinator's database ("TDML").
+const APPLICATION_ID: i32 = 0x5444_4D4C;
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -44,6 +53,15 @@ pub enum StoreError {
         path: PathBuf,
         /// SQLite's error.
         source: rusqlite::Error,
+    },
+    /// The database file left its path (deleted, moved or replaced) after it
+    /// was opened: writes would go where no restart reads them.
+    #[error(
+        "database {path} is no longer the file the coordinator opened (deleted, moved or replaced); put it back, or restore it from a backup and restart the coordinator"
+    )]
+    Moved {
+        /// The file.
+        path: PathBuf,
     },
     /// A report came from a node that never said hello.
     #[error("node {0:?} sent a report before registering")]
@@ -68,6 +86,9 @@ pub struct Counts {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// The opened file's device and inode, to tell when the path stops
+    /// naming it.
+    file_id: Option<(u64, u64)>,
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -79,7 +100,12 @@ impl Store {
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_FILE);
         let conn = sqlite::open(&path, schema::MIGRATIONS)?;
-        Ok(Store { conn, path })
+        let file_id = file_id(&path);
+        Ok(Store {
+            conn,
+            path,
+            file_id,
+        })
     }
 
     fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<> {
@@ -99,6 +125,24 @@ impl Store {
         let out = f(&tx)?;
         tx.commit().map_err(&err)?;
         Ok(out)
+    }
+
+    /// Proves that the database takes a durable write, for `/readyz`: the
+    /// path still names the opened file (SQLite in WAL mode goes on writing
+    /// to a deleted one), and a committed transaction stamps the file
+    /// header's application id (the same value each time), so that a
+    /// read-only or full disk is caught here before it fails a report.
+    pub fn probe_write(&mut self) -> Result<(), StoreError> {
+        if file_id(&self.path) != self.file_id {
+            return Err(StoreError::Moved {
+                path: self.path.clone(),
+            });
+        }
+        let err = self.sql_err();
+        self.write(|tx| {
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(err)
+        })
     }
 
     /// Counts for the metrics endpoint: jobs by state, and reports stored.

@@ -9,6 +9,7 @@ pub mod config_file;
 pub mod frames;
 pub mod identity;
 pub mod lifecycle;
+pub mod metrics;
 pub mod probe;
 pub mod quic;
 pub mod sqlite;
