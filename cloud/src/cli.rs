@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use tidemill_runtime::lifecycle;
+use tidemill_runtime::lifecycle::{self, LogFormat};
+use tidemill_runtime::notify;
 
 use crate::client::Client;
 use crate::config::{CloudConfig, DEFAULT_CONFIG};
@@ -15,7 +16,7 @@ use tidemill_sched::policies::PolicyName;
 
 /// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = tidemill_runtime::version_line!(), about)]
 pub struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -27,6 +28,9 @@ enum Cmd {
     Serve(ServeArgs),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
+    /// Check the configuration.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// List the scheduling policies `serve --policy` accepts, one line each.
     Policies,
     /// List nodes, or remove one (`nodes remove ID`).
@@ -59,11 +63,25 @@ enum Cmd {
     Jobs(JobsCmd),
 }
 
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Load the config file and the TIDEMILL_* environment overrides, check
+    /// them, and print the effective configuration with secrets redacted.
+    Check {
+        /// TOML config file; without it the documented defaults apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// TOML config file; without it the documented defaults apply.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How log lines are written: text or json (overrides `log_format`).
+    #[arg(long)]
+    log_format: Option<LogFormat>,
     /// UDP address for edges.
     #[arg(long)]
     quic_listen: Option<SocketAddr>,
@@ -264,6 +282,13 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Serve(args) => serve(args),
+        Cmd::Config(ConfigCmd::Check { config }) => {
+            let (cfg, mut table) = CloudConfig::load_effective(config.as_deref())?;
+            cfg.validate()?;
+            tidemill_runtime::config_file::redact(&mut table);
+            print!("{table}");
+            Ok(())
+        }
         Cmd::Nodes {
             cmd: Some(NodesCmd::Remove { id, api }),
             ..
@@ -640,10 +665,6 @@ fn stretch_why(prev: Option<&tidemill_sched::Segment>, s: &tidemill_sched::Segme
 }
 
 fn serve(args: ServeArgs) -> Outcome {
-    // quinn's endpoint logs, at debug, each datagram it refuses (garbage, unknown
-    // connections, unsupported versions): operators should see those.
-    lifecycle::init_logging("info,quinn_proto::endpoint=debug");
-    lifecycle::private_files();
     let mut cfg = CloudConfig::load(args.config.as_deref())?;
     if let Some(v) = args.quic_listen {
         cfg.quic_listen = v;
@@ -663,16 +684,28 @@ fn serve(args: ServeArgs) -> Outcome {
     if let Some(v) = args.policy {
         cfg.scheduler.policy = v;
     }
+    if let Some(v) = args.log_format {
+        cfg.log_format = v;
+    }
     cfg.validate()?;
+    // quinn's endpoint logs, at debug, each datagram it refuses (garbage, unknown
+    // connections, unsupported versions): operators should see those.
+    lifecycle::init_logging_as("info,quinn_proto::endpoint=debug", cfg.log_format);
+    lifecycle::private_files();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let clock = tidemill_runtime::clock::for_speed(cfg.clock.speed, cfg.clock.anchor_ms);
         let server = crate::server::start(cfg, clock).await?;
+        // The store is open and the QUIC and API listeners are bound.
+        notify::ready();
+        let watchdog = notify::start_watchdog();
         lifecycle::shutdown_signal().await;
+        notify::stopping();
         tracing::info!("stopping");
         server.stop().await;
+        drop(watchdog);
         Ok(())
     })
 }

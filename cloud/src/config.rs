@@ -14,6 +14,10 @@ use tidemill_sched::{LinkDefaults, ThroughputError, ThroughputTables};
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/cloud.toml");
 
+/// `TIDEMILL_*` variables of the client commands' flags (`--api`,
+/// `--api-token`, `--api-ca`), not config keys.
+pub const ENV_RESERVED: &[&str] = &["TIDEMILL_API", "TIDEMILL_API_TOKEN", "TIDEMILL_API_CA"];
+
 /// Everything the coordinator can be told.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,18 +46,9 @@ pub struct CloudConfig {
     pub clock: ClockConfig,
     /// Placement settings.
     pub scheduler: SchedulerConfig,
-    /// What `/metrics` exposes.
-    pub metrics: MetricsConfig,
-}
-
-/// Bounds on what `/metrics` exposes, so that a large fleet cannot blow up
-/// a Prometheus server's series count.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// Nodes with a `tidemill_node_last_seen_seconds` series, in node id
-    /// order; the rest are counted in `tidemill_node_series_dropped`.
-    pub max_node_series: usize,
+    /// How log lines are written: text or json.
+    #[serde(default)]
+    pub log_format: tidemill_runtime::lifecycle::LogFormat,
 }
 
 /// The operator API's security and limits.
@@ -168,9 +163,20 @@ impl Default for CloudConfig {
 }
 
 impl CloudConfig {
-    /// Loads a config file, or the default when `path` is `None`.
+    /// Loads a config file, or the default when `path` is `None`, overlaid
+    /// with the `TIDEMILL_*` environment variables.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        config_file::load_or_default(path, DEFAULT_CONFIG)
+        Self::load_effective(path).map(|(cfg, _)| cfg)
+    }
+
+    /// As [`Self::load`], with the effective TOML it was read from.
+    pub fn load_effective(path: Option<&Path>) -> Result<(Self, toml::Table), ConfigError> {
+        config_file::load_layered(
+            path,
+            DEFAULT_CONFIG,
+            ENV_RESERVED,
+            &config_file::prefixed_env()?,
+        )
     }
 
     /// Checks values that TOML types cannot express.

@@ -1,16 +1,18 @@
-//! The command line: `tidemill-edge run` and `tidemill-edge print-default-config`.
+//! The command line: `tidemill-edge run`, `join`, `config check` and
+//! `print-default-config`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tidemill_runtime::lifecycle;
+use tidemill_runtime::lifecycle::{self, LogFormat};
+use tidemill_runtime::notify;
 
 use crate::config::{DEFAULT_CONFIG, EdgeConfig, ReplayConfig};
 
 /// tidemill-edge: harvests this box's idle capacity for deadline-bound training.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = tidemill_runtime::version_line!(), about)]
 pub struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -25,6 +27,20 @@ enum Cmd {
     Join(Box<RunArgs>),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
+    /// Check the configuration.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Load the config file and the TIDEMILL_* environment overrides, check
+    /// them, and print the effective configuration with secrets redacted.
+    Check {
+        /// TOML config file; without it the documented defaults apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 /// Flags of `run`; each overrides the config file.
@@ -33,6 +49,9 @@ pub struct RunArgs {
     /// TOML config file; without it the documented defaults apply.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How log lines are written: text or json (overrides `log_format`).
+    #[arg(long)]
+    log_format: Option<LogFormat>,
     /// Coordinator QUIC address, HOST:PORT.
     #[arg(long)]
     coordinator: Option<String>,
@@ -68,7 +87,7 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The config file overlaid with the flags.
+    /// The config file overlaid with the `TIDEMILL_*` environment, then the flags.
     pub fn resolve(&self) -> Result<EdgeConfig, tidemill_runtime::config_file::ConfigError> {
         let mut cfg = EdgeConfig::load(self.config.as_deref())?;
         if let Some(v) = &self.coordinator {
@@ -85,6 +104,9 @@ impl RunArgs {
         }
         if let Some(v) = &self.token {
             cfg.token = v.clone();
+        }
+        if let Some(v) = self.log_format {
+            cfg.log_format = v;
         }
         if let Some(v) = self.sample_interval {
             cfg.sample_interval_secs = v;
@@ -125,8 +147,29 @@ pub fn main() -> ExitCode {
                 Ok(started) => started,
                 Err(code) => return code,
             };
-            match rt.block_on(crate::daemon::run(cfg, lifecycle::shutdown_signal())) {
+            let stop = async {
+                lifecycle::shutdown_signal().await;
+                notify::stopping();
+            };
+            let daemon = async {
+                let _watchdog = notify::start_watchdog();
+                crate::daemon::run(cfg, stop).await
+            };
+            match rt.block_on(daemon) {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Cmd::Config(ConfigCmd::Check { config }) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            let checked = EdgeConfig::load_effective(config.as_deref())
+                .and_then(|(cfg, table)| cfg.validate().map(|()| table));
+            match checked {
+                Ok(mut table) => {
+                    tidemill_runtime::config_file::redact(&mut table);
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
                 Err(e) => fail(&e),
             }
         }
@@ -153,9 +196,9 @@ pub fn main() -> ExitCode {
 /// and the runtime (one thread keeps the daemon's footprint small; tasks are
 /// separate processes). An error is reported and becomes the exit code.
 fn start(args: &RunArgs) -> Result<(EdgeConfig, tokio::runtime::Runtime), ExitCode> {
-    lifecycle::init_logging("info");
-    lifecycle::private_files();
     let cfg = args.resolve().map_err(|e| fail(&e))?;
+    lifecycle::init_logging_as("info", cfg.log_format);
+    lifecycle::private_files();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -48,6 +48,9 @@ pub struct EdgeConfig {
     /// Replays a trace instead of sampling the host.
     #[serde(default)]
     pub replay: Option<ReplayConfig>,
+    /// How log lines are written: text or json.
+    #[serde(default)]
+    pub log_format: tidemill_runtime::lifecycle::LogFormat,
 }
 
 /// Connection settings.
@@ -197,9 +200,15 @@ impl EdgeConfig {
         (!self.token.trim().is_empty()).then_some(self.token.trim())
     }
 
-    /// Loads a config file, or the default when `path` is `None`.
+    /// Loads a config file, or the default when `path` is `None`, overlaid
+    /// with the `TIDEMILL_*` environment variables.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        config_file::load_or_default(path, DEFAULT_CONFIG)
+        Self::load_effective(path).map(|(cfg, _)| cfg)
+    }
+
+    /// As [`Self::load`], with the effective TOML it was read from.
+    pub fn load_effective(path: Option<&Path>) -> Result<(Self, toml::Table), ConfigError> {
+        config_file::load_layered(path, DEFAULT_CONFIG, &[], &config_file::prefixed_env()?)
     }
 
     /// Checks values that TOML types cannot express.

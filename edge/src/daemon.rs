@@ -184,6 +184,8 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         confine,
     );
     executor.recover()?;
+    // The journal is open and tasks are recovered: systemd may call us started.
+    tidemill_runtime::notify::ready();
 
     // A first start joins in the background, so the node journals from the
     // start even while the coordinator is out of reach.

@@ -9,7 +9,7 @@ pub mod config_file;
 pub mod frames;
 pub mod identity;
 pub mod lifecycle;
-pub mod metrics;
+pub mod notify;
 pub mod probe;
 pub mod quic;
 pub mod sqlite;

@@ -1,6 +1,23 @@
 //! What every tidemill daemon does at start and stop: set up logging and wait
 //! for a stop signal.
 
+/// The `--version` line of a daemon: its release, the git commit it was built
+/// from and the build date (UTC), which the crate's build script sets in
+/// `TIDEMILL_GIT_COMMIT` and `TIDEMILL_BUILD_DATE` (shared/build/version.rs).
+#[macro_export]
+macro_rules! version_line {
+    () => {
+        concat!(
+            env!("CARGO_PKG_VERSION"),
+            " (commit ",
+            env!("TIDEMILL_GIT_COMMIT"),
+            ", built ",
+            env!("TIDEMILL_BUILD_DATE"),
+            ")"
+        )
+    };
+}
+
 /// Makes every file this process creates from now on private to its user
 /// (mode 0600, directories 0700): databases, journals, WAL files and keys
 /// hold secrets.
@@ -8,17 +25,50 @@ pub fn private_files() {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
 }
 
-/// Logs to stderr, filtered by `RUST_LOG`, else by `default_filter`.
+/// How log lines are written: `text` for people, `json` (one object a line,
+/// with every field) for log collectors. Config key `log_format`, flag
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Err(format!("{s:?} is not a log format: use text or json")),
+        }
+    }
+}
+
+/// Logs text to stderr, filtered by `RUST_LOG`, else by `default_filter`.
 pub fn init_logging(default_filter: &str) {
+    init_logging_as(default_filter, LogFormat::Text);
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG`, else by `default_filter`.
+pub fn init_logging_as(default_filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    // Colour only for a person at a terminal; log files and pipes get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        // Colour only for a person at a terminal; log files and pipes get plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }
 
 /// For commands that print and exit: let a closed pipe (`... | head`) end the

@@ -186,6 +186,14 @@ impl Coordinator {
     /// `args` added to the `serve` command line, for the flags that override
     /// the config file (such as `--policy`).
     pub fn start_with_args(&self, changes: &[(&str, &str)], args: &[&str]) -> Proc {
+        let p = Proc::spawn("tidemill-cloud", self.command(changes, args));
+        p.wait_for("tidemill-cloud serving", 1, PATIENCE);
+        p
+    }
+
+    /// The `serve` command that [`Coordinator::start_with_args`] runs, for
+    /// tests that add to its environment.
+    pub fn command(&self, changes: &[(&str, &str)], args: &[&str]) -> Command {
         let defaults = Command::new(CLOUD)
             .arg("print-default-config")
             .output()
@@ -213,9 +221,23 @@ impl Coordinator {
                 "RUST_LOG",
                 "info,tidemill_cloud::ingest=debug,quinn_proto::endpoint=debug",
             );
-        let p = Proc::spawn("tidemill-cloud", cmd);
-        p.wait_for("tidemill-cloud serving", 1, PATIENCE);
-        p
+        cmd
+    }
+
+    /// `GET path` on the API from loopback: the status line, headers and body.
+    pub fn http_get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let addr = self.api.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the API");
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read the API's answer");
+        out
     }
 
     /// The CA certificate of the coordinator.
@@ -295,6 +317,12 @@ pub fn tempdir() -> tempfile::TempDir {
 
 /// Starts an edge. With `replay`, it replays that node of `trace` at 60×.
 pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&Path>) -> Proc {
+    Proc::spawn(node, edge_command(coord, dir, node, replay))
+}
+
+/// The `run` command that [`start_edge`] runs, for tests that add to its
+/// environment.
+pub fn edge_command(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&Path>) -> Command {
     let mut cmd = Command::new(EDGE);
     cmd.args([
         "run",
@@ -314,7 +342,7 @@ pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&P
             .arg(trace)
             .args(["--replay-node", node, "--speed", "1"]);
     }
-    Proc::spawn(node, cmd)
+    cmd
 }
 
 /// The command of an edge `node` under `config`, replaying `series` of
