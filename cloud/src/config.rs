@@ -46,9 +46,21 @@ pub struct CloudConfig {
     pub clock: ClockConfig,
     /// Placement settings.
     pub scheduler: SchedulerConfig,
+    /// What `/metrics` exposes.
+    pub metrics: MetricsConfig,
     /// How log lines are written: text or json.
     #[serde(default)]
     pub log_format: tidemill_runtime::lifecycle::LogFormat,
+}
+
+/// Bounds on what `/metrics` exposes, so that a large fleet cannot blow up
+/// a Prometheus server's series count.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Nodes with a `tidemill_node_last_seen_seconds` series, in node id
+    /// order; the rest are counted in `tidemill_node_series_dropped`.
+    pub max_node_series: usize,
 }
 
 /// The operator API's security and limits.

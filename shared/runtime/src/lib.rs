@@ -10,6 +10,7 @@ pub mod frames;
 pub mod identity;
 pub mod lifecycle;
 pub mod notify;
+pub mod metrics;
 pub mod probe;
 pub mod quic;
 pub mod sqlite;
