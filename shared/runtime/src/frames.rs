@@ -54,6 +54,14 @@ async fn read_exact(recv: &mut quinn::RecvStream, buf: &mut [u8]) -> Result<bool
 pub async fn read_msg<T: DeserializeOwned>(
     recv: &mut quinn::RecvStream,
 ) -> Result<Option<T>, FrameError> {
+    Ok(read_msg_sized(recv).await?.map(|(msg, _)| msg))
+}
+
+/// Reads one message with the bytes its frame took on the stream, for the
+/// coordinator's traffic counters.
+pub async fn read_msg_sized<T: DeserializeOwned>(
+    recv: &mut quinn::RecvStream,
+) -> Result<Option<(T, usize)>, FrameError> {
     let mut header = [0u8; HEADER_LEN];
     if !read_exact(recv, &mut header).await? {
         return Ok(None);
@@ -65,16 +73,17 @@ pub async fn read_msg<T: DeserializeOwned>(
             want: HEADER_LEN + payload.len(),
         });
     }
-    Ok(Some(decode(&payload)?))
+    Ok(Some((decode(&payload)?, HEADER_LEN + payload.len())))
 }
 
-/// Writes one message.
+/// Writes one message; returns the bytes its frame took.
 pub async fn write_msg<T: Serialize>(
     send: &mut quinn::SendStream,
     msg: &T,
-) -> Result<(), FrameError> {
-    send.write_all(&encode(msg)?).await?;
-    Ok(())
+) -> Result<usize, FrameError> {
+    let frame = encode(msg)?;
+    send.write_all(&frame).await?;
+    Ok(frame.len())
 }
 
 /// Sends `msg` on a new bidirectional stream and waits for the one reply.
@@ -82,8 +91,19 @@ pub async fn request<Req: Serialize, Resp: DeserializeOwned>(
     conn: &quinn::Connection,
     msg: &Req,
 ) -> Result<Resp, FrameError> {
+    Ok(request_sized(conn, msg).await?.0)
+}
+
+/// [`request`], with the bytes sent and received, for traffic counters.
+pub async fn request_sized<Req: Serialize, Resp: DeserializeOwned>(
+    conn: &quinn::Connection,
+    msg: &Req,
+) -> Result<(Resp, usize, usize), FrameError> {
     let (mut send, mut recv) = conn.open_bi().await?;
-    write_msg(&mut send, msg).await?;
+    let sent = write_msg(&mut send, msg).await?;
     send.finish()?;
-    read_msg(&mut recv).await?.ok_or(FrameError::NoReply)
+    let (reply, received) = read_msg_sized(&mut recv)
+        .await?
+        .ok_or(FrameError::NoReply)?;
+    Ok((reply, sent, received))
 }
