@@ -371,13 +371,23 @@ fn run(cli: Cli) -> Outcome {
                 return print_json(&nodes);
             }
             println!(
-                "{:<20} {:<7} {:>5} {:>9} {:>6} {:>6} {:>6} {:>8}",
-                "NODE", "ONLINE", "CORES", "MEM(GiB)", "CPU%", "MEM%", "GPU%", "LAST_SEQ"
+                "{:<20} {:<7} {:>5} {:>9} {:>6} {:>6} {:>6} {:>8}  {:<28} {:>8}  FORECAST",
+                "NODE",
+                "ONLINE",
+                "CORES",
+                "MEM(GiB)",
+                "CPU%",
+                "MEM%",
+                "GPU%",
+                "LAST_SEQ",
+                "NEXT IDLE (UTC), CONFIDENCE",
+                "IDLE/24H"
             );
             for n in nodes {
                 let pct = |v: Option<f32>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let (next_idle, idle_24h, summary) = forecast_cells(n.forecast.as_ref());
                 println!(
-                    "{:<20} {:<7} {:>5} {:>9.1} {:>6} {:>6} {:>6} {:>8}",
+                    "{:<20} {:<7} {:>5} {:>9.1} {:>6} {:>6} {:>6} {:>8}  {:<28} {:>8}  {}",
                     n.id,
                     if n.online { "yes" } else { "no" },
                     n.cpu_cores,
@@ -385,7 +395,10 @@ fn run(cli: Cli) -> Outcome {
                     pct(n.cpu_util),
                     pct(n.mem_util),
                     pct(n.gpu_util),
-                    n.last_seq
+                    n.last_seq,
+                    next_idle,
+                    idle_24h,
+                    summary
                 );
             }
             Ok(())
@@ -457,15 +470,54 @@ fn run(cli: Cli) -> Outcome {
     }
 }
 
+/// The `nodes` table's forecast cells: the next idle window and its
+/// confidence, idle hours in the next 24 h, and when the forecast was made,
+/// on how much history, and whether it found a daily cycle.
+fn forecast_cells(f: Option<&crate::store::ForecastView>) -> (String, String, String) {
+    let Some(f) = f else {
+        return ("-".into(), "-".into(), "none yet".into());
+    };
+    let next_idle = f
+        .next_idle
+        .as_ref()
+        .map_or("none within the horizon".into(), |w| {
+            format!(
+                "{}–{} {:.2}",
+                w.start.format("%m-%d %H:%M"),
+                w.end.format("%m-%d %H:%M"),
+                w.confidence
+            )
+        });
+    let mut summary = format!("issued {} UTC", f.issued_at.format("%m-%d %H:%M"));
+    if let Some(h) = f.history {
+        summary.push_str(&format!(", {h}"));
+    }
+    if let Some(c) = f.daily_cycle {
+        summary.push_str(match c {
+            tidemill_forecast::DailyCycle::Present => ", daily cycle",
+            tidemill_forecast::DailyCycle::Absent => ", no daily cycle",
+            tidemill_forecast::DailyCycle::Unknown => ", daily cycle unknown",
+        });
+    }
+    (
+        next_idle,
+        format!("{:.1} h", f.idle_hours_next_24h),
+        summary,
+    )
+}
+
 fn print_forecast(node: &str, f: &tidemill_proto::NodeForecast) {
     let time = |ms: i64| {
         chrono::DateTime::from_timestamp_millis(ms)
             .map_or("?".into(), |t| t.format("%m-%d %H:%M").to_string())
     };
     println!(
-        "forecast for {node} by {}, issued {} UTC",
+        "forecast for {node} by {}, issued {} UTC, {}",
         f.method,
-        time(f.issued_ms)
+        time(f.issued_ms),
+        f.history()
+            .map_or("history not reported (an older edge)".into(), |h| h
+                .to_string())
     );
     for w in &f.idle_windows {
         println!(
@@ -575,7 +627,14 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
 
 fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
     let time = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or("-".into(), |t| t.to_rfc3339());
-    println!("plan ({}):", p.decided_at.to_rfc3339());
+    if job.state.is_terminal() {
+        println!(
+            "last plan before the job ended ({}):",
+            p.decided_at.to_rfc3339()
+        );
+    } else {
+        println!("plan ({}):", p.decided_at.to_rfc3339());
+    }
     println!("  verdict:  {}", p.verdict.as_str());
     println!("  shape:    {:?} on {}", p.shape, p.nodes.join(", "));
     println!("  start:    {}", time(p.expected_start));

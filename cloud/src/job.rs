@@ -354,6 +354,20 @@ pub struct JobRecord {
     pub plan: Option<PlanView>,
 }
 
+impl JobRecord {
+    /// Why the job is where it is, in words. Once it has ended: how it ended,
+    /// since the last plan described it while it ran (a plan's "keeps its
+    /// reservation" is false of a job that exited). Before that: the latest
+    /// plan's reason, else the coordinator's (a job without `[work]`).
+    pub fn why(&self) -> &str {
+        let reason = self.reason.as_deref().unwrap_or("");
+        match &self.plan {
+            Some(p) if !self.state.is_terminal() => &p.reason,
+            _ => reason,
+        }
+    }
+}
+
 /// The scheduler's latest decision about a job, as `jobs show` presents it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanView {
@@ -437,6 +451,38 @@ mod tests {
         assert_eq!((work.min_workers, work.max_workers), (1, 8));
         assert_eq!(work.data_site(), DataSite::Cloud);
         assert_eq!(work.iters_per_s["cpu"], 0.05);
+    }
+
+    #[test]
+    fn an_ended_job_says_how_it_ended_not_what_its_last_plan_kept() {
+        let mut job: JobRecord = serde_json::from_value(serde_json::json!({
+            "id": 1, "name": "j", "state": "running", "node": "e1", "exit_code": null,
+            "output_tail": [], "reason": "running on e1 (pid 7)", "command": ["true"],
+            "env": {}, "deadline": "2026-11-23T06:00:00Z",
+            "submitted_at": "2026-11-23T00:00:00Z", "started_at": null, "finished_at": null,
+            "cancel_requested": false, "class": "slo", "work": null, "done_iters": 0.0,
+            "attained_s": 0.0, "plan": null
+        }))
+        .unwrap();
+        assert_eq!(job.why(), "running on e1 (pid 7)");
+        job.plan = Some(PlanView {
+            decided_at: job.submitted_at,
+            verdict: Verdict::Guaranteed { since_ms: 0 },
+            action: Action::Continue,
+            shape: Shape::Edge,
+            nodes: vec!["e1".into()],
+            expected_start: None,
+            expected_finish: None,
+            step: None,
+            staging_s: 0.0,
+            cloud_cost: 0.0,
+            reason: "guaranteed; keeps its reservation: nothing left to run".into(),
+            segments: Vec::new(),
+        });
+        assert!(job.why().contains("keeps its reservation"));
+        job.state = JobPhase::Succeeded;
+        job.reason = Some("exited with code 0".into());
+        assert_eq!(job.why(), "exited with code 0");
     }
 
     #[test]

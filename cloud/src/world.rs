@@ -8,8 +8,8 @@ use tidemill_forecast::{Quantiles, Resource};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::cost::LinkSpec;
 use tidemill_sched::{
-    EdgeAvailability, Grid, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec,
-    Progress, TableData, TableSource, ThroughputTables, WorldSnapshot,
+    EdgeAvailability, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec, Progress,
+    TableSource, ThroughputTables, WorldSnapshot,
 };
 
 use crate::config::SchedulerConfig;
@@ -164,11 +164,16 @@ fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobSta
             }
         }
         for (class, &rate) in &w.iters_per_s {
-            throughput
-                .classes
-                .entry(class.clone())
-                .or_default()
-                .insert(model.clone(), one_worker(w.global_batch, rate));
+            throughput.classes.entry(class.clone()).or_default().insert(
+                model.clone(),
+                ModelTable::one_worker(
+                    w.global_batch,
+                    rate,
+                    TableSource::Given {
+                        by: "the job's own iters_per_s".into(),
+                    },
+                ),
+            );
         }
     }
     Some(JobState {
@@ -199,20 +204,6 @@ fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobSta
         },
         reservation: j.reservation.clone(),
     })
-}
-
-/// A table with one measured cell: `rate` iterations/s on one worker.
-fn one_worker(batch: u32, rate: f64) -> ModelTable {
-    ModelTable {
-        data: TableData::Grid(Grid {
-            batches: vec![batch],
-            gpus: vec![1],
-            iters_per_s: vec![vec![Some(rate)]],
-        }),
-        source: TableSource::Given {
-            by: "the job's own iters_per_s".into(),
-        },
-    }
 }
 
 #[cfg(test)]
@@ -251,8 +242,10 @@ mod tests {
                     days_used: 0,
                 },
                 slots: p90.iter().map(|p| p.map(q)).collect(),
+                observed_h: 48.0,
             }],
             idle_windows: Vec::new(),
+            history_days: 7,
         }
     }
 

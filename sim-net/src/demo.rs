@@ -4,17 +4,21 @@
 //! so a day of tide passes in under a minute. Jobs are submitted through the
 //! operator API and placed on edges while the tide is out.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, NaiveDateTime, Utc};
 use tidemill_cloud::client::{Client, ClientError};
-use tidemill_cloud::config::{ClockConfig, CloudConfig};
+use tidemill_cloud::config::{ClockConfig, CloudConfig, SchedulerConfig};
 use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
+use tidemill_cloud::store::NodeRecord;
 use tidemill_edge::config::{EdgeConfig, ReplayConfig};
+use tidemill_forecast::NodeForecast;
 use tidemill_runtime::clock::{self, Clock, SharedClock, SystemClock};
 use tidemill_runtime::identity::JoinToken;
-use tidemill_sched::{JobClass, OnInfeasible};
+use tidemill_sched::{EXPLANATION_TIME_FORMAT, JobClass, OnInfeasible};
 use tokio::sync::watch;
 
 use crate::gen_trace;
@@ -230,6 +234,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         },
         ..CloudConfig::default()
     };
+    let scheduler = cloud_cfg.scheduler.clone();
     let coordinator_clock = clock::for_speed(args.speed, Some(anchor));
     let server = tidemill_cloud::server::start(cloud_cfg, coordinator_clock.clone()).await?;
     println!(
@@ -282,14 +287,16 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         });
     }
     println!(
-        "started {} edges replaying the trace at {}x (an hour of tide every {:.1} s)\n",
+        "started {} edges replaying the trace at {}x (an hour of tide every {:.1} s)",
         args.edges,
         args.speed,
         3600.0 / args.speed
     );
+    println!("all times below are tide time: dN HH:MM on the trace's clock, d1 00:00 its start\n");
 
     let client = Arc::new(Client::new(&format!("http://{}", server.api_addr)));
-    let outcome = watch_jobs(args, &client, &coordinator_clock, anchor).await;
+    let tide = TideClock { anchor_ms: anchor };
+    let outcome = watch_jobs(args, &client, &coordinator_clock, tide, &scheduler).await;
     stop_tx.send_replace(true);
     while let Some(joined) = edges.join_next().await {
         if let Ok(Err(e)) = joined {
@@ -304,79 +311,194 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     outcome
 }
 
+/// The demo's one clock: tide time, `dN HH:MM` from the anchor at which the
+/// coordinator's and the edges' accelerated clocks start (`d1 00:00`, the
+/// start of the trace). Every time the demo prints is on it.
+#[derive(Debug, Clone, Copy)]
+struct TideClock {
+    anchor_ms: i64,
+}
+
+impl TideClock {
+    /// `t_ms` (Unix ms on the accelerated clock) as `dN HH:MM`.
+    fn at(&self, t_ms: i64) -> String {
+        let minutes = (t_ms - self.anchor_ms).div_euclid(60_000);
+        format!(
+            "d{} {:02}:{:02}",
+            minutes.div_euclid(1440) + 1,
+            minutes.rem_euclid(1440) / 60,
+            minutes.rem_euclid(60)
+        )
+    }
+
+    /// A time of day in a plan's or a coordinator's words.
+    fn at_time(&self, t: DateTime<Utc>) -> String {
+        self.at(t.timestamp_millis())
+    }
+
+    /// Rewrites every time in an explanation, which the scheduler writes in
+    /// [`EXPLANATION_TIME_FORMAT`] (UTC), onto this clock.
+    fn rewrite(&self, text: &str) -> String {
+        // "2026-11-25 20:41:56 UTC" in that format is 23 bytes.
+        const LEN: usize = 23;
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while !rest.is_empty() {
+            let parsed = rest
+                .get(..LEN)
+                .and_then(|head| NaiveDateTime::parse_from_str(head, EXPLANATION_TIME_FORMAT).ok());
+            match parsed {
+                Some(t) => {
+                    out.push_str(&self.at(t.and_utc().timestamp_millis()));
+                    rest = &rest[LEN..];
+                }
+                None => {
+                    let c = rest.chars().next().expect("rest is not empty");
+                    out.push(c);
+                    rest = &rest[c.len_utf8()..];
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A signed span as the final table shows slack: `+2h10m`, `-0h20m`.
+fn signed_span(ms: i64) -> String {
+    let sign = if ms < 0 { '-' } else { '+' };
+    let minutes = ms.unsigned_abs() / 60_000;
+    format!("{sign}{}h{:02}m", minutes / 60, minutes % 60)
+}
+
+/// A node as the first line lists it: cores, accelerators and the device
+/// class the scheduler plans it as.
+fn node_text(n: &NodeRecord, scheduler: &SchedulerConfig) -> String {
+    let (devices, class) = match n.accelerators.first() {
+        Some(a) => {
+            let models: Vec<&str> = n.accelerators.iter().map(|a| a.model.as_str()).collect();
+            (models.join(" + "), scheduler.class_of(&a.model))
+        }
+        None => ("no accelerator".to_string(), scheduler.cpu_class.clone()),
+    };
+    format!("{} ({} cores, {devices}, class {class})", n.id, n.cpu_cores)
+}
+
+/// A node's forecast as the demo prints it on arrival: its idle windows on
+/// the tide clock, each with its confidence, and how much history it rests on.
+fn forecast_text(node: &str, f: &NodeForecast, tide: TideClock) -> String {
+    let windows: Vec<String> = f
+        .idle_windows
+        .iter()
+        .map(|w| {
+            format!(
+                "{}–{} (confidence {:.2})",
+                tide.at(w.start_ms),
+                tide.at(w.end_ms),
+                w.confidence
+            )
+        })
+        .collect();
+    let history = f
+        .history()
+        .map_or("history not reported".into(), |h| h.to_string());
+    let windows = if windows.is_empty() {
+        "no idle window within the horizon".to_string()
+    } else {
+        format!("idle {}", windows.join(", "))
+    };
+    format!(
+        "{node} forecast ({}, {history}, idle threshold {:.0}%): {windows}",
+        f.method, f.idle_threshold_pct
+    )
+}
+
+/// What the demo has already printed, so each event is printed once.
+#[derive(Default)]
+struct Printed {
+    nodes: bool,
+    forecasts: HashSet<String>,
+    states: HashMap<u64, JobPhase>,
+    reasons: HashMap<u64, String>,
+}
+
 /// Submits the jobs at their trace hours and prints progress until all end.
 async fn watch_jobs(
     args: &Args,
     client: &Arc<Client>,
     coordinator_clock: &SharedClock,
-    anchor: i64,
+    tide: TideClock,
+    scheduler: &SchedulerConfig,
 ) -> Result<(), DemoError> {
-    let mut submitted: Vec<(u64, JobPhase)> = Vec::new();
-    let mut reasons: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
+    let mut submitted: Vec<(u64, &DemoJob)> = Vec::new();
+    let mut printed = Printed::default();
     let wall = SystemClock;
     let started = wall.now_ms();
     loop {
-        let hour = (coordinator_clock.now_ms() - anchor) as f64 / 3_600_000.0;
-        // Jobs go in once every edge has sent its first forecast, so that
-        // admission sees the tide.
+        let now_ms = coordinator_clock.now_ms();
+        let hour = (now_ms - tide.anchor_ms) as f64 / 3_600_000.0;
+        let stamp = format!("[tide {}]", tide.at(now_ms));
         let c = client.clone();
         let nodes = blocking(move || c.nodes()).await?;
-        let forecasting = nodes.iter().filter(|n| n.forecast.is_some()).count();
+        if !printed.nodes && nodes.len() == args.edges as usize {
+            let listed: Vec<String> = nodes.iter().map(|n| node_text(n, scheduler)).collect();
+            println!("{stamp} nodes: {}", listed.join(", "));
+            printed.nodes = true;
+        }
+        for n in nodes.iter().filter(|n| n.forecast.is_some()) {
+            if printed.forecasts.insert(n.id.clone()) {
+                let (c, id) = (client.clone(), n.id.clone());
+                let f = blocking(move || c.forecast(&id)).await?;
+                println!("{stamp} {}", forecast_text(&n.id, &f, tide));
+            }
+        }
+        // Jobs go in once every edge has sent its first forecast, so that
+        // admission sees the tide.
+        let forecasting = printed.forecasts.len() == args.edges as usize;
         for job in JOBS.iter().skip(submitted.len()) {
-            if hour < job.at_hour || forecasting < args.edges as usize {
+            if hour < job.at_hour || !forecasting {
                 break;
             }
-            let spec = job_spec(job, args.speed, coordinator_clock.now_ms());
+            let spec = job_spec(job, args.speed, now_ms);
+            let deadline = tide.at_time(spec.deadline);
             let c = client.clone();
             let id = blocking(move || c.submit(&spec)).await?;
             println!(
-                "[tide {:>5}] submitted job {id} {}",
-                clock_text(hour),
+                "{stamp} submitted job {id} {}, deadline {deadline}",
                 job.name
             );
-            submitted.push((id, job.expect));
+            submitted.push((id, job));
         }
         let c = client.clone();
         let jobs = blocking(move || c.jobs()).await?;
-        let loads: Vec<String> = nodes
-            .iter()
-            .map(|n| {
-                format!(
-                    "{} {:>3}",
-                    n.id,
-                    n.cpu_util.map_or("-".into(), |c| format!("{c:.0}%"))
-                )
-            })
-            .collect();
-        for j in jobs
-            .iter()
-            .filter(|j| j.state == JobPhase::Queued && j.node.is_none())
-        {
-            let reason = j.reason.clone().unwrap_or_default();
-            if reasons.get(&j.id) != Some(&reason) {
-                println!(
-                    "[tide {:>5}] job {} waits: {reason}",
-                    clock_text(hour),
-                    j.id
-                );
-                reasons.insert(j.id, reason);
-            }
+        for j in &jobs {
+            print_change(j, &stamp, tide, &mut printed);
         }
-        let count = |s: JobPhase| jobs.iter().filter(|j| j.state == s).count();
-        println!(
-            "[tide {:>5}] cpu: {} | jobs queued {} running {} succeeded {} failed {}",
-            clock_text(hour),
-            loads.join("  "),
-            count(JobPhase::Queued),
-            count(JobPhase::Running),
-            count(JobPhase::Succeeded),
-            count(JobPhase::Failed),
-        );
+        if printed.nodes {
+            let loads: Vec<String> = nodes
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{} {:>3}",
+                        n.id,
+                        n.cpu_util.map_or("-".into(), |c| format!("{c:.0}%"))
+                    )
+                })
+                .collect();
+            let count = |s: JobPhase| jobs.iter().filter(|j| j.state == s).count();
+            println!(
+                "{stamp} cpu: {} | jobs queued {} running {} succeeded {} failed {}",
+                loads.join("  "),
+                count(JobPhase::Queued),
+                count(JobPhase::Running),
+                count(JobPhase::Succeeded),
+                count(JobPhase::Failed),
+            );
+        }
         if submitted.len() == JOBS.len() && jobs.iter().all(|j| j.state.is_terminal()) {
-            return report(&jobs, &submitted);
+            return report(&jobs, &submitted, tide);
         }
         if wall.now_ms() - started > args.timeout_secs as i64 * 1000 {
-            print_jobs(&jobs);
+            print_jobs(&jobs, &submitted, tide);
             return Err(DemoError::Outcome(format!(
                 "jobs did not finish within {} s; raise --timeout-secs on a slow machine",
                 args.timeout_secs
@@ -384,6 +506,67 @@ async fn watch_jobs(
         }
         wall.sleep(Duration::from_millis(1000)).await;
     }
+}
+
+/// Prints what changed about a job since the last look: a new reason while
+/// it waits, its start with the plan's finish, or its end against its deadline.
+fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed: &mut Printed) {
+    let deadline = tide.at_time(j.deadline);
+    if printed.states.insert(j.id, j.state) != Some(j.state) {
+        match j.state {
+            JobPhase::Running => {
+                let plan = j.plan.as_ref().map_or(
+                    "no [work], so not planned: runs first-fit, best-effort".to_string(),
+                    |p| {
+                        let finish = p
+                            .expected_finish
+                            .map_or("beyond the horizon".into(), |t| tide.at_time(t));
+                        format!("{}, planned finish {finish}", p.verdict.as_str())
+                    },
+                );
+                println!(
+                    "{stamp} job {} {} runs on {} ({plan}; deadline {deadline})",
+                    j.id,
+                    j.name,
+                    nodes_of(j)
+                );
+            }
+            phase if phase.is_terminal() => {
+                let finished = j.finished_at.map_or("-".into(), |t| tide.at_time(t));
+                let slack = j
+                    .finished_at
+                    .map_or(String::new(), |t| format!(", slack {}", slack_of(j, t)));
+                println!(
+                    "{stamp} job {} {} {} at {finished} (deadline {deadline}{slack}): {}",
+                    j.id,
+                    j.name,
+                    phase.as_str(),
+                    j.why()
+                );
+            }
+            _ => {}
+        }
+    }
+    if j.state == JobPhase::Queued && j.node.is_none() {
+        let reason = tide.rewrite(j.why());
+        if printed.reasons.get(&j.id) != Some(&reason) {
+            println!("{stamp} job {} {} waits: {reason}", j.id, j.name);
+            printed.reasons.insert(j.id, reason);
+        }
+    }
+}
+
+/// The nodes a job ran or runs on: its plan's, else the one it was placed on.
+fn nodes_of(j: &JobRecord) -> String {
+    match &j.plan {
+        Some(p) if !p.nodes.is_empty() => p.nodes.join("+"),
+        _ => j.node.clone().unwrap_or_else(|| "-".into()),
+    }
+}
+
+/// Deadline minus finish.
+fn slack_of(j: &JobRecord, finished: DateTime<Utc>) -> String {
+    signed_span((j.deadline - finished).num_milliseconds())
 }
 
 /// The job file of a demo job. An epoch is a second of wall time, `speed`
@@ -415,16 +598,6 @@ fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobFile {
     }
 }
 
-fn clock_text(hour: f64) -> String {
-    let minutes = (hour * 60.0) as i64;
-    format!(
-        "d{} {:02}:{:02}",
-        minutes / 1440 + 1,
-        minutes / 60 % 24,
-        minutes % 60
-    )
-}
-
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ClientError> + Send + 'static,
 ) -> Result<T, DemoError> {
@@ -433,54 +606,176 @@ async fn blocking<T: Send + 'static>(
         .expect("API call does not panic")?)
 }
 
-fn print_jobs(jobs: &[JobRecord]) {
+/// How a job ended, judged against its deadline and what the demo meant
+/// it to do: `met`, `missed`, `failed as intended`, or what went wrong.
+fn verdict(j: &JobRecord, expect: JobPhase) -> String {
+    match (j.state, j.finished_at) {
+        (JobPhase::Succeeded, Some(t)) if t <= j.deadline => "met".into(),
+        (JobPhase::Succeeded, _) => "missed".into(),
+        (JobPhase::Failed, _) if expect == JobPhase::Failed => "failed as intended".into(),
+        (state, _) if !state.is_terminal() => "not ended".into(),
+        (state, _) => format!("{} (unexpected)", state.as_str()),
+    }
+}
+
+/// The final table: each job with its deadline, finish and slack on the tide
+/// clock, its verdict against the deadline, and why it ended as it did.
+fn print_jobs(jobs: &[JobRecord], expected: &[(u64, &DemoJob)], tide: TideClock) {
     println!(
-        "\n{:>4} {:<18} {:<10} {:<9} {:<5} {:<11} REASON / LAST OUTPUT",
-        "ID", "NAME", "STATE", "NODE", "EXIT", "VERDICT"
+        "\n{:>3} {:<17} {:<10} {:<9} {:<9} {:<9} {:<8} {:<18} REASON / LAST OUTPUT",
+        "ID", "JOB", "STATE", "NODE(S)", "DEADLINE", "FINISHED", "SLACK", "VERDICT"
     );
     for j in jobs.iter().rev() {
+        let expect = expected
+            .iter()
+            .find(|(id, _)| *id == j.id)
+            .map_or(JobPhase::Succeeded, |(_, d)| d.expect);
+        let admitted = j.plan.as_ref().map_or(
+            "no [work], so not planned: first-fit, best-effort".to_string(),
+            |p| p.verdict.as_str().to_string(),
+        );
         let tail = j
             .output_tail
             .last()
             .map_or(String::new(), |l| format!(" / {l}"));
-        let verdict = j.plan.as_ref().map_or("first-fit", |p| p.verdict.as_str());
         println!(
-            "{:>4} {:<18} {:<10} {:<9} {:<5} {:<11} {}{tail}",
+            "{:>3} {:<17} {:<10} {:<9} {:<9} {:<9} {:<8} {:<18} {admitted}; {}{tail}",
             j.id,
             j.name,
             j.state.as_str(),
-            j.node.as_deref().unwrap_or("-"),
-            j.exit_code.map_or("-".into(), |c| c.to_string()),
-            verdict,
-            j.plan
-                .as_ref()
-                .map_or(j.reason.as_deref().unwrap_or(""), |p| &p.reason),
+            nodes_of(j),
+            tide.at_time(j.deadline),
+            j.finished_at.map_or("-".into(), |t| tide.at_time(t)),
+            j.finished_at.map_or("-".into(), |t| slack_of(j, t)),
+            verdict(j, expect),
+            tide.rewrite(j.why()),
         );
     }
 }
 
-fn report(jobs: &[JobRecord], expected: &[(u64, JobPhase)]) -> Result<(), DemoError> {
-    print_jobs(jobs);
+/// Prints the final table and checks that every job ended as the demo meant
+/// it to: the training jobs succeeded by their deadlines, the broken one failed.
+fn report(
+    jobs: &[JobRecord],
+    expected: &[(u64, &DemoJob)],
+    tide: TideClock,
+) -> Result<(), DemoError> {
+    print_jobs(jobs, expected, tide);
     let wrong: Vec<String> = expected
         .iter()
         .filter_map(|(id, want)| {
-            let got = jobs.iter().find(|j| j.id == *id).map(|j| j.state)?;
-            (got != *want).then(|| {
+            let j = jobs.iter().find(|j| j.id == *id)?;
+            let v = verdict(j, want.expect);
+            (j.state != want.expect || v == "missed").then(|| {
                 format!(
-                    "job {id} ended {} instead of {}",
-                    got.as_str(),
-                    want.as_str()
+                    "job {id} {} ended {} ({v}) instead of {} by its deadline",
+                    j.name,
+                    j.state.as_str(),
+                    want.expect.as_str()
                 )
             })
         })
         .collect();
     if wrong.is_empty() {
+        let met = expected
+            .iter()
+            .filter(|(_, d)| d.expect == JobPhase::Succeeded)
+            .count();
         println!(
-            "\nall {} jobs ended as expected (one fails on purpose, to show failure reporting)",
+            "\nall {} jobs ended as expected: {met} met their deadlines, and one failed on purpose, to show failure reporting",
             expected.len()
         );
         Ok(())
     } else {
         Err(DemoError::Outcome(wrong.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-01-01 00:00:00 UTC, Unix ms.
+    const ANCHOR: i64 = 1_767_225_600_000;
+    const HOUR: i64 = 3_600_000;
+
+    #[test]
+    fn the_tide_clock_counts_days_from_the_anchor() {
+        let tide = TideClock { anchor_ms: ANCHOR };
+        assert_eq!(tide.at(ANCHOR), "d1 00:00");
+        assert_eq!(tide.at(ANCHOR + 3 * HOUR + 10 * 60_000), "d1 03:10");
+        assert_eq!(tide.at(ANCHOR + 26 * HOUR + 5 * 60_000), "d2 02:05");
+        assert_eq!(tide.at(ANCHOR - 60_000), "d0 23:59");
+    }
+
+    #[test]
+    fn explanation_times_are_rewritten_onto_the_tide_clock() {
+        let tide = TideClock { anchor_ms: ANCHOR };
+        let reason = tidemill_sched::Reason::EdgeFinishes {
+            place: vec![tidemill_sched::Share {
+                node: "node-000".into(),
+                workers: 1,
+                class: "cpu".into(),
+            }],
+            finish_ms: ANCHOR + 27 * HOUR + 30 * 60_000,
+        };
+        let prose = format!("queued (admission = queue); {reason}; ×≥ unchanged");
+        assert!(prose.contains("UTC"), "{prose}");
+        assert_eq!(
+            tide.rewrite(&prose),
+            "queued (admission = queue); node-000×1 cpu finishes on idle edge capacity at d2 03:30 with no cloud cost; ×≥ unchanged"
+        );
+        assert_eq!(tide.rewrite("no time here"), "no time here");
+    }
+
+    #[test]
+    fn slack_is_signed_hours_and_minutes() {
+        assert_eq!(signed_span(2 * HOUR + 10 * 60_000), "+2h10m");
+        assert_eq!(signed_span(-20 * 60_000), "-0h20m");
+        assert_eq!(signed_span(0), "+0h00m");
+    }
+
+    fn ended(state: JobPhase, finish_h: Option<i64>) -> JobRecord {
+        let time = |h: i64| DateTime::from_timestamp_millis(ANCHOR + h * HOUR).unwrap();
+        JobRecord {
+            id: 1,
+            name: "j".into(),
+            state,
+            node: Some("node-000".into()),
+            exit_code: None,
+            output_tail: Vec::new(),
+            reason: Some("exited with code 0".into()),
+            command: vec!["true".into()],
+            env: Default::default(),
+            secret_env: Vec::new(),
+            deadline: time(14),
+            submitted_at: time(0),
+            started_at: Some(time(1)),
+            finished_at: finish_h.map(time),
+            cancel_requested: false,
+            class: JobClass::Slo,
+            work: None,
+            done_iters: 0.0,
+            attained_s: 0.0,
+            plan: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_judge_the_finish_against_the_deadline() {
+        let ok = JobPhase::Succeeded;
+        assert_eq!(verdict(&ended(JobPhase::Succeeded, Some(3)), ok), "met");
+        assert_eq!(verdict(&ended(JobPhase::Succeeded, Some(15)), ok), "missed");
+        assert_eq!(
+            verdict(&ended(JobPhase::Failed, Some(2)), JobPhase::Failed),
+            "failed as intended"
+        );
+        assert_eq!(
+            verdict(&ended(JobPhase::Failed, Some(2)), ok),
+            "failed (unexpected)"
+        );
+        assert_eq!(verdict(&ended(JobPhase::Running, None), ok), "not ended");
+        let j = ended(JobPhase::Succeeded, Some(16));
+        assert_eq!(slack_of(&j, j.finished_at.unwrap()), "-2h00m");
     }
 }

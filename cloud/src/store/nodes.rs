@@ -96,6 +96,9 @@ pub struct ForecastView {
     pub idle_hours_next_24h: f64,
     /// Whether the node's CPU shows a daily cycle: present, absent or unknown.
     pub daily_cycle: Option<tidemill_forecast::DailyCycle>,
+    /// How much history the forecast stands on, so a young one is labelled.
+    #[serde(default)]
+    pub history: Option<tidemill_forecast::HistoryDepth>,
 }
 
 /// An idle window in wall-clock terms.
@@ -121,6 +124,7 @@ impl From<&NodeForecast> for ForecastView {
             }),
             idle_hours_next_24h: summary.idle_hours_next_24h,
             daily_cycle: summary.daily_cycle,
+            history: summary.history,
         }
     }
 }

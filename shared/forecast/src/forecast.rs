@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CycleVerdict, DailyCycle, Method, Resource};
+use crate::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, Method, Resource};
 
 /// Predicted utilisation of one slot, percent (0-100).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -39,6 +39,11 @@ pub struct ResourceForecast {
     /// One entry per slot from the forecast start; `None` where the method has
     /// no basis (e.g. same-slot-yesterday without yesterday's data).
     pub slots: Vec<Option<Quantiles>>,
+    /// Hours of observed history the forecast was built from (observed
+    /// slots × slot length), so that a forecast made on a few hours is not
+    /// read as one made on a week. 0 in a forecast from an older edge.
+    #[serde(default)]
+    pub observed_h: f64,
 }
 
 /// A stretch in which the node is expected to stay idle.
@@ -77,6 +82,45 @@ pub struct NodeForecast {
     pub resources: Vec<ResourceForecast>,
     /// Idle windows, in time order.
     pub idle_windows: Vec<IdleWindow>,
+    /// Days of history the forecaster keeps at most (`history_days`): what
+    /// [`NodeForecast::history`] measures the observed history against. 0 in a
+    /// forecast from an older edge.
+    #[serde(default)]
+    pub history_days: u32,
+}
+
+/// How much history a forecast stands on, as `nodes` and the demo label it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HistoryDepth {
+    /// Hours observed, on the best-observed resource.
+    pub observed_h: f64,
+    /// Days the forecaster keeps at most.
+    pub kept_days: u32,
+}
+
+impl HistoryDepth {
+    /// Too little to tell whether the node has a daily cycle (fewer than
+    /// [`MIN_CYCLE_DAYS`] days observed): the forecast extrapolates a level
+    /// rather than repeating a measured day.
+    pub fn is_low(&self) -> bool {
+        self.observed_h < MIN_CYCLE_DAYS as f64 * 24.0
+    }
+}
+
+impl std::fmt::Display for HistoryDepth {
+    /// `low history (6 h of 7 d)`, or `history 50 h of 7 d`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (label, close) = if self.is_low() {
+            ("low history (", ")")
+        } else {
+            ("history ", "")
+        };
+        write!(
+            f,
+            "{label}{:.0} h of {} d{close}",
+            self.observed_h, self.kept_days
+        )
+    }
 }
 
 /// The few numbers a scheduler looks at first.
@@ -88,6 +132,9 @@ pub struct ForecastSummary {
     pub idle_hours_next_24h: f64,
     /// The CPU's daily-cycle verdict, if the node reports CPU.
     pub daily_cycle: Option<DailyCycle>,
+    /// How much history the forecast stands on; `None` for a forecast from an
+    /// edge that does not say.
+    pub history: Option<HistoryDepth>,
 }
 
 impl NodeForecast {
@@ -113,7 +160,26 @@ impl NodeForecast {
             next_idle: self.idle_windows.first().copied(),
             idle_hours_next_24h: idle_ms as f64 / 3.6e6,
             daily_cycle: self.resource(Resource::Cpu).map(|r| r.cycle.daily_cycle),
+            history: self.history(),
         }
+    }
+
+    /// The history the forecast was built from: its best-observed resource's
+    /// hours against the days kept; `None` when the edge did not say (an
+    /// older edge) or reported no resource.
+    pub fn history(&self) -> Option<HistoryDepth> {
+        if self.history_days == 0 {
+            return None;
+        }
+        let observed_h = self
+            .resources
+            .iter()
+            .map(|r| r.observed_h)
+            .reduce(f64::max)?;
+        Some(HistoryDepth {
+            observed_h,
+            kept_days: self.history_days,
+        })
     }
 }
 
@@ -147,11 +213,29 @@ mod tests {
             idle_threshold_pct: 30.0,
             resources: vec![],
             idle_windows: vec![w(2, 5), w(22, 30)],
+            history_days: 7,
         };
         let s = f.summary();
         assert_eq!(s.next_idle, Some(w(2, 5)));
         assert!((s.idle_hours_next_24h - 5.0).abs() < 1e-12);
         assert_eq!(s.daily_cycle, None);
+        assert_eq!(s.history, None, "no resource, no history to speak of");
         assert_eq!(f.slot_start_ms(2), 1_800_000);
+    }
+
+    #[test]
+    fn history_is_labelled_low_below_two_days() {
+        let low = HistoryDepth {
+            observed_h: 6.0,
+            kept_days: 7,
+        };
+        assert!(low.is_low());
+        assert_eq!(low.to_string(), "low history (6 h of 7 d)");
+        let enough = HistoryDepth {
+            observed_h: 50.0,
+            kept_days: 7,
+        };
+        assert!(!enough.is_low());
+        assert_eq!(enough.to_string(), "history 50 h of 7 d");
     }
 }

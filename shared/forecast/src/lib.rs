@@ -38,7 +38,9 @@ mod tidemill;
 
 pub use config::{ConfigError, DAY_S, DEFAULT_IDLE_CONFIDENCE, ForecastConfig};
 pub use cycle::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, MIN_CYCLE_STRENGTH};
-pub use forecast::{ForecastSummary, IdleWindow, NodeForecast, Quantiles, ResourceForecast};
+pub use forecast::{
+    ForecastSummary, HistoryDepth, IdleWindow, NodeForecast, Quantiles, ResourceForecast,
+};
 pub use idle::{idle_probability, idle_score, is_idle, score_probability};
 pub use method::{Method, UnknownMethod};
 pub use node::{LoadSample, NodeForecaster};

@@ -125,6 +125,37 @@ impl NodeForecaster {
             idle_threshold_pct: threshold,
             idle_windows: windows(start_ms, self.config.slot_len_ms(), &per_slot),
             resources,
+            history_days: self.config.history_days,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fed(hours: i64) -> NodeForecaster {
+        let mut node = NodeForecaster::new(ForecastConfig::default()).unwrap();
+        for minute in 0..hours * 60 {
+            node.update(&LoadSample {
+                t_ms: minute * 60_000,
+                cpu_pct: Some(10.0),
+                mem_pct: None,
+                gpu_pct: None,
+            })
+            .unwrap();
+        }
+        node
+    }
+
+    #[test]
+    fn a_forecast_says_how_much_history_it_stands_on() {
+        let days = ForecastConfig::default().history_days;
+        let young = fed(6).forecast(6 * 3_600_000).history().unwrap();
+        assert_eq!((young.observed_h, young.kept_days), (6.0, days));
+        assert!(young.is_low());
+        let old = fed(72).forecast(72 * 3_600_000).history().unwrap();
+        assert_eq!(old.observed_h, 72.0);
+        assert!(!old.is_low());
     }
 }

@@ -126,6 +126,7 @@ impl SeriesForecaster {
             resource: self.resource,
             cycle,
             slots,
+            observed_h: history.observed_days() * 24.0,
         }
     }
 

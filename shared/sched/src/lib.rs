@@ -28,11 +28,11 @@ pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, 
 pub use elasticflow::Grid;
 pub use first_fit::{FirstFitLimits, first_fit};
 pub use provenance::{ClassSources, TableSource};
-pub use schedule::{DONE_EPS_ITERS, Reason, Share, Stretch, schedule};
+pub use schedule::{DONE_EPS_ITERS, EXPLANATION_TIME_FORMAT, Reason, Share, Stretch, schedule};
 pub use settings::{Policy, PolicyError};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{
-    Lambda, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,
+    Lambda, ModelRates, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,
 };
 pub use world::{
     Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,

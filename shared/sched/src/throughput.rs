@@ -73,6 +73,20 @@ pub enum ThroughputError {
         /// The clusters that do have files, comma-separated.
         found: String,
     },
+    /// A rate in a [`ModelRates`] is not a positive number.
+    #[error(
+        "throughput of model {model} on class {class}: {value} iterations/s at global batch {batch}; rates must be numbers above 0 and the batch at least 1"
+    )]
+    BadRate {
+        /// The model.
+        model: String,
+        /// The device class.
+        class: String,
+        /// The rate given.
+        value: f64,
+        /// The global batch given.
+        batch: u32,
+    },
     /// A class cannot be built as a multiple of another.
     #[error("cannot build class {class} as lambda × {from}: {problem}")]
     Scale {
@@ -83,6 +97,21 @@ pub enum ThroughputError {
         /// What is wrong and how to fix it.
         problem: String,
     },
+}
+
+/// One model's rates, one worker per device class, at one global batch: the
+/// form of the coordinator's built-in `[scheduler.throughput.<model>]`
+/// tables and of a job's own `[work.iters_per_s]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRates {
+    /// The global batch the rates were measured at; other batches are read
+    /// at the same samples/s.
+    pub global_batch: u32,
+    /// Where the numbers come from, shown wherever the table is reported.
+    pub source: String,
+    /// Device class → iterations/s on one device of it.
+    pub iters_per_s: BTreeMap<String, f64>,
 }
 
 /// A per-model speed ratio to another class, with where it comes from.
@@ -217,6 +246,20 @@ impl TableData {
 }
 
 impl ModelTable {
+    /// A table with one cell: `iters_per_s` on one worker at global batch
+    /// `batch`, given by `source` (other batches read at the same samples/s,
+    /// more workers as [`across_workers`] reads them).
+    pub fn one_worker(batch: u32, iters_per_s: f64, source: TableSource) -> ModelTable {
+        ModelTable {
+            data: TableData::Grid(Grid {
+                batches: vec![batch],
+                gpus: vec![1],
+                iters_per_s: vec![vec![Some(iters_per_s)]],
+            }),
+            source,
+        }
+    }
+
     /// Parses one ElasticFlow CSV into a measured table; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<ModelTable, ThroughputError> {
         Ok(ModelTable {
@@ -277,6 +320,35 @@ impl ThroughputTables {
             .entry(class.to_string())
             .or_default()
             .insert(model.to_string(), table);
+        Ok(())
+    }
+
+    /// Adds `model`'s one-worker `rates` to every class that has no table
+    /// for it yet, measured or estimated: tables loaded from files win, so
+    /// the built-in defaults only fill gaps.
+    pub fn insert_rates(&mut self, model: &str, rates: &ModelRates) -> Result<(), ThroughputError> {
+        for (class, &value) in &rates.iters_per_s {
+            if !(value.is_finite() && value > 0.0) || rates.global_batch == 0 {
+                return Err(ThroughputError::BadRate {
+                    model: model.to_string(),
+                    class: class.clone(),
+                    value,
+                    batch: rates.global_batch,
+                });
+            }
+            let table = ModelTable::one_worker(
+                rates.global_batch,
+                value,
+                TableSource::Given {
+                    by: rates.source.clone(),
+                },
+            );
+            self.classes
+                .entry(class.clone())
+                .or_default()
+                .entry(model.to_string())
+                .or_insert(table);
+        }
         Ok(())
     }
 
@@ -510,6 +582,34 @@ mod tests {
         t.insert_csv("T4", "deepspeech2", "t/ds2.csv", T4_DS2)
             .unwrap();
         t
+    }
+
+    #[test]
+    fn given_rates_fill_gaps_and_never_replace_a_loaded_table() {
+        let mut t = ThroughputTables::default();
+        t.insert_csv("A100", "bert", "a100/bert.csv", A100_BERT)
+            .unwrap();
+        let rates = ModelRates {
+            global_batch: 64,
+            source: "test figures".into(),
+            iters_per_s: [("A100".to_string(), 1.0), ("cpu".to_string(), 0.5)].into(),
+        };
+        t.insert_rates("bert", &rates).unwrap();
+        assert_eq!(t.lookup("A100", "bert", 64, 1).unwrap().iters_per_s, 6.0);
+        let cpu = t.model("cpu", "bert").unwrap();
+        assert_eq!(cpu.lookup(64, 1).unwrap().iters_per_s, 0.5);
+        assert_eq!(
+            cpu.source,
+            TableSource::Given {
+                by: "test figures".into()
+            }
+        );
+        let bad = ModelRates {
+            iters_per_s: [("cpu".to_string(), f64::NAN)].into(),
+            ..rates
+        };
+        let err = t.insert_rates("gpt2", &bad).unwrap_err().to_string();
+        assert!(err.contains("model gpt2 on class cpu: NaN"), "{err}");
     }
 
     #[test]

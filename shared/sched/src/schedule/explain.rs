@@ -24,7 +24,9 @@ pub(super) enum Entry {
         /// When it was admitted, Unix ms.
         since_ms: i64,
     },
-    /// An SLO job that could not be guaranteed and asked to run best-effort.
+    /// An SLO job that could not be guaranteed and runs best-effort because
+    /// its `on_infeasible` (the job's, by default best-effort, or the
+    /// policy's override) says so.
     Downgraded(Reason),
 }
 
@@ -135,11 +137,14 @@ impl fmt::Display for Story {
                     )?,
                     Entry::Downgraded(r) => write!(
                         f,
-                        "cannot be guaranteed ({r}); admitted best-effort as asked"
+                        "cannot be guaranteed ({r}); admitted best-effort because on_infeasible = \"best-effort\" (the default; \"reject\" turns it away)"
                     )?,
                 }
                 if let Some(h) = late {
-                    write!(f, "; {h}, so it runs best-effort as asked")?;
+                    write!(
+                        f,
+                        "; {h}, so it runs best-effort because on_infeasible = \"best-effort\""
+                    )?;
                 }
                 match outcome {
                     Outcome::TurnedAway(h) => write!(f, "; turned away: {h}"),
@@ -164,8 +169,9 @@ mod tests {
         };
         assert_eq!(
             story.to_string(),
-            "cannot be guaranteed (no free edge capacity within the horizon); admitted best-effort as asked; \
-             its work is done, so it runs best-effort as asked; \
+            "cannot be guaranteed (no free edge capacity within the horizon); admitted best-effort because \
+             on_infeasible = \"best-effort\" (the default; \"reject\" turns it away); \
+             its work is done, so it runs best-effort because on_infeasible = \"best-effort\"; \
              waits: a throughput table it relied on is gone"
         );
         assert_eq!(

@@ -50,7 +50,7 @@ mod plan;
 mod reason;
 mod walk;
 
-pub use reason::{Reason, Share, Stretch};
+pub use reason::{EXPLANATION_TIME_FORMAT, Reason, Share, Stretch};
 
 use std::collections::HashMap;
 

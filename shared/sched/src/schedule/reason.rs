@@ -252,7 +252,7 @@ impl fmt::Display for Reason {
             ),
             Reason::NoTable { model } => write!(
                 f,
-                "no device class has a throughput table for model {model:?}; add one to the tables"
+                "no device class has a throughput table for model {model:?}; add its iterations/s per device class as [scheduler.throughput.{model}] in the coordinator's config (a simulator topology: its throughput tables), or give the job's own rates in [work.iters_per_s]"
             ),
             Reason::DeadlinePassed { deadline_ms } => {
                 write!(f, "its deadline {} has passed", Utc(*deadline_ms))
@@ -379,13 +379,18 @@ impl fmt::Display for Place<'_> {
     }
 }
 
-/// A time for explanations: UTC to the second, as operators read it.
+/// How explanations write a time: UTC to the second, as operators read it.
+/// Public so that a front end showing times on its own clock (the demo's
+/// trace time) can find and convert them without guessing the format.
+pub const EXPLANATION_TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S UTC";
+
+/// A time for explanations, in [`EXPLANATION_TIME_FORMAT`].
 struct Utc(i64);
 
 impl fmt::Display for Utc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match chrono::DateTime::from_timestamp_millis(self.0) {
-            Some(t) => write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S UTC")),
+            Some(t) => write!(f, "{}", t.format(EXPLANATION_TIME_FORMAT)),
             None => write!(f, "{} ms", self.0),
         }
     }
@@ -455,6 +460,18 @@ mod tests {
         assert_eq!(
             window.to_string(),
             "the idle window on e1 ends (margin 1200 s: grace and the forecast's doubt)"
+        );
+    }
+
+    #[test]
+    fn an_unknown_model_names_the_keys_that_would_plan_it() {
+        let r = Reason::NoTable {
+            model: "resnet5".into(),
+        };
+        let text = r.to_string();
+        assert!(
+            text.contains("[scheduler.throughput.resnet5]") && text.contains("[work.iters_per_s]"),
+            "{text}"
         );
     }
 

@@ -1,0 +1,103 @@
+//! `tidemill-sim demo` end to end: the whole loopback cluster runs, every job
+//! ends as the demo means it to, and the output keeps its promises: the nodes
+//! first, each edge's idle windows, every time on the tide clock, and a final
+//! table with deadline, finish, slack and a verdict for each job.
+
+use std::process::Command;
+
+#[test]
+fn the_demo_runs_and_reports_on_one_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemill-sim"))
+        .args(["demo", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+
+    let tide: Vec<&str> = stdout.lines().filter(|l| l.starts_with("[tide")).collect();
+    let first = tide.first().expect("tide lines");
+    for n in ["node-000", "node-001", "node-002"] {
+        assert!(
+            first.contains(&format!("{n} (")) && first.contains(" cores, no accelerator"),
+            "{first}"
+        );
+    }
+    assert!(
+        first.contains(" nodes: ") && first.contains("class cpu"),
+        "{first}"
+    );
+    for n in ["node-000", "node-001", "node-002"] {
+        let forecast = tide
+            .iter()
+            .find(|l| l.contains(&format!("{n} forecast (")))
+            .unwrap_or_else(|| panic!("no forecast line for {n}:\n{stdout}"));
+        assert!(
+            forecast.contains("idle d") && forecast.contains("(confidence 0."),
+            "{forecast}"
+        );
+    }
+    // One clock: the demo's own lines carry no absolute dates.
+    for l in &tide {
+        assert!(!l.contains("UTC") && !has_date(l), "{l}");
+    }
+
+    let header = stdout
+        .lines()
+        .find(|l| l.contains("VERDICT"))
+        .expect("final table");
+    for column in [
+        "JOB", "STATE", "NODE(S)", "DEADLINE", "FINISHED", "SLACK", "VERDICT", "REASON",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .skip_while(|l| !l.contains("VERDICT"))
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{stdout}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    for name in [
+        "resnet50-night-1",
+        "bert-night-2",
+        "vgg16-night-3",
+        "gpt2-noon-1",
+        "gpt2-noon-2",
+    ] {
+        let cells = row(name);
+        // ID JOB STATE NODE dN HH:MM dN HH:MM SLACK VERDICT ...
+        assert_eq!(cells[2], "succeeded", "{cells:?}");
+        assert!(
+            cells[4].starts_with('d') && cells[6].starts_with('d'),
+            "{cells:?}"
+        );
+        assert!(
+            cells[8].starts_with('+'),
+            "finished before its deadline: {cells:?}"
+        );
+        assert_eq!(cells[9], "met", "{cells:?}");
+        assert!(
+            !cells.join(" ").contains("keeps its reservation"),
+            "{cells:?}"
+        );
+    }
+    let broken = row("broken-config");
+    assert_eq!(broken[2], "failed");
+    assert_eq!(broken[9..12].join(" "), "failed as intended", "{broken:?}");
+    assert!(broken.join(" ").contains("no [work]"), "{broken:?}");
+    assert!(stdout.contains("all 6 jobs ended as expected"), "{stdout}");
+}
+
+/// Whether `line` holds a calendar date such as `2026-11-25`.
+fn has_date(line: &str) -> bool {
+    line.as_bytes()
+        .windows(5)
+        .any(|w| w[..4].iter().all(u8::is_ascii_digit) && w[4] == b'-')
+}
