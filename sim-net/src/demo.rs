@@ -152,6 +152,10 @@ const JOBS: &[DemoJob] = &[
     },
 ];
 
+/// How a job without `[work]` is scheduled, and why: with no work to plan
+/// against its deadline, it runs best-effort wherever first-fit finds an idle node.
+const UNPLANNED: &str = "no [work], so not planned: first-fit, best-effort";
+
 /// Hours of tide from submission to each job's deadline.
 const DEADLINE_HOURS: i64 = 14;
 
@@ -515,15 +519,12 @@ fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed: &mut Print
     if printed.states.insert(j.id, j.state) != Some(j.state) {
         match j.state {
             JobPhase::Running => {
-                let plan = j.plan.as_ref().map_or(
-                    "no [work], so not planned: runs first-fit, best-effort".to_string(),
-                    |p| {
-                        let finish = p
-                            .expected_finish
-                            .map_or("beyond the horizon".into(), |t| tide.at_time(t));
-                        format!("{}, planned finish {finish}", p.verdict.as_str())
-                    },
-                );
+                let plan = j.plan.as_ref().map_or(UNPLANNED.to_string(), |p| {
+                    let finish = p
+                        .expected_finish
+                        .map_or("beyond the horizon".into(), |t| tide.at_time(t));
+                    format!("{}, planned finish {finish}", p.verdict.as_str())
+                });
                 println!(
                     "{stamp} job {} {} runs on {} ({plan}; deadline {deadline})",
                     j.id,
@@ -548,7 +549,10 @@ fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed: &mut Print
         }
     }
     if j.state == JobPhase::Queued && j.node.is_none() {
-        let reason = tide.rewrite(j.why());
+        let reason = match (&j.plan, &j.work) {
+            (None, None) => format!("{UNPLANNED}; {}", j.why()),
+            _ => tide.rewrite(j.why()),
+        };
         if printed.reasons.get(&j.id) != Some(&reason) {
             println!("{stamp} job {} {} waits: {reason}", j.id, j.name);
             printed.reasons.insert(j.id, reason);
@@ -630,10 +634,10 @@ fn print_jobs(jobs: &[JobRecord], expected: &[(u64, &DemoJob)], tide: TideClock)
             .iter()
             .find(|(id, _)| *id == j.id)
             .map_or(JobPhase::Succeeded, |(_, d)| d.expect);
-        let admitted = j.plan.as_ref().map_or(
-            "no [work], so not planned: first-fit, best-effort".to_string(),
-            |p| p.verdict.as_str().to_string(),
-        );
+        let admitted = j
+            .plan
+            .as_ref()
+            .map_or(UNPLANNED.to_string(), |p| p.verdict.as_str().to_string());
         let tail = j
             .output_tail
             .last()
