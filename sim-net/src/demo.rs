@@ -82,8 +82,9 @@ pub enum DemoError {
     Edge {
         /// The edge.
         node: String,
-        /// Its error.
-        source: tidemill_edge::daemon::EdgeError,
+        /// Its error, boxed: an edge's error is large and rare, and the
+        /// demo's other errors need not carry its size.
+        source: Box<tidemill_edge::daemon::EdgeError>,
     },
     /// The API refused a call.
     #[error(transparent)]
@@ -287,7 +288,10 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
                 let _ = stop.wait_for(|s| *s).await;
             })
             .await;
-            result.map_err(|source| DemoError::Edge { node, source })
+            result.map_err(|source| DemoError::Edge {
+                node,
+                source: Box::new(source),
+            })
         });
     }
     println!(
