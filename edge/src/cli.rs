@@ -1,4 +1,4 @@
-//! The command line: `tidemill-edge run`, `join`, `config check` and
+//! The command line: `tidemill-edge run`, `join`, `status`, `config check` and
 //! `print-default-config`.
 
 use std::path::PathBuf;
@@ -27,6 +27,9 @@ enum Cmd {
     Join(Box<RunArgs>),
     /// Print the default configuration, every key documented.
     PrintDefaultConfig,
+    /// Show this edge's state: from its status port when [status] listen is
+    /// set, else from the journal in the data dir (connection unknown).
+    Status(StatusArgs),
     /// Check the configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -41,6 +44,42 @@ enum ConfigCmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+/// Flags of `status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The edge's TOML config file: its data dir, node id (shown as is) and
+    /// status port.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The data dir to read (overrides the config's; with it and no
+    /// --config, the journal is read and the status port is not asked).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl StatusArgs {
+    /// The snapshot, as a table or JSON.
+    fn run(&self) -> Result<String, Box<dyn std::error::Error>> {
+        let mut cfg = EdgeConfig::load(self.config.as_deref())?;
+        cfg.validate()?;
+        if let Some(dir) = &self.data_dir {
+            cfg.data_dir = dir.clone();
+            if self.config.is_none() {
+                cfg.status = crate::config::StatusConfig::default();
+            }
+        }
+        let snapshot = crate::status::query(&cfg.status, &cfg.data_dir, &cfg.resolved_node_id())?;
+        Ok(if self.json {
+            serde_json::to_string_pretty(&snapshot)? + "\n"
+        } else {
+            snapshot.table(crate::status::now_ms())
+        })
+    }
 }
 
 /// Flags of `run`; each overrides the config file.
@@ -168,6 +207,16 @@ pub fn main() -> ExitCode {
                 Ok(mut table) => {
                     tidemill_runtime::config_file::redact(&mut table);
                     print!("{table}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Cmd::Status(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            match args.run() {
+                Ok(out) => {
+                    print!("{out}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),

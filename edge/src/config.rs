@@ -51,6 +51,56 @@ pub struct EdgeConfig {
     /// How log lines are written: text or json.
     #[serde(default)]
     pub log_format: tidemill_runtime::lifecycle::LogFormat,
+    /// The local status port (off unless set).
+    #[serde(default)]
+    pub status: StatusConfig,
+}
+
+/// The local status port (`[status]`): off by default, loopback only unless
+/// a bearer token guards it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusConfig {
+    /// HOST:PORT to listen on; empty: off.
+    pub listen: String,
+    /// A file with the bearer token every request must send; empty: none.
+    pub token_file: PathBuf,
+}
+
+impl StatusConfig {
+    /// The address to listen on, if the port is on and the address parses
+    /// ([`EdgeConfig::validate`] refuses one that does not).
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.listen.parse().ok()
+    }
+
+    /// The token file, if one is set.
+    pub fn token_file(&self) -> Option<&Path> {
+        (!self.token_file.as_os_str().is_empty()).then_some(self.token_file.as_path())
+    }
+
+    /// Checks the address, and that a non-loopback one has a token.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.listen.is_empty() {
+            return Ok(());
+        }
+        let invalid = |rule: &'static str| {
+            Err(ConfigError::Invalid {
+                key: "status.listen",
+                value: self.listen.clone(),
+                rule,
+            })
+        };
+        match self.listen_addr() {
+            None => invalid(
+                "must be HOST:PORT with an IP address, such as 127.0.0.1:7491, or empty to turn the status port off",
+            ),
+            Some(a) if !a.ip().is_loopback() && self.token_file().is_none() => invalid(
+                "is not a loopback address, and the status port has no other protection there: set [status] token_file to a file holding a bearer token, or listen on 127.0.0.1",
+            ),
+            Some(_) => Ok(()),
+        }
+    }
 }
 
 /// Connection settings.
@@ -214,6 +264,7 @@ impl EdgeConfig {
     /// Checks values that TOML types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
+        self.status.validate()?;
         if !(self.sample_interval_secs.is_finite() && self.sample_interval_secs >= 0.01) {
             return invalid(
                 "sample_interval_secs",

@@ -63,6 +63,9 @@ pub enum EdgeError {
     /// The journal failed; the daemon stops rather than lose reports.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The local status port cannot start.
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
 }
 
 /// Starts this edge's probe responder, which presents `identity` and answers
@@ -172,6 +175,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     );
 
     let journal = Arc::new(Mutex::new(Journal::open(&cfg.data_dir)?));
+    // The local status port ([status] listen), if configured.
+    let status = Arc::new(crate::status::Live::default());
+    crate::status::spawn(&cfg.status, status.clone(), journal.clone(), node_id.clone()).await?;
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
     let executor = Executor::new(
@@ -228,6 +234,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         probes: None,
         renewal: None,
         batch_budget: crate::link::BATCH_BYTES,
+        status: status.clone(),
     };
     let renew_before = Duration::from_secs(cfg.link.renew_before_days * 86_400);
     let probe_cfg = cfg.probe.clone();
@@ -273,6 +280,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             let now = sample_clock.now_ms();
             let own = journal.lock().unwrap().running_pids()?;
             let sample = sampler.sample(now, &own).await;
+            status.sampled();
             forecasting.observe(&sample);
             let forecast = forecasting.due(now);
             {

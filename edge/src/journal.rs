@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemill_proto::{Report, ReportBody, Sample, TaskAssignment};
+use tidemill_proto::{NodeForecast, Report, ReportBody, Sample, TaskAssignment};
 use tidemill_runtime::sqlite::{self, DbError};
 
 const MIGRATIONS: &[&str] = &[
@@ -28,6 +28,10 @@ const MIGRATIONS: &[&str] = &[
 ",
     "
     CREATE TABLE history (t_ms INTEGER PRIMARY KEY, cpu REAL, mem REAL, gpu REAL) WITHOUT ROWID;
+",
+    "
+    INSERT INTO meta (key, value) VALUES ('last_ack_ms', 0);
+    CREATE TABLE latest_forecast (id INTEGER PRIMARY KEY CHECK (id = 1), body BLOB NOT NULL);
 ",
 ];
 
@@ -64,6 +68,14 @@ pub enum JournalError {
         seq: u64,
         /// The decoder's complaint.
         detail: String,
+    },
+    /// The journal predates this build and only the daemon migrates it.
+    #[error(
+        "journal {path} was written by an older tidemill-edge; start the daemon once to upgrade it, then ask again"
+    )]
+    Stale {
+        /// The journal file.
+        path: PathBuf,
     },
 }
 
@@ -185,12 +197,78 @@ impl Journal {
         Ok(n as u64)
     }
 
-    /// Forgets every report up to and including `seq`: the coordinator has it.
+    /// Forgets every report up to and including `seq`: the coordinator has
+    /// it. Notes when, for `tidemill-edge status`.
     pub fn ack(&mut self, seq: u64) -> Result<(), JournalError> {
-        self.conn
-            .execute("DELETE FROM outbox WHERE seq <= ?1", [seq as i64])
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        self.in_transaction(|tx| {
+            tx.execute("DELETE FROM outbox WHERE seq <= ?1", [seq as i64])?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'last_ack_ms'",
+                [now_ms],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Opens the journal in `data_dir` for reading only, as `tidemill-edge
+    /// status` does beside a running daemon; it must exist and be migrated
+    /// (the daemon has run since the upgrade).
+    pub fn open_read_only(data_dir: &Path) -> Result<Self, JournalError> {
+        let path = data_dir.join(JOURNAL_FILE);
+        let conn = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| DbError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|source| JournalError::Sql {
+                path: path.clone(),
+                source,
+            })?;
+        if version < MIGRATIONS.len() as i64 {
+            return Err(JournalError::Stale { path });
+        }
+        Ok(Journal { conn, path })
+    }
+
+    /// When the coordinator last acknowledged reports (or welcomed this
+    /// node), Unix ms on this host's clock; `None` if never.
+    pub fn last_ack_ms(&self) -> Result<Option<i64>, JournalError> {
+        let v: i64 = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'last_ack_ms'",
+                [],
+                |r| r.get(0),
+            )
             .map_err(self.sql())?;
-        Ok(())
+        Ok((v > 0).then_some(v))
+    }
+
+    /// The latest forecast this node issued, if any.
+    pub fn latest_forecast(&self) -> Result<Option<NodeForecast>, JournalError> {
+        let blob: Option<Vec<u8>> = self
+            .conn
+            .query_row("SELECT body FROM latest_forecast WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(self.sql())?;
+        blob.map(|b| {
+            rmp_serde::from_slice(&b).map_err(|e| JournalError::Corrupt {
+                path: self.path.clone(),
+                seq: 0,
+                detail: format!("the latest forecast: {e}"),
+            })
+        })
+        .transpose()
     }
 
     /// Reconciles with the coordinator's `acked_seq` after a (re)connect.
@@ -321,6 +399,13 @@ impl Journal {
 
 fn append_in(tx: &rusqlite::Transaction<'_>, body: &ReportBody) -> rusqlite::Result<u64> {
     let blob = rmp_serde::to_vec_named(body).expect("report bodies always serialise");
+    if let ReportBody::Forecast(f) = body {
+        let latest = rmp_serde::to_vec_named(f).expect("forecasts always serialise");
+        tx.execute(
+            "INSERT OR REPLACE INTO latest_forecast (id, body) VALUES (1, ?1)",
+            [latest],
+        )?;
+    }
     let seq: i64 = tx.query_row(
         "UPDATE meta SET value = value + 1 WHERE key = 'last_seq' RETURNING value",
         [],
@@ -337,6 +422,28 @@ fn append_in(tx: &rusqlite::Transaction<'_>, body: &ReportBody) -> rusqlite::Res
 mod tests {
     use super::*;
     use tidemill_proto::{TaskEvent, TaskStatus};
+
+    #[test]
+    fn acks_and_the_latest_forecast_are_read_back_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        assert_eq!(j.last_ack_ms().unwrap(), None);
+        assert_eq!(j.latest_forecast().unwrap(), None);
+        let forecaster =
+            tidemill_forecast::NodeForecaster::new(tidemill_forecast::ForecastConfig::default())
+                .unwrap();
+        let forecast = forecaster.forecast(1_700_000_000_000);
+        j.append(&ReportBody::Forecast(Box::new(forecast.clone())))
+            .unwrap();
+        let seq = j.append(&body(1)).unwrap();
+        j.ack(seq).unwrap();
+        let reader = Journal::open_read_only(dir.path()).unwrap();
+        assert!(reader.last_ack_ms().unwrap().is_some_and(|ms| ms > 0));
+        assert_eq!(reader.latest_forecast().unwrap(), Some(forecast));
+        assert_eq!(reader.pending_count().unwrap(), 0);
+        let missing = Journal::open_read_only(&dir.path().join("nowhere")).unwrap_err();
+        assert!(missing.to_string().contains(JOURNAL_FILE), "{missing}");
+    }
 
     fn body(n: i64) -> ReportBody {
         ReportBody::Task(TaskStatus {

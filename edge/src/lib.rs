@@ -15,3 +15,4 @@ pub mod journal;
 pub mod link;
 pub mod replay;
 pub mod sampler;
+pub mod status;

@@ -100,6 +100,8 @@ pub struct Link {
     pub renewal: Option<Arc<Renewal>>,
     /// The current batch budget in bytes; see [`Link::drain`].
     pub batch_budget: usize,
+    /// What the status port reports about the connection.
+    pub status: Arc<crate::status::Live>,
 }
 
 /// How this node renews its certificate: on a live connection, once fewer
@@ -252,6 +254,7 @@ impl Link {
         self.journal.lock().unwrap().reconcile(acked)?;
         self.backoff.reset();
         tracing::info!(node_id = %self.node_id, coordinator = %self.addr, acked_seq = acked, "connected");
+        self.status.set_connected(true);
 
         let commands = tokio::spawn(serve_commands(conn.clone(), self.executor.clone()));
         let probing = self.probes.clone().map(|p| {
@@ -280,6 +283,7 @@ impl Link {
         if let Some(p) = probing {
             p.abort();
         }
+        self.status.set_connected(false);
         conn.close(0u32.into(), b"session ended");
         result
     }

@@ -3,6 +3,9 @@
 //! always an equivalent checker: the exposition parsed with a maintained
 //! parser, and promtool's lint rules that can be checked here. `/readyz`
 //! turns unready when the store cannot be written, and ready again after.
+//! The edge's status port serves the same checks, refuses bad input and
+//! unauthenticated requests, and `tidemill-edge status` reads it or the
+//! journal.
 
 mod support;
 
@@ -12,22 +15,27 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Scrape, Value};
-use support::{Coordinator, PATIENCE, start_edge, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, free_port, start_edge, write_trace};
 
 /// `GET path` on the coordinator's API from loopback: the status line,
 /// headers and body as one string.
 fn get(coord: &Coordinator, path: &str) -> String {
     let addr = coord.api.trim_start_matches("http://");
+    raw(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Sends `request` as is to `addr` and returns all that comes back.
+fn raw(addr: &str, request: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    // A server may answer and close before it has read all of a bad request.
+    let _ = s.write_all(request.as_bytes());
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).to_string()
 }
 
 /// The body of an answer from [`get`].
@@ -195,6 +203,26 @@ fn promtool(text: &str) -> Option<(bool, String)> {
     Some((out.status.success(), said))
 }
 
+/// Checks a `/metrics` answer with every checker there is here and returns
+/// it parsed.
+fn checked_scrape(answer: &str) -> Scrape {
+    assert!(
+        answer.starts_with("HTTP/1.1 200")
+            && answer.contains("content-type: text/plain; version=0.0.4"),
+        "{answer}"
+    );
+    let text = body(answer);
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let mut problems = lint(text, &scrape);
+    problems.extend(check_histograms(&scrape));
+    assert!(problems.is_empty(), "{problems:#?}\n{text}");
+    match promtool(text) {
+        Some((passed, said)) => assert!(passed, "promtool check metrics: {said}\n{text}"),
+        None => eprintln!("promtool is not installed; the built-in checker alone ran"),
+    }
+    scrape
+}
+
 #[test]
 fn a_live_scrape_passes_the_checkers_and_bounds_node_series() {
     let dir = support::tempdir();
@@ -210,20 +238,8 @@ fn a_live_scrape_passes_the_checkers_and_bounds_node_series() {
     cloud.wait_for(&format!("job_id={id} state=succeeded"), 1, PATIENCE);
 
     let answer = get(&coord, "/metrics");
-    assert!(
-        answer.starts_with("HTTP/1.1 200")
-            && answer.contains("content-type: text/plain; version=0.0.4"),
-        "{answer}"
-    );
+    let scrape = checked_scrape(&answer);
     let text = body(&answer);
-    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
-    let mut problems = lint(text, &scrape);
-    problems.extend(check_histograms(&scrape));
-    assert!(problems.is_empty(), "{problems:#?}\n{text}");
-    match promtool(text) {
-        Some((passed, said)) => assert!(passed, "promtool check metrics: {said}\n{text}"),
-        None => eprintln!("promtool is not installed; the built-in checker alone ran"),
-    }
 
     let v = |metric: &str, labels: &[(&str, &str)]| {
         value(&scrape, metric, labels).unwrap_or_else(|| panic!("no {metric} {labels:?}\n{text}"))
@@ -352,4 +368,183 @@ impl Drop for Immutable {
             self.0.display()
         );
     }
+}
+
+/// The default edge config with the status port on `listen`, guarded by a
+/// token file when `token` is given; returns the config file.
+fn edge_config(dir: &std::path::Path, listen: &str, token: Option<&str>) -> std::path::PathBuf {
+    let defaults = Command::new(EDGE)
+        .arg("print-default-config")
+        .output()
+        .unwrap();
+    let mut config = String::from_utf8(defaults.stdout).unwrap();
+    let token_file = match token {
+        Some(t) => {
+            let f = dir.join("status-token");
+            std::fs::write(&f, format!("{t}\n")).unwrap();
+            f.display().to_string()
+        }
+        None => String::new(),
+    };
+    for (key, value) in [("listen", listen), ("token_file", token_file.as_str())] {
+        let default = format!("\n{key} = \"\"\n");
+        assert_eq!(config.matches(&default).count(), 1, "{config}");
+        config = config.replace(&default, &format!("\n{key} = {value:?}\n"));
+    }
+    let file = dir.join(format!("edge-{}.toml", free_port()));
+    std::fs::write(&file, config).unwrap();
+    file
+}
+
+/// `tidemill-edge ARGS`: its exit status, stdout and stderr.
+fn edge_cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(EDGE).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn a_non_loopback_status_port_needs_a_token() {
+    let dir = support::tempdir();
+    let open = edge_config(dir.path(), "0.0.0.0:7491", None);
+    let (ok, _, err) = edge_cli(&["config", "check", "--config", open.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("status.listen") && err.contains("token_file"),
+        "{err}"
+    );
+    let guarded = edge_config(dir.path(), "0.0.0.0:7491", Some("0123456789abcdef0123"));
+    let (ok, _, err) = edge_cli(&["config", "check", "--config", guarded.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let garbage = edge_config(dir.path(), "localhost", None);
+    let (ok, _, err) = edge_cli(&["config", "check", "--config", garbage.to_str().unwrap()]);
+    assert!(!ok && err.contains("HOST:PORT"), "{err}");
+}
+
+#[test]
+fn the_edge_status_port_answers_checks_and_refuses() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start();
+    let trace = write_trace(dir.path(), &["e1"]);
+    let port = free_port();
+    let token = "status-token-0123456789";
+    let config = edge_config(dir.path(), &format!("0.0.0.0:{port}"), Some(token));
+    let data_dir = dir.path().join("edge-e1");
+    let mut cmd = Command::new(EDGE);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(&config)
+        .args(["--coordinator", &coord.quic.to_string(), "--node-id", "e1"])
+        .arg("--token")
+        .arg(coord.token())
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .args(["--sample-interval", "0.2", "--replay"])
+        .arg(&trace)
+        .args(["--replay-node", "e1"])
+        .env("RUST_LOG", "info");
+    let edge = Proc::spawn("e1", cmd);
+    edge.wait_for("status port listening", 1, PATIENCE);
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    let addr = format!("127.0.0.1:{port}");
+    let get = |path: &str, auth: Option<&str>| {
+        let header = auth.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        raw(
+            &addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: t\r\n{header}Connection: close\r\n\r\n"),
+        )
+    };
+
+    // Without the token, or with another, nothing is served.
+    for auth in [None, Some("status-token-0123456780"), Some("")] {
+        let answer = get("/status", auth);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{auth:?}: {answer}");
+        assert!(!answer.contains(token), "{answer}");
+    }
+    // Ready once a report has been acknowledged: bounded polling.
+    let deadline = Instant::now() + PATIENCE;
+    let status: serde_json::Value = loop {
+        let answer = get("/status", Some(token));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let status: serde_json::Value = serde_json::from_str(body(&answer)).unwrap();
+        if !status["last_ack_ms"].is_null() || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status["node_id"], "e1", "{status}");
+    assert_eq!(status["connection"], "connected", "{status}");
+    assert!(status["last_ack_ms"].as_i64().is_some(), "{status}");
+    assert!(status["journal_backlog"].as_u64().is_some(), "{status}");
+    assert_eq!(status["tasks"], serde_json::json!([]), "{status}");
+    // The edge forecasts at its first sample; the summary is what it said.
+    assert!(
+        status["forecast"]["issued_ms"].as_i64().is_some(),
+        "{status}"
+    );
+
+    let scrape = checked_scrape(&get("/metrics", Some(token)));
+    let v = |metric: &str| value(&scrape, metric, &[]).unwrap_or_else(|| panic!("no {metric}"));
+    assert_eq!(v("tidemill_edge_connected"), 1.0);
+    assert!(v("tidemill_edge_samples_total") >= 1.0);
+    assert!(v("tidemill_edge_last_ack_age_seconds") < 60.0);
+    assert!(v("tidemill_edge_journal_backlog") >= 0.0);
+    assert_eq!(v("tidemill_edge_tasks_running"), 0.0);
+    assert!(v("process_resident_memory_bytes") > 1e6);
+    assert!(value(&scrape, "tidemill_build_info", &[]).is_some());
+
+    // Bad input: an unknown path, another method, garbage, an oversized head.
+    let unknown = get("/nope", Some(token));
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+    let post = raw(
+        &addr,
+        &format!(
+            "POST /status HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    let garbage = raw(&addr, "\x16\x03\x01 not http at all\r\n\r\n");
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    let huge = raw(
+        &addr,
+        &format!(
+            "GET /status HTTP/1.1\r\nHost: t\r\nX-Filler: {}\r\n\r\n",
+            "a".repeat(64 * 1024)
+        ),
+    );
+    assert!(huge.starts_with("HTTP/1.1 431"), "{huge}");
+    // The port still serves after all that.
+    assert!(get("/status", Some(token)).starts_with("HTTP/1.1 200"));
+
+    // `tidemill-edge status` asks the port with the config's token...
+    let config = config.to_str().unwrap();
+    let (ok, out, err) = edge_cli(&["status", "--config", config]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("connection       connected") && out.contains("tasks            none"),
+        "{out}"
+    );
+    let (ok, out, err) = edge_cli(&["status", "--config", config, "--json"]);
+    assert!(ok, "{err}");
+    let asked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(asked["connection"], "connected", "{asked}");
+    // ...and reads the journal with only a data dir: the connection unknown.
+    let (ok, out, err) = edge_cli(&["status", "--data-dir", data_dir.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    let read: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(read["connection"], "unknown", "{read}");
+    assert!(read["last_ack_ms"].as_i64().is_some(), "{read}");
+    let (ok, out, err) = edge_cli(&[
+        "status",
+        "--data-dir",
+        dir.path().join("nowhere").to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && out.is_empty() && err.contains("edge-journal.db"),
+        "{err}"
+    );
+    drop(edge);
 }
