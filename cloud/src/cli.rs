@@ -31,6 +31,14 @@ enum Cmd {
     /// Check the configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Check this machine: config, data dir, store, CA and server
+    /// certificate, listen addresses, API TLS, clock. Exits non-zero when a
+    /// check fails.
+    Doctor {
+        /// TOML config file; without it the documented defaults apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// List the scheduling policies `serve --policy` accepts, one line each.
     Policies,
     /// List nodes, or remove one (`nodes remove ID`).
@@ -282,6 +290,30 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Serve(args) => serve(args),
+        Cmd::Doctor { config } => {
+            let source = config.as_deref().map_or_else(
+                || "the default config".to_string(),
+                |p| p.display().to_string(),
+            );
+            let cfg = match CloudConfig::load(config.as_deref())
+                .and_then(|cfg| cfg.validate().map(|()| cfg))
+            {
+                Ok(cfg) => cfg,
+                Err(e) => {
+                    tidemill_runtime::doctor::Report::default().fail(
+                        "config",
+                        e.to_string(),
+                        "fix the file or the TIDEMILL_* variable named; `tidemill-cloud print-default-config` documents every key",
+                    );
+                    return Err("a check failed".into());
+                }
+            };
+            if crate::doctor::run(&cfg, &source).passed() {
+                Ok(())
+            } else {
+                Err("a check failed".into())
+            }
+        }
         Cmd::Config(ConfigCmd::Check { config }) => {
             let (cfg, mut table) = CloudConfig::load_effective(config.as_deref())?;
             cfg.validate()?;

@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod coordinator;
 mod dispatch;
+pub mod doctor;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
@@ -17,7 +18,6 @@ pub mod ingest;
 pub mod job;
 pub mod lifecycle;
 pub mod metrics;
-pub mod probing;
 pub mod rendezvous;
 pub mod rotation;
 pub mod round;

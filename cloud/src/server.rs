@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tidemill_runtime::clock::{Clock, SharedClock, SystemClock};
 use tidemill_runtime::config_file::ConfigError;
+use tidemill_runtime::datadir;
 use tidemill_runtime::identity::Authority;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tidemill_runtime::tls::{self, TlsError};
@@ -80,7 +81,7 @@ pub struct Server {
     endpoint: quinn::Endpoint,
     tasks: JoinSet<()>,
     /// Held while the coordinator runs: the data dir's lock.
-    _lock: nix::fcntl::Flock<std::fs::File>,
+    _lock: datadir::DataDirLock,
 }
 
 /// Connections the kernel holds for the API beyond those being served
@@ -99,41 +100,13 @@ fn api_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(API_BACKLOG)
 }
 
-/// The lock file that keeps a second coordinator off a data dir.
-const LOCK_FILE: &str = "lock";
-
-/// Takes the data dir's lock for as long as the returned file lives, and
-/// writes this process's id into it for the next one's error message.
-fn lock_data_dir(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, CloudError> {
-    use std::io::{Read, Seek, Write};
-    let path = dir.join(LOCK_FILE);
-    let io = |source| CloudError::DataDir {
-        path: path.clone(),
-        source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io)?;
-    let mut lock = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-    {
-        Ok(lock) => lock,
-        Err((mut file, _)) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(CloudError::Locked {
-                path: dir.to_path_buf(),
-                holder: holder.trim().to_string(),
-            });
-        }
-    };
-    lock.set_len(0).map_err(io)?;
-    lock.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-    write!(lock, "pid {}", std::process::id()).map_err(io)?;
-    Ok(lock)
+/// Takes the data dir's lock (shared with the edge: tidemill_runtime::datadir)
+/// for as long as the returned guard lives, naming its holder to the next one.
+fn lock_data_dir(dir: &std::path::Path) -> Result<datadir::DataDirLock, CloudError> {
+    datadir::lock(dir).map_err(|e| match e {
+        datadir::LockError::Held { path, holder } => CloudError::Locked { path, holder },
+        datadir::LockError::Io { path, source } => CloudError::DataDir { path, source },
+    })
 }
 
 /// Starts a coordinator and returns once it listens.

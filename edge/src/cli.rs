@@ -33,6 +33,27 @@ enum Cmd {
     /// Check the configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Check this box: config, data dir, certificate, the coordinator over
+    /// mutual TLS, clock, probe port, accelerators, task confinement. Exits
+    /// non-zero when a check fails.
+    Doctor {
+        /// TOML config file; without it the documented defaults apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Delete this edge's state (journal, certificate, tasks, checkpoints)
+    /// after a typed confirmation; refused while the daemon runs.
+    Reset {
+        /// TOML config file, for its data_dir.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The data dir to wipe (overrides the config's).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -222,6 +243,28 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Cmd::Doctor { config } => doctor(config.as_deref()),
+        Cmd::Reset {
+            config,
+            data_dir,
+            yes,
+        } => {
+            let dir = match data_dir {
+                Some(dir) => dir,
+                None => match EdgeConfig::load(config.as_deref()) {
+                    Ok(cfg) => cfg.data_dir,
+                    Err(e) => return fail(&e),
+                },
+            };
+            let mut stdin = std::io::stdin().lock();
+            match crate::doctor::reset(&dir, yes, &mut stdin, &mut std::io::stdout()) {
+                Ok(n) => {
+                    println!("reset {}: {n} entries removed", dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
         Cmd::Join(args) => {
             let (cfg, rt) = match start(&args) {
                 Ok(started) => started,
@@ -253,6 +296,42 @@ fn start(args: &RunArgs) -> Result<(EdgeConfig, tokio::runtime::Runtime), ExitCo
         .build()
         .map_err(|e| fail(&e))?;
     Ok((cfg, rt))
+}
+
+/// `doctor`: a config that does not load is the first failed check and
+/// ends the run; otherwise every check runs.
+fn doctor(config: Option<&std::path::Path>) -> ExitCode {
+    lifecycle::exit_quietly_on_closed_pipe();
+    lifecycle::init_logging("warn");
+    let source = config.map_or_else(
+        || "the default config".to_string(),
+        |p| p.display().to_string(),
+    );
+    let cfg = match EdgeConfig::load(config).and_then(|cfg| cfg.validate().map(|()| cfg)) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            let mut report = tidemill_runtime::doctor::Report::default();
+            report.fail(
+                "config",
+                e.to_string(),
+                "fix the file or the TIDEMILL_* variable named; `tidemill-edge print-default-config` documents every key",
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    let report = rt.block_on(crate::doctor::run(&cfg, &source));
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {

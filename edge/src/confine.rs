@@ -253,8 +253,9 @@ impl TaskCgroup {
     }
 }
 
-/// Where cgroup v2 is mounted, from /proc/self/mountinfo.
-fn cgroup2_mount() -> Option<PathBuf> {
+/// Where cgroup v2 is mounted, from /proc/self/mountinfo (`doctor` checks
+/// it too).
+pub fn cgroup2_mount() -> Option<PathBuf> {
     let mut info = String::new();
     std::fs::File::open("/proc/self/mountinfo")
         .ok()?

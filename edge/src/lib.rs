@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod confine;
 pub mod daemon;
+pub mod doctor;
 pub mod executor;
 pub mod forecasting;
 pub mod join;

@@ -6,11 +6,13 @@
 pub mod backoff;
 pub mod clock;
 pub mod config_file;
+pub mod datadir;
+pub mod doctor;
 pub mod frames;
 pub mod identity;
 pub mod lifecycle;
-pub mod notify;
 pub mod metrics;
+pub mod notify;
 pub mod probe;
 pub mod quic;
 pub mod sqlite;

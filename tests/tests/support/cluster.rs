@@ -219,8 +219,7 @@ pub struct Net<'a> {
     pub coord: Coordinator,
     /// Wraps edge `node`'s command.
     pub edge: &'a dyn Fn(&str, Command) -> Command,
-    /// Wall seconds between an edge's rounds of link probes (SPEED times as
-    /// many on its accelerated clock).
+    /// Seconds between an edge's rounds of link probes.
     pub probe_interval_secs: u64,
 }
 
@@ -322,13 +321,9 @@ impl Cluster {
             .unwrap();
         let toml = String::from_utf8(defaults.stdout)
             .unwrap()
-            // Probe rounds follow the accelerated clock.
             .replace(
-                "interval_secs = 3600",
-                &format!(
-                    "interval_secs = {}",
-                    (net.probe_interval_secs as f64 * SPEED) as u64
-                ),
+                "interval_secs = 600",
+                &format!("interval_secs = {}", net.probe_interval_secs),
             )
             .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
             .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")

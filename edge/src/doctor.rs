@@ -1,0 +1,399 @@
+//! `tidemill-edge doctor`: checks what the daemon needs on this box, each
+//! printed as ok, warn or fail with the sentence that fixes it; and
+//! `tidemill-edge reset`: wipes the edge's state once no daemon uses it.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tidemill_runtime::datadir;
+use tidemill_runtime::doctor::{self, Report};
+use tidemill_runtime::identity::{NODE_CA_FILE, NODE_CERT_FILE, NodeIdentity};
+use tidemill_runtime::quic::{self, Timing};
+
+use crate::config::EdgeConfig;
+
+/// Days before expiry that a node certificate is worth a warning (the daemon
+/// renews it itself from `[link] renew_before_days`).
+const CERT_WARN_DAYS: i64 = 14;
+
+/// Runs every check on `cfg` (already loaded and validated) and prints them;
+/// returns the report.
+pub async fn run(cfg: &EdgeConfig, source: &str) -> Report {
+    let mut report = Report::default();
+    report.ok("config", format!("{source} loads and validates"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    doctor::data_dir(&mut report, &cfg.data_dir);
+    let running = datadir::holder(&cfg.data_dir);
+    match &running {
+        Some(holder) => report.ok(
+            "daemon",
+            format!("tidemill-edge runs on this data dir ({holder})"),
+        ),
+        None => report.warn(
+            "daemon",
+            "no tidemill-edge runs on this data dir",
+            "start it: systemctl start tidemill-edge",
+        ),
+    }
+    let identity = certificate(&mut report, cfg, now_ms);
+    match identity {
+        Some(identity) => coordinator(&mut report, cfg, &identity).await,
+        None => report.fail(
+            "coordinator",
+            "not checked: no usable node certificate",
+            "fix the certificate first",
+        ),
+    }
+    doctor::clock(&mut report);
+    probe_port(&mut report, cfg, running.is_some());
+    accelerators(&mut report, cfg).await;
+    confinement(&mut report, cfg);
+    report
+}
+
+/// The node's certificate: present, issued by the CA the edge trusts, valid.
+fn certificate(report: &mut Report, cfg: &EdgeConfig, now_ms: i64) -> Option<NodeIdentity> {
+    let dir = &cfg.data_dir;
+    if !NodeIdentity::present(dir) {
+        report.fail(
+            "certificate",
+            format!("no node certificate in {}", dir.display()),
+            "join: `tidemill-edge join --token T` (a token from `tidemill-cloud token create`), or put TIDEMILL_TOKEN in /etc/tidemill/edge.env and restart",
+        );
+        return None;
+    }
+    let ca_path = cfg
+        .ca_override()
+        .map_or_else(|| dir.join(NODE_CA_FILE), Path::to_path_buf);
+    let rejoin =
+        "join again with a new token (`tidemill-edge reset`, then `tidemill-edge join --token T`)";
+    doctor::certificate_file(
+        report,
+        "certificate",
+        &dir.join(NODE_CERT_FILE),
+        now_ms,
+        CERT_WARN_DAYS,
+        rejoin,
+    )?;
+    doctor::certificate_file(
+        report,
+        "CA",
+        &ca_path,
+        now_ms,
+        CERT_WARN_DAYS,
+        "get the coordinator's current ca.pem, or join again",
+    )?;
+    let identity = match NodeIdentity::load(dir, cfg.ca_override()) {
+        Ok(identity) => identity,
+        Err(e) => {
+            report.fail("certificate", e.to_string(), rejoin);
+            return None;
+        }
+    };
+    match doctor::verify_client(&identity.cert, &identity.ca, now_ms) {
+        Ok(()) => report.ok(
+            "certificate",
+            format!("issued by the CA in {}", ca_path.display()),
+        ),
+        Err(e) => {
+            report.fail(
+                "certificate",
+                format!("does not chain to the CA in {}: {e}", ca_path.display()),
+                "the CA file and the certificate come from different coordinators or CA generations: remove the `ca` setting, or join again",
+            );
+            return None;
+        }
+    }
+    Some(identity)
+}
+
+/// A real QUIC handshake with the node's certificate: the coordinator must
+/// accept it, and its own certificate must verify against the node's CA for
+/// the configured name. No Hello is sent, so a running daemon's session is
+/// left alone.
+async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdentity) {
+    let name = cfg.tls_name();
+    let port = cfg.coordinator.rsplit_once(':').map_or("", |(_, p)| p);
+    let unreachable = format!(
+        "check that the coordinator runs (systemctl status tidemill-cloud), that UDP port {port} is open on every firewall between here and it, and that `coordinator` is its address"
+    );
+    let addr = match cfg.coordinator_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            report.fail(
+                "coordinator",
+                format!("cannot resolve {}: {e}", cfg.coordinator),
+                "check the name in `coordinator` and this box's DNS",
+            );
+            return;
+        }
+    };
+    let timing = Timing {
+        keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
+        idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
+    };
+    let endpoint = match quic::client(identity, timing) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            report.fail(
+                "coordinator",
+                e.to_string(),
+                "check the node's key and certificate files",
+            );
+            return;
+        }
+    };
+    let started = Instant::now();
+    let connecting = match endpoint.connect(addr, &name) {
+        Ok(c) => c,
+        Err(e) => {
+            report.fail(
+                "coordinator",
+                format!("cannot dial {addr}: {e}"),
+                unreachable,
+            );
+            return;
+        }
+    };
+    let limit = Duration::from_secs(cfg.link.ack_timeout_secs.max(5));
+    match tokio::time::timeout(limit, connecting).await {
+        Ok(Ok(conn)) => {
+            report.ok(
+                "coordinator",
+                format!(
+                    "{addr} accepted this node's certificate over QUIC in {} ms; its certificate is valid for {name:?}",
+                    started.elapsed().as_millis()
+                ),
+            );
+            conn.close(0u32.into(), b"doctor");
+        }
+        Ok(Err(e)) => {
+            let text = e.to_string();
+            let fix = if text.contains("certificate") || text.contains("name") {
+                format!(
+                    "the coordinator's certificate must name {name:?} (its tls_names) and come from the CA this node trusts; or it refused this node's certificate (`tidemill-cloud nodes` shows whether the node was removed)"
+                )
+            } else {
+                unreachable.clone()
+            };
+            report.fail(
+                "coordinator",
+                format!("handshake with {addr} failed: {text}"),
+                fix,
+            );
+        }
+        Err(_) => report.fail(
+            "coordinator",
+            format!("no answer from {addr} within {} s", limit.as_secs()),
+            unreachable,
+        ),
+    }
+    endpoint.close(0u32.into(), b"doctor");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+}
+
+/// The probe responder's UDP port, where one is fixed.
+fn probe_port(report: &mut Report, cfg: &EdgeConfig, running: bool) {
+    let port = cfg.probe.listen_port;
+    if !cfg.probe.enabled {
+        report.ok(
+            "probe port",
+            "link probes are off ([probe] enabled = false)",
+        );
+    } else if port == 0 {
+        report.ok("probe port", "any free UDP port ([probe] listen_port = 0)");
+    } else if std::net::UdpSocket::bind(("0.0.0.0", port)).is_ok() {
+        report.ok("probe port", format!("UDP {port} is free"));
+    } else if running {
+        report.ok(
+            "probe port",
+            format!("UDP {port} is in use, by the running daemon"),
+        );
+    } else {
+        report.fail(
+            "probe port",
+            format!("UDP {port} is in use by another program"),
+            "free it (ss -ulpn shows the holder) or set another [probe] listen_port",
+        );
+    }
+}
+
+/// Accelerators the daemon will offer.
+async fn accelerators(report: &mut Report, cfg: &EdgeConfig) {
+    let found = crate::accel::Accelerators::discover(&cfg.accelerators).await;
+    let devices = found.devices();
+    if devices.is_empty() {
+        report.ok("accelerators", "none found: this edge offers CPU only");
+    } else {
+        let models: Vec<&str> = devices.iter().map(|d| d.model.as_str()).collect();
+        report.ok(
+            "accelerators",
+            format!("{} found: {}", devices.len(), models.join(", ")),
+        );
+    }
+}
+
+/// Whether tasks can be confined: root to drop them to the task user, and a
+/// writable cgroup v2 hierarchy.
+fn confinement(report: &mut Report, cfg: &EdgeConfig) {
+    if nix::unistd::Uid::effective().is_root() {
+        let name = cfg.tasks.user.trim();
+        match nix::unistd::User::from_name(name) {
+            Ok(Some(u)) if !u.uid.is_root() => report.ok(
+                "privileges",
+                format!("root: tasks run as {name} (uid {})", u.uid),
+            ),
+            _ => report.fail(
+                "privileges",
+                format!("[tasks] user {name:?} is not an unprivileged user here"),
+                "create it or set [tasks] user to an existing unprivileged user such as nobody",
+            ),
+        }
+    } else {
+        report.warn(
+            "privileges",
+            format!(
+                "not root (uid {}): tasks run as this user, with its access to the data dir and credentials",
+                nix::unistd::Uid::effective()
+            ),
+            "run the daemon as root (the systemd unit does) so tasks run as [tasks] user",
+        );
+    }
+    match crate::confine::cgroup2_mount() {
+        Some(mount) if nix::unistd::access(&mount, nix::unistd::AccessFlags::W_OK).is_ok() => {
+            report.ok(
+                "cgroups",
+                format!("cgroup v2 at {} is writable: each task gets its own cgroup", mount.display()),
+            )
+        }
+        Some(mount) => report.warn(
+            "cgroups",
+            format!("cgroup v2 at {} is not writable", mount.display()),
+            "run as root with /sys/fs/cgroup writable (the unit's ReadWritePaths) so tasks are killed as a whole and memory-limited",
+        ),
+        None => report.warn(
+            "cgroups",
+            "no cgroup v2 hierarchy: tasks are killed by process group only, with no memory limit",
+            "boot with the unified cgroup hierarchy (systemd.unified_cgroup_hierarchy=1)",
+        ),
+    }
+}
+
+/// Why `reset` did not wipe.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetError {
+    /// A daemon (or another reset) holds the data dir.
+    #[error(transparent)]
+    Locked(#[from] datadir::LockError),
+    /// The operator did not confirm.
+    #[error("not confirmed: nothing was deleted")]
+    NotConfirmed,
+    /// A file could not be removed.
+    #[error("cannot remove {path}: {source}; remove it by hand")]
+    Remove {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Wipes `dir`'s state (journal, identity, tasks, checkpoints): everything
+/// but the lock, which is held meanwhile so no daemon starts on a half-wiped
+/// dir. Refuses while a daemon runs. Without `yes`, the operator must type
+/// `reset` on `input` first. Returns how many entries were removed.
+pub fn reset(
+    dir: &Path,
+    yes: bool,
+    input: &mut dyn BufRead,
+    output: &mut dyn Write,
+) -> Result<usize, ResetError> {
+    if !dir.is_dir() {
+        let _ = writeln!(output, "{} does not exist: nothing to reset", dir.display());
+        return Ok(0);
+    }
+    let _lock = datadir::lock(dir)?;
+    let entries: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| ResetError::Remove {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n != datadir::LOCK_FILE))
+        .collect();
+    if !yes {
+        let _ = writeln!(
+            output,
+            "This deletes the edge's journal (reports not yet delivered), its certificate (it must join again with a new token), task work dirs and checkpoints in {}:",
+            dir.display()
+        );
+        for e in &entries {
+            let _ = writeln!(output, "  {}", e.display());
+        }
+        let _ = write!(output, "Type reset to go on: ");
+        let _ = output.flush();
+        let mut answer = String::new();
+        let _ = input.read_line(&mut answer);
+        if answer.trim() != "reset" {
+            return Err(ResetError::NotConfirmed);
+        }
+    }
+    for path in &entries {
+        let removed = if path.is_dir() && !path.is_symlink() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        removed.map_err(|source| ResetError::Remove {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(entries.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(dir: &Path) {
+        std::fs::write(dir.join("edge-journal.db"), b"j").unwrap();
+        std::fs::create_dir_all(dir.join("tasks/7")).unwrap();
+        std::fs::write(dir.join("tasks/7/out"), b"x").unwrap();
+    }
+
+    #[test]
+    fn reset_asks_first_and_wipes_only_on_the_word() {
+        let dir = tempfile::tempdir().unwrap();
+        state(dir.path());
+        let mut out = Vec::new();
+        let refused = reset(dir.path(), false, &mut "yes\n".as_bytes(), &mut out);
+        assert!(matches!(refused, Err(ResetError::NotConfirmed)));
+        assert!(dir.path().join("edge-journal.db").exists());
+        assert!(String::from_utf8(out).unwrap().contains("edge-journal.db"));
+        let removed = reset(
+            dir.path(),
+            false,
+            &mut "reset\n".as_bytes(),
+            &mut Vec::new(),
+        )
+        .unwrap();
+        assert_eq!(removed, 2);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the lock is left");
+    }
+
+    #[test]
+    fn reset_refuses_a_held_data_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        state(dir.path());
+        let _daemon = datadir::lock(dir.path()).unwrap();
+        let err = reset(dir.path(), true, &mut "".as_bytes(), &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("in use"), "{err}");
+        assert!(dir.path().join("edge-journal.db").exists());
+    }
+}

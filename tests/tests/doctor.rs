@@ -1,0 +1,205 @@
+//! `tidemill-edge doctor`, `tidemill-edge reset` and `tidemill-cloud doctor`
+//! against a real coordinator and a joined edge.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use support::{CLOUD, Coordinator, EDGE, PATIENCE, Proc, start_edge};
+
+/// An edge config file for the test's coordinator and edge data dir.
+fn edge_config(dir: &Path, coord: &Coordinator, data_dir: &Path) -> PathBuf {
+    let defaults = Command::new(EDGE)
+        .arg("print-default-config")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(defaults.stdout)
+        .unwrap()
+        .replace(
+            "coordinator = \"127.0.0.1:7400\"",
+            &format!("coordinator = \"{}\"", coord.quic),
+        )
+        .replace(
+            "data_dir = \"tidemill-edge-data\"",
+            &format!("data_dir = {:?}", data_dir.display().to_string()),
+        );
+    let file = dir.join("edge.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// A coordinator config file with the test coordinator's addresses and dir.
+fn cloud_config(dir: &Path, coord: &Coordinator) -> PathBuf {
+    let defaults = Command::new(CLOUD)
+        .arg("print-default-config")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(defaults.stdout)
+        .unwrap()
+        .replace(
+            "quic_listen = \"127.0.0.1:7400\"",
+            &format!("quic_listen = \"{}\"", coord.quic),
+        )
+        .replace(
+            "api_listen = \"127.0.0.1:7480\"",
+            &format!(
+                "api_listen = \"{}\"",
+                coord.api.trim_start_matches("http://")
+            ),
+        )
+        .replace(
+            "data_dir = \"tidemill-cloud-data\"",
+            &format!("data_dir = {:?}", coord.data_dir.display().to_string()),
+        );
+    let file = dir.join("cloud.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn run(binary: &str, args: &[&str], config: Option<&Path>) -> (Output, String) {
+    let mut cmd = Command::new(binary);
+    cmd.args(args);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+/// The status doctor printed for check `name` (its last line for it).
+fn status_of<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let status = words.next()?;
+            (["ok", "warn", "FAIL"].contains(&status) && words.next() == Some(name))
+                .then_some(status)
+        })
+        .next_back()
+        .unwrap_or_else(|| panic!("no {name} check in:\n{report}"))
+}
+
+fn joined_edge(dir: &Path, coord: &Coordinator) -> Proc {
+    let edge = start_edge(coord, dir, "e1", None);
+    edge.wait_for("connected", 1, PATIENCE);
+    edge
+}
+
+#[test]
+fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let mut cloud = coord.start();
+    let data_dir = dir.path().join("edge-e1");
+    let _edge = joined_edge(dir.path(), &coord);
+    let config = edge_config(dir.path(), &coord, &data_dir);
+
+    let (out, report) = run(EDGE, &["doctor"], Some(&config));
+    assert!(out.status.success(), "{report}");
+    assert!(!report.contains("FAIL"), "{report}");
+    for check in [
+        "config",
+        "data",
+        "daemon",
+        "certificate",
+        "CA",
+        "coordinator",
+        "probe",
+        "accelerators",
+    ] {
+        assert_eq!(status_of(&report, check), "ok", "{check}:\n{report}");
+    }
+
+    cloud.kill9();
+    let (out, report) = run(EDGE, &["doctor"], Some(&config));
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(status_of(&report, "coordinator"), "FAIL", "{report}");
+    let fix = report
+        .lines()
+        .skip_while(|l| !l.starts_with("FAIL  coordinator"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(fix.contains("fix:") && fix.contains("UDP port"), "{report}");
+}
+
+#[test]
+fn edge_doctor_fails_on_a_bad_config_and_a_missing_certificate() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let data_dir = dir.path().join("never-joined");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let config = edge_config(dir.path(), &coord, &data_dir);
+    let (out, report) = run(EDGE, &["doctor"], Some(&config));
+    assert!(!out.status.success());
+    assert_eq!(status_of(&report, "certificate"), "FAIL", "{report}");
+    assert!(report.contains("join --token"), "{report}");
+
+    let mut cmd = Command::new(EDGE);
+    cmd.args(["doctor", "--config"])
+        .arg(&config)
+        .env("TIDEMILL_LINK__KEEP_ALIVE_SECS", "soon");
+    let out = cmd.output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        report.starts_with("FAIL  config") && report.contains("TIDEMILL_LINK__KEEP_ALIVE_SECS"),
+        "{report}"
+    );
+}
+
+#[test]
+fn reset_refuses_while_the_edge_runs_and_wipes_after() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let _cloud = coord.start();
+    let data_dir = dir.path().join("edge-e1");
+    let mut edge = joined_edge(dir.path(), &coord);
+    let d = data_dir.to_str().unwrap();
+
+    let (out, text) = run(EDGE, &["reset", "--data-dir", d, "--yes"], None);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("in use") && text.contains(&format!("pid {}", edge.pid())),
+        "{text}"
+    );
+    assert!(data_dir.join("node.pem").exists());
+
+    edge.kill9();
+    let (out, text) = run(EDGE, &["reset", "--data-dir", d, "--yes"], None);
+    assert!(out.status.success(), "{text}");
+    let left: Vec<String> = std::fs::read_dir(&data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["lock"], "{text}");
+}
+
+#[test]
+fn cloud_doctor_passes_while_serving_and_fails_on_a_taken_port() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let mut cloud = coord.start();
+    let config = cloud_config(dir.path(), &coord);
+    let (out, report) = run(CLOUD, &["doctor"], Some(&config));
+    assert!(out.status.success(), "{report}");
+    assert!(!report.contains("FAIL"), "{report}");
+    for check in ["config", "daemon", "store", "CA", "server", "QUIC", "API"] {
+        assert_eq!(status_of(&report, check), "ok", "{check}:\n{report}");
+    }
+    assert!(report.contains("by this coordinator"), "{report}");
+
+    // Stopped, with another program on its QUIC port.
+    cloud.kill9();
+    let squatter = std::net::UdpSocket::bind(coord.quic).unwrap();
+    let (out, report) = run(CLOUD, &["doctor"], Some(&config));
+    assert!(!out.status.success(), "{report}");
+    assert_eq!(status_of(&report, "QUIC"), "FAIL", "{report}");
+    drop(squatter);
+}
