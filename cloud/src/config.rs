@@ -38,6 +38,8 @@ pub struct CloudConfig {
     pub round_interval_secs: f64,
     /// Peer edges each edge is asked to probe.
     pub probe_peers_per_edge: usize,
+    /// Seconds after which a link's estimate is stale.
+    pub link_stale_secs: u64,
     /// Hours of samples, report ledger and events kept.
     pub retention_hours: u64,
     /// Connection settings.
@@ -263,6 +265,13 @@ impl CloudConfig {
                 "tls_names",
                 "[]".into(),
                 "must name at least one host or address",
+            );
+        }
+        if self.link_stale_secs < 3_600 {
+            return invalid(
+                "link_stale_secs",
+                self.link_stale_secs.to_string(),
+                "must be at least 3600: links are probed in its last eighth, and edges check hourly",
             );
         }
         if !(self.round_interval_secs.is_finite() && self.round_interval_secs >= 0.05) {

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::config::CloudConfig;
 use crate::metrics::Metrics;
+use crate::probing;
 use crate::store::Store;
 
 /// One connected edge.
@@ -108,31 +109,35 @@ impl Coordinator {
         self.wake.notify_one();
     }
 
-    /// Up to `k` connected edges for `node_id` to probe: the ones that follow
-    /// it in id order, wrapping around, so every edge is probed by some
-    /// neighbours and the matrix fills without all-pairs traffic.
+    /// The connected edges `node_id` should probe now: of the pairs within
+    /// `k` places in node-id order, those that fall to it
+    /// ([`probing::assigned`]) and whose link is due ([`probing::due`]), so
+    /// the matrix holds every link the scheduler reads, measured from one
+    /// end, before it goes stale, and no probe is spent on a fresh one.
     pub fn peers_for(&self, node_id: &str, k: usize) -> Vec<Peer> {
+        let measured = match self.store.lock().unwrap().edge_links_of(node_id) {
+            Ok(measured) => measured,
+            Err(e) => {
+                tracing::warn!(node_id = %node_id, error = %e, "cannot read link ages; assigning no peers this time");
+                return Vec::new();
+            }
+        };
+        let now = self.clock.now_ms();
+        let due_after = probing::due_after_ms(self.cfg.link_stale_secs);
         let sessions = self.sessions.lock().unwrap();
-        let mut ids: Vec<&String> = sessions.keys().collect();
-        ids.sort();
-        let start = ids
-            .iter()
-            .position(|id| id.as_str() == node_id)
-            .map_or(0, |i| i + 1);
-        ids.iter()
-            .cycle()
-            .skip(start)
-            .take(ids.len())
-            .filter(|id| id.as_str() != node_id)
+        let mut ids: Vec<&str> = sessions.keys().map(String::as_str).collect();
+        ids.sort_unstable();
+        probing::assigned(&ids, node_id, k)
+            .into_iter()
+            .filter(|peer| probing::due(&measured, peer, now, due_after))
             .filter_map(|id| {
-                let s = &sessions[id.as_str()];
+                let s = &sessions[id];
                 s.probe_addr.map(|addr| Peer {
                     node_id: id.to_string(),
                     addr,
                     cert_sha256: s.cert_sha256.clone(),
                 })
             })
-            .take(k)
             .collect()
     }
 

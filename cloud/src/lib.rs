@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod job;
 pub mod lifecycle;
 pub mod metrics;
+pub mod probing;
 pub mod rendezvous;
 pub mod rotation;
 pub mod round;

@@ -127,8 +127,12 @@ pub struct LinkConfig {
 pub struct ProbeConfig {
     /// Seconds between rounds of probes.
     pub interval_secs: u64,
-    /// Bytes per probe.
+    /// Bytes of the timed transfer, sent only for links too fast for trains.
     pub bytes: usize,
+    /// Seconds between active probes of the coordinator link.
+    pub rate_refresh_secs: u64,
+    /// Bytes (sent and received) probes may spend per sliding day.
+    pub daily_budget_bytes: u64,
     /// UDP port of the responder; 0 for any.
     pub listen_port: u16,
     /// Whether to probe and answer probes.
@@ -305,6 +309,13 @@ impl EdgeConfig {
         }
         if self.probe.interval_secs == 0 {
             return invalid("probe.interval_secs", "0".into(), "must be at least 1");
+        }
+        if self.probe.rate_refresh_secs < self.probe.interval_secs {
+            return invalid(
+                "probe.rate_refresh_secs",
+                self.probe.rate_refresh_secs.to_string(),
+                "must be at least probe.interval_secs (probes run once a round)",
+            );
         }
         if !(1..=(512 << 10)).contains(&self.probe.bytes) {
             return invalid(

@@ -72,11 +72,13 @@ pub enum EdgeError {
 }
 
 /// Starts this edge's probe responder, which presents `identity` and answers
-/// only other nodes, and its prober, if probing is enabled (`probe`).
+/// only other nodes, and its prober, if probing is enabled (`probe`); rounds
+/// and the budget's day follow `schedule`.
 fn probes(
     probe: &crate::config::ProbeConfig,
     identity: Arc<NodeIdentity>,
     timing: Timing,
+    schedule: SharedClock,
 ) -> Result<Option<Arc<Probes>>, EdgeError> {
     if !probe.enabled {
         return Ok(None);
@@ -97,8 +99,12 @@ fn probes(
         identity: Mutex::new(identity),
         timing,
         responder_port,
+        schedule,
         interval: Duration::from_secs(probe.interval_secs),
         bytes: probe.bytes,
+        rate_refresh: Duration::from_secs(probe.rate_refresh_secs),
+        budget: Mutex::new(probe::Budget::new(probe.daily_budget_bytes)),
+        cloud: Mutex::default(),
     })))
 }
 
@@ -161,8 +167,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let (addr, name) = coordinator(&cfg)?;
     let timing = timing(&cfg);
 
-    // Samples follow the trace clock (accelerated under replay); process control
-    // and networking stay on the wall clock.
+    // Samples, forecasts and probe rounds follow the trace clock (accelerated
+    // under replay); process control, timeouts and keep-alives stay on the
+    // wall clock.
     let speed = cfg.replay.as_ref().map_or(1.0, |r| r.speed);
     let sample_clock: SharedClock =
         clock::for_speed(speed, cfg.replay.as_ref().and_then(|r| r.clock_anchor_ms));
@@ -243,6 +250,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     let renew_before = Duration::from_secs(cfg.link.renew_before_days * 86_400);
     let probe_cfg = cfg.probe.clone();
+    let probe_clock = sample_clock.clone();
     let mut link = tokio::spawn(async move {
         let identity = match identity {
             Some(identity) => identity,
@@ -258,7 +266,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             timing,
         }));
         let endpoint = quic::client(&identity, timing)?;
-        link.probes = probes(&probe_cfg, Arc::new(identity), timing)?;
+        link.probes = probes(&probe_cfg, Arc::new(identity), timing, probe_clock)?;
         let _ = slot.set(endpoint.clone());
         link.endpoint = Some(endpoint);
         link.run().await.map_err(EdgeError::from)

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tidemill_proto::{
-    CLOUD_PEER, Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, ReportBody, WireError,
+    CLOUD_PEER, Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, LinkSample, Report, ReportBody,
+    WireError,
 };
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock};
@@ -189,11 +190,36 @@ pub struct Probes {
     pub timing: Timing,
     /// The UDP port of this edge's own responder.
     pub responder_port: u16,
+    /// The clock rounds, rate refreshes and the budget's day run on: the
+    /// sample clock, accelerated under replay like everything else that sets
+    /// the day's traffic. Probe timeouts stay on the wall clock.
+    pub schedule: SharedClock,
     /// Time between rounds of probes.
     pub interval: Duration,
-    /// Bytes per probe.
+    /// Bytes of the timed transfer, sent only when trains cannot time a link.
     pub bytes: usize,
+    /// How often the coordinator link's rate is measured actively.
+    pub rate_refresh: Duration,
+    /// Bytes per day the probes may spend.
+    pub budget: Mutex<probe::Budget>,
+    /// What is known of the coordinator link between active probes.
+    pub cloud: Mutex<CloudRate>,
 }
+
+/// The coordinator link's rate between active probes: the last probe's, or
+/// more if a large report batch has since shown more.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CloudRate {
+    /// Capacity in bytes/s.
+    pub bandwidth_bps: f64,
+    /// When it was last probed actively (schedule clock, Unix ms).
+    pub probed_ms: Option<i64>,
+}
+
+/// Report batches at least this large time the coordinator link: smaller ones
+/// finish within the 1 ms floor of [`probe::throughput`] and would claim a
+/// rate they never showed.
+const PASSIVE_MIN_BYTES: usize = 16 * 1024;
 
 impl Link {
     /// Runs until the journal fails, reconnecting whenever the connection drops.
@@ -313,11 +339,17 @@ impl Link {
                     e = conn.closed() => return Err(e.into()),
                 }
             }
-            let batch = within_budget(pending, self.batch_budget);
+            let (batch, bytes) = within_budget(pending, self.batch_budget);
             let last = batch.last().map_or(0, |r| r.seq);
+            let started = std::time::Instant::now();
             let reply = self.ask(conn, &EdgeMsg::Reports(batch), "reports").await;
             match reply {
                 Ok(CloudMsg::Ack { seq }) if seq >= last => {
+                    if let Some(p) = self.probes.as_ref().filter(|_| bytes >= PASSIVE_MIN_BYTES) {
+                        let rate = probe::throughput(bytes as u64, started.elapsed(), conn.rtt());
+                        let mut cloud = p.cloud.lock().unwrap();
+                        cloud.bandwidth_bps = cloud.bandwidth_bps.max(rate);
+                    }
                     self.journal.lock().unwrap().ack(seq)?;
                     self.batch_budget = next_budget(self.batch_budget, true);
                 }
@@ -344,19 +376,20 @@ fn next_budget(current: usize, succeeded: bool) -> usize {
     }
 }
 
-/// The longest prefix of `reports` whose encoding fits `budget` bytes; at
-/// least one report, which alone always fits a frame.
-fn within_budget(reports: Vec<Report>, budget: usize) -> Vec<Report> {
+/// The longest prefix of `reports` whose encoding fits `budget` bytes, and
+/// its encoded size; at least one report, which alone always fits a frame.
+fn within_budget(reports: Vec<Report>, budget: usize) -> (Vec<Report>, usize) {
     let mut used = 0;
     let mut keep = 0;
     for r in &reports {
-        used += rmp_serde::to_vec_named(r).map_or(usize::MAX / 2, |b| b.len());
-        if keep > 0 && used > budget {
+        let size = rmp_serde::to_vec_named(r).map_or(usize::MAX / 2, |b| b.len());
+        if keep > 0 && used + size > budget {
             break;
         }
+        used += size;
         keep += 1;
     }
-    reports.into_iter().take(keep).collect()
+    (reports.into_iter().take(keep).collect(), used)
 }
 
 fn refused(what: &'static str, e: WireError) -> SessionError {
@@ -366,36 +399,59 @@ fn refused(what: &'static str, e: WireError) -> SessionError {
     }
 }
 
-/// Measures this edge's links every interval for the life of the connection:
-/// to the coordinator over `conn`, then to the peers the coordinator names,
-/// and journals what it measured.
+/// Measures this edge's links every interval (schedule clock) for the life of
+/// the connection, and journals what it measured. The coordinator link gets
+/// a free passive sample each round (RTT and loss off this connection, the
+/// last known rate), and an active probe once its rate is older than the
+/// refresh; peers are probed when the coordinator names them, which it does
+/// only for links the scheduler uses whose estimate is due. Every active
+/// probe is checked against the daily budget first.
 async fn probe_links(
     conn: quinn::Connection,
     probes: Arc<Probes>,
     journal: Arc<Mutex<Journal>>,
     outbox: Arc<Notify>,
-    clock: SharedClock,
+    wall: SharedClock,
     node_id: String,
 ) {
     let limit = Duration::from_secs(10);
     loop {
-        let now = clock.now_ms();
+        let now = probes.schedule.now_ms();
         let mut measured = Vec::new();
-        match clock::timeout(
-            &*clock,
-            limit,
-            probe::measure(&conn, CLOUD_PEER, probes.bytes, now),
-        )
-        .await
-        {
-            Ok(Ok(sample)) => measured.push(sample),
-            Ok(Err(e)) => {
-                tracing::debug!(node_id = %node_id, error = %e, "cannot probe the coordinator link")
+        let cloud = *probes.cloud.lock().unwrap();
+        let rate_due = cloud
+            .probed_ms
+            .is_none_or(|t| now - t >= probes.rate_refresh.as_millis() as i64);
+        let worst = probe::worst_case(probes.bytes, probe::CONNECTION_OVERHEAD);
+        if rate_due && probes.allow(now, worst, &node_id) {
+            let active = clock::timeout(
+                &*wall,
+                limit,
+                probe::measure(&conn, CLOUD_PEER, probes.bytes, now),
+            );
+            match active.await {
+                Ok(Ok(sample)) => {
+                    probes.charge(now, &sample);
+                    *probes.cloud.lock().unwrap() = CloudRate {
+                        bandwidth_bps: sample.bandwidth_bps,
+                        probed_ms: Some(now),
+                    };
+                    measured.push(sample);
+                }
+                Ok(Err(e)) => {
+                    probes.budget.lock().unwrap().charge(now, worst);
+                    tracing::debug!(node_id = %node_id, error = %e, "cannot probe the coordinator link")
+                }
+                Err(_) => {
+                    probes.budget.lock().unwrap().charge(now, worst);
+                    tracing::debug!(node_id = %node_id, "coordinator probe timed out")
+                }
             }
-            Err(_) => tracing::debug!(node_id = %node_id, "coordinator probe timed out"),
+        } else if cloud.probed_ms.is_some() {
+            measured.push(probe::passive(&conn, CLOUD_PEER, cloud.bandwidth_bps, now));
         }
         let peers = match clock::timeout(
-            &*clock,
+            &*wall,
             limit,
             frames::request(&conn, &EdgeMsg::PeersRequest),
         )
@@ -405,7 +461,11 @@ async fn probe_links(
             _ => Vec::new(),
         };
         let identity = probes.identity.lock().unwrap().clone();
+        let worst = probe::worst_case(probes.bytes, probe::PEER_OVERHEAD);
         for peer in peers {
+            if !probes.allow(now, worst, &node_id) {
+                break;
+            }
             let probe = probe::measure_peer(
                 &probes.prober,
                 &identity,
@@ -413,12 +473,18 @@ async fn probe_links(
                 probes.timing,
                 (probes.bytes, now),
             );
-            match clock::timeout(&*clock, limit, probe).await {
-                Ok(Ok(sample)) => measured.push(sample),
+            match clock::timeout(&*wall, limit, probe).await {
+                Ok(Ok(sample)) => {
+                    probes.charge(now, &sample);
+                    measured.push(sample);
+                }
                 Ok(Err(e)) => {
+                    // A failed probe spent bytes too; charge its worst case.
+                    probes.budget.lock().unwrap().charge(now, worst);
                     tracing::debug!(node_id = %node_id, peer = %peer.node_id, error = %e, "cannot probe a peer")
                 }
                 Err(_) => {
+                    probes.budget.lock().unwrap().charge(now, worst);
                     tracing::debug!(node_id = %node_id, peer = %peer.node_id, "peer probe timed out")
                 }
             }
@@ -430,7 +496,34 @@ async fn probe_links(
             }
             outbox.notify_one();
         }
-        clock.sleep(probes.interval).await;
+        probes.schedule.sleep(probes.interval).await;
+    }
+}
+
+impl Probes {
+    /// Whether a probe of at most `worst` bytes fits the day's budget at
+    /// `now_ms`; logs once when the budget is spent and once when it refills.
+    fn allow(&self, now_ms: i64, worst: u64, node_id: &str) -> bool {
+        let mut budget = self.budget.lock().unwrap();
+        let (fits, change) = budget.allow(now_ms, worst);
+        match change {
+            Some(probe::BudgetChange::Spent) => tracing::warn!(
+                node_id = %node_id,
+                spent_bytes = budget.spent(now_ms),
+                "the daily probe budget is spent; probing stops until it refills and link estimates age (raise [probe] daily_budget_bytes to probe more)"
+            ),
+            Some(probe::BudgetChange::Refilled) => {
+                tracing::info!(node_id = %node_id, "the daily probe budget has room again; probing resumes")
+            }
+            None => {}
+        }
+        fits
+    }
+
+    /// Charges what `sample` cost to the budget at `now_ms`.
+    fn charge(&self, now_ms: i64, sample: &LinkSample) {
+        let bytes = sample.probe_sent_bytes + sample.probe_received_bytes;
+        self.budget.lock().unwrap().charge(now_ms, bytes);
     }
 }
 
@@ -514,13 +607,16 @@ mod tests {
     #[test]
     fn batches_stop_at_the_byte_budget_but_never_empty() {
         let small: Vec<Report> = (1..=10).map(|i| report(i, 1)).collect();
-        assert_eq!(within_budget(small.clone(), BATCH_BYTES).len(), 10);
-        assert_eq!(within_budget(small, 1).len(), 1, "never empty");
+        let (all, bytes) = within_budget(small.clone(), BATCH_BYTES);
+        assert_eq!(all.len(), 10);
+        let one = rmp_serde::to_vec_named(&small[0]).unwrap().len();
+        assert!(bytes >= 10 * one - 10 && bytes <= 10 * one + 10, "{bytes}");
+        assert_eq!(within_budget(small, 1).0.len(), 1, "never empty");
         // Each report encodes to about 100 kB: two fit the 256 KiB budget, three do not.
         let big: Vec<Report> = (1..=5).map(|i| report(i, 20_000)).collect();
-        let kept = within_budget(big, BATCH_BYTES);
+        let (kept, _) = within_budget(big, BATCH_BYTES);
         assert_eq!(kept.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
         let huge = vec![report(1, 80_000)];
-        assert_eq!(within_budget(huge, BATCH_BYTES).len(), 1);
+        assert_eq!(within_budget(huge, BATCH_BYTES).0.len(), 1);
     }
 }

@@ -69,6 +69,8 @@ fn edge_msgs() -> Vec<EdgeMsg> {
                     rtt_ms: 150.0,
                     bandwidth_bps: 1.25e6,
                     loss: 0.01,
+                    probe_sent_bytes: 36_000,
+                    probe_received_bytes: 4_000,
                 }]),
             },
         ]),

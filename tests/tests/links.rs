@@ -13,8 +13,8 @@ fn edges_measure_the_link_matrix() {
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
     let trace = write_trace(dir.path(), &["a", "b", "c"]);
-    // Probe every second so that edges which connected early also probe the
-    // peers that joined after them.
+    // A round every second, so that edges which connected early soon ask
+    // for the peers that joined after them.
     let config = dir.path().join("edge.toml");
     let defaults = Command::new(EDGE)
         .arg("print-default-config")
@@ -23,7 +23,7 @@ fn edges_measure_the_link_matrix() {
         .stdout;
     let toml = String::from_utf8(defaults)
         .unwrap()
-        .replace("interval_secs = 600", "interval_secs = 1");
+        .replace("interval_secs = 3600", "interval_secs = 1");
     std::fs::write(&config, toml).unwrap();
     let _edges: Vec<Proc> = ["a", "b", "c"]
         .iter()
@@ -33,20 +33,36 @@ fn edges_measure_the_link_matrix() {
         })
         .collect();
     cloud.wait_for("edge connected", 3, PATIENCE);
-    // Each edge reports at least two rounds of measurements.
-    for node in ["a", "b", "c"] {
-        cloud.wait_until(&format!("link reports from {node}"), 2, PATIENCE, |l| {
-            l.contains("kind=links") && l.contains(&format!("node_id={node} "))
-        });
-    }
-
-    let links: Vec<serde_json::Value> =
-        serde_json::from_str(&coord.cli(&["links", "--json"])).unwrap();
     let pair = |l: &serde_json::Value| {
         (
             l["from"].as_str().unwrap().to_string(),
             l["to"].as_str().unwrap().to_string(),
         )
+    };
+    let edge_pairs = [("a", "b"), ("a", "c"), ("b", "c")];
+    // The pairs fill in as edges that connected early ask again: wait for
+    // link reports until every pair is measured.
+    let is_links = |l: &str| l.contains("kind=links");
+    let mut reports = 0;
+    let links: Vec<serde_json::Value> = loop {
+        let links: Vec<serde_json::Value> =
+            serde_json::from_str(&coord.cli(&["links", "--json"])).unwrap();
+        let measured = |a: &str, b: &str| {
+            links
+                .iter()
+                .any(|l| pair(l) == (a.into(), b.into()) || pair(l) == (b.into(), a.into()))
+        };
+        if edge_pairs.iter().all(|(a, b)| measured(a, b)) {
+            break links;
+        }
+        reports = cloud
+            .log()
+            .iter()
+            .filter(|l| is_links(l))
+            .count()
+            .max(reports)
+            + 1;
+        cloud.wait_until("another link report", reports, PATIENCE, is_links);
     };
     for node in ["a", "b", "c"] {
         let up = links
@@ -54,14 +70,16 @@ fn edges_measure_the_link_matrix() {
             .find(|l| pair(l) == (node.into(), "cloud".into()))
             .expect("a cloud-edge link");
         assert_eq!(up["class"], "cloud-edge", "{up}");
-        // With three edges and up to three peers each, every edge probes both others.
-        for other in ["a", "b", "c"].into_iter().filter(|o| *o != node) {
-            let l = links
-                .iter()
-                .find(|l| pair(l) == (node.into(), other.into()));
-            let l = l.unwrap_or_else(|| panic!("no {node} -> {other} link in {links:#?}"));
-            assert_eq!(l["class"], "edge-edge", "{l}");
-        }
+    }
+    // With three edges and up to three peers each, every pair is measured,
+    // from one end only: the scheduler reads a link both ways.
+    for (a, b) in edge_pairs {
+        let both: Vec<_> = links
+            .iter()
+            .filter(|l| pair(l) == (a.into(), b.into()) || pair(l) == (b.into(), a.into()))
+            .collect();
+        assert_eq!(both.len(), 1, "{a} - {b} measured once: {links:#?}");
+        assert_eq!(both[0]["class"], "edge-edge", "{}", both[0]);
     }
     for l in &links {
         let (rtt, bw, loss) = (
@@ -73,4 +91,22 @@ fn edges_measure_the_link_matrix() {
         assert!(bw > 1e5, "loopback throughput: {l}");
         assert!((0.0..=1.0).contains(&loss), "{l}");
     }
+    // Every probe's bytes were counted: a peer probe is a handshake, a
+    // train and the transfer, both ways.
+    let db = rusqlite::Connection::open_with_flags(
+        coord.data_dir.join(tidemill_cloud::store::DB_FILE),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (sent, received): (i64, i64) = db
+        .query_row(
+            "SELECT MIN(probe_sent), MIN(probe_received) FROM links WHERE to_node != 'cloud'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        sent > 16_384 + 11_000 && received > 1_200,
+        "{sent} {received}"
+    );
 }

@@ -16,6 +16,7 @@ mod identity;
 mod jobs;
 mod nodes;
 mod outbox;
+mod probes;
 mod reports;
 mod schema;
 #[cfg(test)]
@@ -25,6 +26,7 @@ mod tidal;
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
+pub use probes::ProbeBytes;
 pub use reports::{Applied, ReportKind};
 pub use tidal::{Addresses, PlannedJob};
 

@@ -188,10 +188,12 @@ fn apply_body(
         }
         ReportBody::Links(links) => {
             let mut upsert = tx.prepare_cached(
-                "INSERT INTO links (from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO links (from_node, to_node, t_ms, rtt_ms, bandwidth_bps, loss, probe_sent, probe_received)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (from_node, to_node) DO UPDATE
-                 SET t_ms = ?3, rtt_ms = ?4, bandwidth_bps = ?5, loss = ?6 WHERE excluded.t_ms >= links.t_ms",
+                 SET t_ms = ?3, rtt_ms = ?4, bandwidth_bps = ?5, loss = ?6,
+                     probe_sent = links.probe_sent + ?7, probe_received = links.probe_received + ?8
+                 WHERE excluded.t_ms >= links.t_ms",
             )?;
             for l in links {
                 upsert.execute(params![
@@ -200,7 +202,9 @@ fn apply_body(
                     l.t_ms,
                     l.rtt_ms,
                     l.bandwidth_bps,
-                    l.loss
+                    l.loss,
+                    l.probe_sent_bytes as i64,
+                    l.probe_received_bytes as i64
                 ])?;
             }
             Ok((ReportKind::Links, None))

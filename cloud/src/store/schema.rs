@@ -141,4 +141,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE node_certs ADD COLUMN issuer_sha256 TEXT NOT NULL DEFAULT '';
 ",
+    "
+    ALTER TABLE links ADD COLUMN probe_sent INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE links ADD COLUMN probe_received INTEGER NOT NULL DEFAULT 0;
+",
 ];

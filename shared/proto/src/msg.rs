@@ -122,6 +122,16 @@ pub struct LinkSample {
     pub bandwidth_bps: f64,
     /// Share of packets lost on the connection so far (0-1).
     pub loss: f64,
+    /// UDP payload bytes this edge sent to measure the link (handshake,
+    /// packet trains, transfer, acknowledgements), as QUIC counts them; zero
+    /// for a passive sample read off the report connection. Absent (zero)
+    /// from edges older than this field.
+    #[serde(default)]
+    pub probe_sent_bytes: u64,
+    /// UDP payload bytes the other end sent for the measurement: its share of
+    /// the probe, which the coordinator charges to the other end.
+    #[serde(default)]
+    pub probe_received_bytes: u64,
 }
 
 /// Registration. Sent again after every reconnect, so capabilities stay current.

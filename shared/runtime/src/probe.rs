@@ -1,7 +1,11 @@
 //! Link probes: small, timed transfers that measure a link's round-trip time,
 //! throughput and loss, for the scheduler's cost model. Edges probe the
 //! coordinator over their existing connection and a few peer edges through the
-//! peers' probe responders.
+//! peers' probe responders. Probes are bounded: packet trains give the rate of
+//! any link slower than [`TRAIN_CEILING_BPS`], so the timed transfer is sent
+//! only for faster links, a [`Budget`] caps the bytes an edge spends on them
+//! per day, and [`passive`] reads a link's RTT and loss off a connection that
+//! carries real traffic, for free.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -125,54 +129,197 @@ async fn train(conn: &quinn::Connection, id: u64) -> Result<Option<TrainArrival>
     }
 }
 
-/// Measures the link under `conn`: [`TRAINS`] packet trains, the RTT QUIC
-/// estimates after them, then `bytes` of filler timed to the answer. `peer` names the other end in the result;
-/// `t_ms` stamps it.
+/// The fastest bottleneck a packet train resolves, bytes/s: its
+/// `TRAIN_LEN − 1` spacings over [`MIN_DISPERSION`], 4.95e6 B/s (39.6 Mb/s).
+/// Trains through a faster link arrive too close together to time, and the
+/// probe falls back to its timed transfer.
+pub const TRAIN_CEILING_BPS: f64 =
+    ((TRAIN_LEN - 1) * TRAIN_DATAGRAM) as f64 / (MIN_DISPERSION.as_micros() as f64 / 1e6);
+
+/// Whether a train arrived whole but too tightly to time: the link is faster
+/// than [`TRAIN_CEILING_BPS`], and more trains would tell no more.
+fn too_fast(train: &TrainArrival) -> bool {
+    let a = &train.arrivals_us;
+    a.len() >= TRAIN_LEN && Duration::from_micros(a[a.len() - 1]) < MIN_DISPERSION
+}
+
+/// UDP payload bytes a connection has sent and received so far.
+fn traffic(conn: &quinn::Connection) -> (u64, u64) {
+    let stats = conn.stats();
+    (stats.udp_tx.bytes, stats.udp_rx.bytes)
+}
+
+/// The share of packets QUIC has declared lost on `conn` so far.
+fn loss(conn: &quinn::Connection) -> f64 {
+    let stats = conn.stats();
+    if stats.path.sent_packets == 0 {
+        0.0
+    } else {
+        stats.path.lost_packets as f64 / stats.path.sent_packets as f64
+    }
+}
+
+/// Measures the link under `conn`: up to [`TRAINS`] packet trains, the RTT
+/// QUIC estimates after them, and, only where fewer than two trains gave a
+/// rate (a link faster than [`TRAIN_CEILING_BPS`], or one that drops or
+/// refuses datagrams), `transfer` bytes of filler timed to the answer. A first
+/// train too fast to time ends the trains at once. `peer` names the other end
+/// in the result; `t_ms` stamps it. The sample's probe bytes are what `conn`
+/// carried meanwhile, which on a shared connection includes any report sent
+/// at the same time.
 pub async fn measure(
     conn: &quinn::Connection,
     peer: &str,
-    bytes: usize,
+    transfer: usize,
     t_ms: i64,
 ) -> Result<LinkSample, FrameError> {
+    let (sent_before, received_before) = traffic(conn);
     let first_id = rand::random::<u64>();
     let mut trains = Vec::with_capacity(TRAINS);
     for i in 0..TRAINS as u64 {
-        trains.extend(train(conn, first_id.wrapping_add(i)).await?);
+        let Some(arrival) = train(conn, first_id.wrapping_add(i)).await? else {
+            continue;
+        };
+        let fast = too_fast(&arrival);
+        trains.push(arrival);
+        if fast {
+            break;
+        }
     }
     // Read before the transfer, whose own queue would inflate it.
     let rtt = conn.rtt();
-    let started = Instant::now();
-    let reply: CloudMsg = frames::request(
-        conn,
-        &EdgeMsg::Probe {
-            payload: vec![0; bytes],
-            train: None,
-        },
-    )
-    .await?;
-    let elapsed = started.elapsed();
-    match reply {
-        CloudMsg::ProbeAck { bytes: got, .. } if got == bytes as u64 => {}
-        _ => return Err(FrameError::NoReply),
-    }
     let rates: Vec<f64> = trains
         .iter()
         .filter_map(|t| train_rate(&t.arrivals_us, TRAIN_DATAGRAM, rtt))
         .collect();
     tracing::debug!(peer, ?trains, ?rates, "probe trains arrived");
-    let stats = conn.stats();
-    let loss = if stats.path.sent_packets == 0 {
+    let timed = if rates.len() >= 2 {
         0.0
     } else {
-        stats.path.lost_packets as f64 / stats.path.sent_packets as f64
+        let started = Instant::now();
+        let reply: CloudMsg = frames::request(
+            conn,
+            &EdgeMsg::Probe {
+                payload: vec![0; transfer],
+                train: None,
+            },
+        )
+        .await?;
+        match reply {
+            CloudMsg::ProbeAck { bytes: got, .. } if got == transfer as u64 => {}
+            _ => return Err(FrameError::NoReply),
+        }
+        throughput(transfer as u64, started.elapsed(), rtt)
     };
+    let (sent, received) = traffic(conn);
     Ok(LinkSample {
         peer: peer.to_string(),
         t_ms,
         rtt_ms: rtt.as_secs_f64() * 1000.0,
-        bandwidth_bps: capacity(throughput(bytes as u64, elapsed, rtt), &rates),
-        loss,
+        bandwidth_bps: capacity(timed, &rates),
+        loss: loss(conn),
+        probe_sent_bytes: sent - sent_before,
+        probe_received_bytes: received - received_before,
     })
+}
+
+/// A sample of the link under `conn` read off the connection alone, at no
+/// cost: QUIC's RTT estimate and loss share from the traffic it carries, and
+/// `bandwidth_bps` from elsewhere (the last probe, or a real transfer's rate).
+pub fn passive(conn: &quinn::Connection, peer: &str, bandwidth_bps: f64, t_ms: i64) -> LinkSample {
+    LinkSample {
+        peer: peer.to_string(),
+        t_ms,
+        rtt_ms: conn.rtt().as_secs_f64() * 1000.0,
+        bandwidth_bps,
+        loss: loss(conn),
+        probe_sent_bytes: 0,
+        probe_received_bytes: 0,
+    }
+}
+
+/// The bytes one probe may cost at most, to check against a [`Budget`]
+/// before it starts: every train, the transfer, and `overhead` for the
+/// handshake, frames and acknowledgements.
+pub fn worst_case(transfer: usize, overhead: u64) -> u64 {
+    (TRAINS * TRAIN_LEN * TRAIN_DATAGRAM + transfer) as u64 + overhead
+}
+
+/// Bytes a peer probe spends besides its trains' and transfer's payload: a
+/// mutual-TLS handshake (two certificate chains, the client's Initial padded
+/// to 1 200 bytes), the probe frames, their answers, QUIC's packet headers
+/// and acknowledgements, both ways. Measured: 17 800 bytes with a 64 KiB
+/// transfer on loopback (10 100 sent, 7 700 received).
+pub const PEER_OVERHEAD: u64 = 24 * 1024;
+
+/// Bytes a probe over the existing coordinator connection spends besides its
+/// trains' and transfer's payload: frames, answers, packet headers and
+/// acknowledgements.
+pub const CONNECTION_OVERHEAD: u64 = 8 * 1024;
+
+/// A daily cap on probe bytes (sent and received), over a sliding day of the
+/// caller's clock: a probe is allowed only if what the last 24 hours spent
+/// plus its worst case stays within the cap, so the cap holds exactly. Once
+/// spent, probing waits until old probes leave the window.
+#[derive(Debug)]
+pub struct Budget {
+    per_day: u64,
+    spent: VecDeque<(i64, u64)>,
+    exhausted: bool,
+}
+
+/// One day, in ms.
+const DAY_MS: i64 = 86_400_000;
+
+impl Budget {
+    /// A budget of `per_day` bytes per sliding day.
+    pub fn new(per_day: u64) -> Self {
+        Budget {
+            per_day,
+            spent: VecDeque::new(),
+            exhausted: false,
+        }
+    }
+
+    /// Bytes spent in the day up to `now_ms`.
+    pub fn spent(&mut self, now_ms: i64) -> u64 {
+        while self
+            .spent
+            .front()
+            .is_some_and(|(t, _)| *t <= now_ms - DAY_MS)
+        {
+            self.spent.pop_front();
+        }
+        self.spent.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Whether a probe of at most `worst` bytes fits at `now_ms`. The first
+    /// refusal after an allowed probe, and the first allowed probe after
+    /// refusals, are returned as a [`BudgetChange`] for the caller to log once.
+    pub fn allow(&mut self, now_ms: i64, worst: u64) -> (bool, Option<BudgetChange>) {
+        let fits = self.spent(now_ms) + worst <= self.per_day;
+        let change = match (fits, self.exhausted) {
+            (false, false) => Some(BudgetChange::Spent),
+            (true, true) => Some(BudgetChange::Refilled),
+            _ => None,
+        };
+        self.exhausted = !fits;
+        (fits, change)
+    }
+
+    /// Records `bytes` spent at `now_ms`.
+    pub fn charge(&mut self, now_ms: i64, bytes: u64) {
+        self.spent.push_back((now_ms, bytes));
+    }
+}
+
+/// A change in whether a [`Budget`] allows probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetChange {
+    /// The day's budget is spent: probing stops and estimates age.
+    Spent,
+    /// Enough of it has left the window for probes to resume.
+    Refilled,
 }
 
 /// How many trains a connection remembers; older ones are forgotten, so a
@@ -336,7 +483,13 @@ pub async fn measure_peer(
         .map_err(FrameError::from)?;
     let sample = measure(&conn, peer, bytes, t_ms).await;
     conn.close(0u32.into(), b"probe done");
-    Ok(sample?)
+    // The whole connection was the probe: charge its handshake too.
+    let (sent, received) = traffic(&conn);
+    Ok(LinkSample {
+        probe_sent_bytes: sent,
+        probe_received_bytes: received,
+        ..sample?
+    })
 }
 
 /// Why a peer could not be probed.
@@ -411,6 +564,47 @@ mod tests {
     }
 
     #[test]
+    fn trains_time_links_up_to_about_40_mbps_and_a_tight_whole_train_is_too_fast() {
+        // 9 × 1 100 B over 2 ms = 4.95e6 B/s = 39.6 Mb/s.
+        assert!(
+            (TRAIN_CEILING_BPS - 4.95e6).abs() < 1e-6,
+            "{TRAIN_CEILING_BPS}"
+        );
+        let arrived = |step_us: u64, n: u64| TrainArrival {
+            arrivals_us: (0..n).map(|i| i * step_us).collect(),
+        };
+        // Ten datagrams 100 µs apart (99 Mb/s): too fast to time.
+        assert!(too_fast(&arrived(100, 10)));
+        // 1 ms apart (8.8 Mb/s): timed.
+        assert!(!too_fast(&arrived(1_000, 10)));
+        // A train short of datagrams is not known to be fast: it may be lossy.
+        assert!(!too_fast(&arrived(100, 5)));
+    }
+
+    #[test]
+    fn a_budget_holds_over_a_sliding_day_and_reports_each_change_once() {
+        const H: i64 = 3_600_000;
+        let mut b = Budget::new(100_000);
+        assert_eq!(b.allow(0, 60_000), (true, None));
+        b.charge(0, 60_000);
+        // 60 000 + 60 000 would pass the cap: refused, reported once.
+        assert_eq!(b.allow(H, 60_000), (false, Some(BudgetChange::Spent)));
+        assert_eq!(b.allow(2 * H, 60_000), (false, None));
+        // A smaller probe still fits.
+        assert_eq!(b.allow(3 * H, 40_000), (true, Some(BudgetChange::Refilled)));
+        b.charge(3 * H, 40_000);
+        assert_eq!(b.spent(3 * H), 100_000);
+        assert_eq!(b.allow(23 * H, 1), (false, Some(BudgetChange::Spent)));
+        // The first probe leaves the window a day after it was charged.
+        assert_eq!(b.spent(24 * H), 40_000);
+        assert_eq!(
+            b.allow(24 * H, 60_000),
+            (true, Some(BudgetChange::Refilled))
+        );
+        assert_eq!(b.spent(27 * H), 0);
+    }
+
+    #[test]
     fn trains_record_arrivals_and_forget_the_oldest() {
         let trains = Trains::default();
         let t0 = Instant::now();
@@ -460,6 +654,16 @@ mod tests {
         assert_eq!((sample.peer.as_str(), sample.t_ms), ("a", 42));
         assert!(sample.rtt_ms > 0.0 && sample.rtt_ms < 1000.0, "{sample:?}");
         assert!(sample.bandwidth_bps > 1e5, "{sample:?}");
+        // Loopback is too fast for trains: one train, then the transfer,
+        // both counted with the handshake (the client's Initial alone is
+        // padded to 1 200 bytes).
+        let floor = (TRAIN_LEN * TRAIN_DATAGRAM + 64 * 1024 + 1_200) as u64;
+        assert!(sample.probe_sent_bytes > floor, "{sample:?}");
+        assert!(
+            sample.probe_sent_bytes < floor + PEER_OVERHEAD,
+            "one train only: {sample:?}"
+        );
+        assert!(sample.probe_received_bytes > 1_200, "{sample:?}");
         assert!((0.0..=1.0).contains(&sample.loss));
         let config = crate::quic::peer_config(&b, &pin, timing).unwrap();
         let conn = client

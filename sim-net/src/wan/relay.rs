@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
@@ -61,6 +62,56 @@ pub struct Relay {
     listener: Arc<UdpSocket>,
     local: SocketAddr,
     switch: PathSwitch,
+    traffic: Traffic,
+}
+
+/// What a relay has been offered each way, before impairment: datagrams and
+/// UDP payload bytes from its clients (up) and from the upstream (down), so a
+/// test can measure exactly what an edge behind it sends.
+#[derive(Debug, Clone)]
+pub struct Traffic(Arc<[AtomicU64; 5]>);
+
+/// Counts of one direction of a [`Traffic`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// Datagrams.
+    pub datagrams: u64,
+    /// UDP payload bytes.
+    pub bytes: u64,
+}
+
+impl Traffic {
+    fn add(&self, up: bool, bytes: usize) {
+        let at = if up { 0 } else { 2 };
+        self.0[at].fetch_add(1, Ordering::Relaxed);
+        self.0[at + 1].fetch_add(bytes as u64, Ordering::Relaxed);
+        if up {
+            self.0[4].fetch_min(bytes as u64 + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// What clients sent towards the upstream.
+    pub fn up(&self) -> Counted {
+        self.counted(0)
+    }
+
+    /// What the upstream sent back to clients.
+    pub fn down(&self) -> Counted {
+        self.counted(2)
+    }
+
+    /// The smallest datagram a client sent, if any: in QUIC, a packet with
+    /// a lone PING or ACK, the size of a keep-alive.
+    pub fn smallest_up(&self) -> Option<u64> {
+        self.0[4].load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    fn counted(&self, at: usize) -> Counted {
+        Counted {
+            datagrams: self.0[at].load(Ordering::Relaxed),
+            bytes: self.0[at + 1].load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Relay {
@@ -80,6 +131,7 @@ impl Relay {
             listener: Arc::new(listener),
             local,
             switch: PathSwitch::default(),
+            traffic: Traffic(Arc::new([0, 0, 0, 0, u64::MAX].map(AtomicU64::new))),
         })
     }
 
@@ -91,6 +143,11 @@ impl Relay {
     /// The switch that cuts this path at a moment of the caller's choosing.
     pub fn switch(&self) -> PathSwitch {
         self.switch.clone()
+    }
+
+    /// The counters of what passes this relay.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic.clone()
     }
 
     /// Relays until the listening socket fails; outage times count from here.
@@ -116,6 +173,7 @@ impl Relay {
             tokio::select! {
                 received = self.listener.recv_from(&mut buf) => match received {
                     Ok((n, from)) => {
+                        self.traffic.add(true, n);
                         if self.ensure_client(from, &mut clients, &mut readers, &reply_tx).await {
                             let datagram = Datagram { client: from, bytes: buf[..n].to_vec() };
                             up.push(Instant::now().into_std(), datagram);
@@ -132,7 +190,10 @@ impl Relay {
                         });
                     }
                 },
-                Some(reply) = reply_rx.recv() => down.push(Instant::now().into_std(), reply),
+                Some(reply) = reply_rx.recv() => {
+                    self.traffic.add(false, reply.bytes.len());
+                    down.push(Instant::now().into_std(), reply);
+                }
                 () = wait_until(deadline) => {}
             }
             let now = Instant::now().into_std();

@@ -219,7 +219,8 @@ pub struct Net<'a> {
     pub coord: Coordinator,
     /// Wraps edge `node`'s command.
     pub edge: &'a dyn Fn(&str, Command) -> Command,
-    /// Seconds between an edge's rounds of link probes.
+    /// Wall seconds between an edge's rounds of link probes (SPEED times as
+    /// many on its accelerated clock).
     pub probe_interval_secs: u64,
 }
 
@@ -321,9 +322,13 @@ impl Cluster {
             .unwrap();
         let toml = String::from_utf8(defaults.stdout)
             .unwrap()
+            // Probe rounds follow the accelerated clock.
             .replace(
-                "interval_secs = 600",
-                &format!("interval_secs = {}", net.probe_interval_secs),
+                "interval_secs = 3600",
+                &format!(
+                    "interval_secs = {}",
+                    (net.probe_interval_secs as f64 * SPEED) as u64
+                ),
             )
             .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
             .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")
