@@ -70,6 +70,29 @@ fn the_coordinator_serves_a_replaying_edges_forecast() {
         .expect("a forecast summary in nodes");
     assert!((0.0..=24.0).contains(&idle_hours), "{summary}");
     assert!(summary["issued_at"].is_string(), "{summary}");
+    // The forecast says how much history it stands on, and `nodes` and
+    // `forecast` label it, with the next idle window and the idle hours.
+    let history = &summary["history"];
+    assert!(
+        history["observed_h"].as_f64().is_some_and(|h| h > 0.0)
+            && history["kept_days"].as_u64().is_some_and(|d| d > 0),
+        "{summary}"
+    );
+    let table = coord.cli(&["nodes"]);
+    let header = table.lines().next().unwrap();
+    for column in ["NEXT IDLE (UTC), CONFIDENCE", "IDLE/24H", "FORECAST"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("r1 "))
+        .expect("r1's row");
+    assert!(
+        row.contains("issued ") && row.contains(" h of ") && row.contains(" d"),
+        "{row}"
+    );
+    let view = coord.cli(&["forecast", "r1"]);
+    assert!(view.lines().next().unwrap().contains(" h of "), "{view}");
 
     let out = Command::new(support::CLOUD)
         .args(["forecast", "ghost", "--api", &coord.api])
