@@ -105,6 +105,8 @@ pub struct Metrics {
     reports_stored: IntGauge,
     last_seen: GaugeVec,
     last_seen_dropped: IntGauge,
+    edge_probe_bytes: IntCounterVec,
+    node_probe_bytes: IntCounterVec,
     max_node_series: usize,
     /// One scrape at a time: a scrape resets the store-backed families before
     /// it refills them.
@@ -210,6 +212,28 @@ impl Metrics {
                 "tidemill_node_series_dropped",
                 "Nodes left out of tidemill_node_last_seen_seconds at the last scrape, past [metrics] max_node_series.",
             ),
+            edge_probe_bytes: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "tidemill_edge_probe_bytes_total",
+                        "Link probe bytes the edges reported sending and receiving (UDP payload), all nodes together, as the store holds them.",
+                    ),
+                    &["direction"],
+                )
+                .expect("a valid metric name"),
+            ),
+            node_probe_bytes: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "tidemill_node_probe_bytes_total",
+                        "Link probe bytes each node reported sending and receiving, for the nodes with a tidemill_node_last_seen_seconds series.",
+                    ),
+                    &["node_id", "direction"],
+                )
+                .expect("a valid metric name"),
+            ),
             max_node_series,
             registry,
             scrape: Mutex::new(()),
@@ -252,7 +276,7 @@ impl Metrics {
     pub fn scrape(&self, store: &Store, connected: usize) -> Result<String, StoreError> {
         let _one = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         let counts = store.counts()?;
-        let nodes = store.nodes()?;
+        let seen = store.last_seen(self.max_node_series)?;
         self.nodes
             .with_label_values(&["online"])
             .set(counts.nodes_online as i64);
@@ -266,13 +290,35 @@ impl Metrics {
         }
         self.reports_stored.set(counts.reports as i64);
         self.last_seen.reset();
-        for node in nodes.iter().take(self.max_node_series) {
+        for (node_id, ms) in &seen {
             self.last_seen
-                .with_label_values(&[&node.id])
-                .set(node.last_seen_at.timestamp_millis() as f64 / 1000.0);
+                .with_label_values(&[node_id])
+                .set(*ms as f64 / 1000.0);
         }
+        // Counters read from the store: reset, then set to the stored sums.
+        let probes = store.probe_bytes()?;
+        let with_series: std::collections::HashSet<&str> =
+            seen.iter().map(|(id, _)| id.as_str()).collect();
+        self.edge_probe_bytes.reset();
+        self.node_probe_bytes.reset();
+        for direction in ["sent", "received"] {
+            self.edge_probe_bytes.with_label_values(&[direction]);
+        }
+        for p in &probes {
+            for (direction, bytes) in [("sent", p.sent), ("received", p.received)] {
+                self.edge_probe_bytes
+                    .with_label_values(&[direction])
+                    .inc_by(bytes);
+                if with_series.contains(p.node_id.as_str()) {
+                    self.node_probe_bytes
+                        .with_label_values(&[&p.node_id, direction])
+                        .inc_by(bytes);
+                }
+            }
+        }
+        let nodes = counts.nodes_online + counts.nodes_offline;
         self.last_seen_dropped
-            .set(nodes.len().saturating_sub(self.max_node_series) as i64);
+            .set(nodes.saturating_sub(seen.len() as u64) as i64);
         Ok(exposition::encode(&self.registry))
     }
 }

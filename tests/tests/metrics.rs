@@ -286,6 +286,22 @@ fn a_live_scrape_passes_the_checkers_and_bounds_node_series() {
     let last_seen = v("tidemill_node_last_seen_seconds", &[("node_id", "e1")]);
     assert!((now - last_seen).abs() < 60.0, "{last_seen} vs {now}");
     assert_eq!(v("tidemill_node_series_dropped", &[]), 1.0);
+    for direction in ["sent", "received"] {
+        assert!(
+            v(
+                "tidemill_edge_probe_bytes_total",
+                &[("direction", direction)]
+            ) >= 0.0
+        );
+    }
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "tidemill_node_probe_bytes_total")
+            .all(|s| s.labels.get("node_id") == Some("e1")),
+        "per-node probe series only for nodes with a series\n{text}"
+    );
     assert!(v("process_resident_memory_bytes", &[]) > 1e6);
     assert!(v("process_open_fds", &[]) >= 3.0);
     assert!(v("process_start_time_seconds", &[]) <= now);

@@ -147,6 +147,22 @@ impl Store {
         })
     }
 
+    /// When the first `limit` nodes in id order were last seen, Unix ms, for
+    /// the metrics endpoint: two columns, whatever the fleet's size.
+    pub fn last_seen(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, last_seen_ms FROM nodes ORDER BY id LIMIT ?1")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
     /// Counts for the metrics endpoint: jobs by state, and reports stored.
     pub fn counts(&self) -> Result<Counts, StoreError> {
         let err = self.sql_err();
