@@ -8,53 +8,66 @@ use std::process::{Command, Output};
 
 use support::{CLOUD, Coordinator, EDGE, PATIENCE, Proc, start_edge};
 
-/// An edge config file for the test's coordinator and edge data dir.
-fn edge_config(dir: &Path, coord: &Coordinator, data_dir: &Path) -> PathBuf {
-    let defaults = Command::new(EDGE)
+/// `binary`'s default config with `changes` (each a default line and its
+/// replacement), written to `dir/name`.
+fn config_file(binary: &str, dir: &Path, name: &str, changes: &[(&str, String)]) -> PathBuf {
+    let defaults = Command::new(binary)
         .arg("print-default-config")
         .output()
         .unwrap();
-    let text = String::from_utf8(defaults.stdout)
-        .unwrap()
-        .replace(
-            "coordinator = \"127.0.0.1:7400\"",
-            &format!("coordinator = \"{}\"", coord.quic),
-        )
-        .replace(
-            "data_dir = \"tidemill-edge-data\"",
-            &format!("data_dir = {:?}", data_dir.display().to_string()),
-        );
-    let file = dir.join("edge.toml");
+    let mut text = String::from_utf8(defaults.stdout).unwrap();
+    for (from, to) in changes {
+        assert!(text.contains(from), "no {from:?} in the default config");
+        text = text.replace(from, to);
+    }
+    let file = dir.join(name);
     std::fs::write(&file, text).unwrap();
     file
 }
 
+/// An edge config file for the test's coordinator and edge data dir.
+fn edge_config(dir: &Path, coord: &Coordinator, data_dir: &Path) -> PathBuf {
+    config_file(
+        EDGE,
+        dir,
+        "edge.toml",
+        &[
+            (
+                "coordinator = \"127.0.0.1:7400\"",
+                format!("coordinator = \"{}\"", coord.quic),
+            ),
+            (
+                "data_dir = \"tidemill-edge-data\"",
+                format!("data_dir = {:?}", data_dir.display().to_string()),
+            ),
+        ],
+    )
+}
+
 /// A coordinator config file with the test coordinator's addresses and dir.
 fn cloud_config(dir: &Path, coord: &Coordinator) -> PathBuf {
-    let defaults = Command::new(CLOUD)
-        .arg("print-default-config")
-        .output()
-        .unwrap();
-    let text = String::from_utf8(defaults.stdout)
-        .unwrap()
-        .replace(
-            "quic_listen = \"127.0.0.1:7400\"",
-            &format!("quic_listen = \"{}\"", coord.quic),
-        )
-        .replace(
-            "api_listen = \"127.0.0.1:7480\"",
-            &format!(
-                "api_listen = \"{}\"",
-                coord.api.trim_start_matches("http://")
+    config_file(
+        CLOUD,
+        dir,
+        "cloud.toml",
+        &[
+            (
+                "quic_listen = \"127.0.0.1:7400\"",
+                format!("quic_listen = \"{}\"", coord.quic),
             ),
-        )
-        .replace(
-            "data_dir = \"tidemill-cloud-data\"",
-            &format!("data_dir = {:?}", coord.data_dir.display().to_string()),
-        );
-    let file = dir.join("cloud.toml");
-    std::fs::write(&file, text).unwrap();
-    file
+            (
+                "api_listen = \"127.0.0.1:7480\"",
+                format!(
+                    "api_listen = \"{}\"",
+                    coord.api.trim_start_matches("http://")
+                ),
+            ),
+            (
+                "data_dir = \"tidemill-cloud-data\"",
+                format!("data_dir = {:?}", coord.data_dir.display().to_string()),
+            ),
+        ],
+    )
 }
 
 fn run(binary: &str, args: &[&str], config: Option<&Path>) -> (Output, String) {

@@ -173,12 +173,8 @@ pub fn verify_client(
     cas: &[CertificateDer<'static>],
     now_ms: i64,
 ) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in cas {
-        roots.add(ca.clone()).map_err(|e| e.to_string())?;
-    }
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        std::sync::Arc::new(roots),
+        roots(cas)?,
         crate::quic::provider(),
     )
     .build()
@@ -197,12 +193,8 @@ pub fn verify_server(
     name: &str,
     now_ms: i64,
 ) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in cas {
-        roots.add(ca.clone()).map_err(|e| e.to_string())?;
-    }
     let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        std::sync::Arc::new(roots),
+        roots(cas)?,
         crate::quic::provider(),
     )
     .build()
@@ -212,6 +204,15 @@ pub fn verify_server(
         .verify_server_cert(cert, &[], &name, &[], unix(now_ms))
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// The trust store of the CAs in `cas`.
+fn roots(cas: &[CertificateDer<'static>]) -> Result<std::sync::Arc<rustls::RootCertStore>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add(ca.clone()).map_err(|e| e.to_string())?;
+    }
+    Ok(std::sync::Arc::new(roots))
 }
 
 fn unix(ms: i64) -> UnixTime {
