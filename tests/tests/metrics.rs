@@ -448,19 +448,9 @@ fn the_edge_status_port_answers_checks_and_refuses() {
     let port = free_port();
     let token = "status-token-0123456789";
     let config = edge_config(dir.path(), &format!("0.0.0.0:{port}"), Some(token));
-    let data_dir = dir.path().join("edge-e1");
-    let mut cmd = Command::new(EDGE);
-    cmd.arg("run")
-        .arg("--config")
-        .arg(&config)
-        .args(["--coordinator", &coord.quic.to_string(), "--node-id", "e1"])
-        .arg("--token")
-        .arg(coord.token())
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .args(["--sample-interval", "0.2", "--replay"])
-        .arg(&trace)
-        .args(["--replay-node", "e1"])
+    let data_dir = dir.path().join("e1");
+    let mut cmd = support::replaying_edge(&coord, &config, dir.path(), "e1", &trace, "e1");
+    cmd.args(["--sample-interval", "0.2"])
         .env("RUST_LOG", "info");
     let edge = Proc::spawn("e1", cmd);
     edge.wait_for("status port listening", 1, PATIENCE);
