@@ -11,7 +11,12 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -37,15 +42,15 @@ fn emit() {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     let commit = match git(&dir, &["rev-parse", "--short=12", "HEAD"]) {
         Some(hash) => {
-            for file in ["HEAD", "packed-refs"] {
-                if let Some(p) = git(&dir, &["rev-parse", "--git-path", file]) {
+            // Only files that exist: cargo reruns the script on every build
+            // while a watched file is missing (packed-refs often is).
+            let branch = git(&dir, &["symbolic-ref", "-q", "HEAD"]);
+            for file in ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref()) {
+                if let Some(p) = git(&dir, &["rev-parse", "--git-path", file])
+                    && dir.join(&p).exists()
+                {
                     println!("cargo:rerun-if-changed={}", dir.join(p).display());
                 }
-            }
-            if let Some(branch) = git(&dir, &["symbolic-ref", "-q", "HEAD"])
-                && let Some(p) = git(&dir, &["rev-parse", "--git-path", &branch])
-            {
-                println!("cargo:rerun-if-changed={}", dir.join(p).display());
             }
             let dirty = git(&dir, &["status", "--porcelain", "--untracked-files=no"])
                 .is_some_and(|s| !s.is_empty());
