@@ -98,7 +98,9 @@ impl StatusArgs {
         Ok(if self.json {
             serde_json::to_string_pretty(&snapshot)? + "\n"
         } else {
-            snapshot.table(crate::status::now_ms())
+            snapshot.table(tidemill_runtime::clock::Clock::now_ms(
+                &tidemill_runtime::clock::SystemClock,
+            ))
         })
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemill_proto::{NodeForecast, Report, ReportBody, Sample, TaskAssignment};
+use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::sqlite::{self, DbError};
 
 const MIGRATIONS: &[&str] = &[
@@ -200,9 +201,7 @@ impl Journal {
     /// Forgets every report up to and including `seq`: the coordinator has
     /// it. Notes when, for `tidemill-edge status`.
     pub fn ack(&mut self, seq: u64) -> Result<(), JournalError> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = SystemClock.now_ms();
         self.in_transaction(|tx| {
             tx.execute("DELETE FROM outbox WHERE seq <= ?1", [seq as i64])?;
             tx.execute(

@@ -18,6 +18,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::{Deserialize, Serialize};
+use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::metrics::prometheus::{Gauge, IntCounter, IntGauge, Registry};
 use tidemill_runtime::metrics::{self as exposition, register};
 use tokio::net::TcpListener;
@@ -440,10 +441,10 @@ fn answer<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
                     .set(i64::from(s.connection == Connection::Connected));
                 live.backlog.set(s.journal_backlog as i64);
                 live.tasks.set(s.tasks.len() as i64);
-                live.last_ack_age.set(
-                    s.last_ack_ms
-                        .map_or(f64::INFINITY, |ms| (now_ms() - ms).max(0) as f64 / 1000.0),
-                );
+                live.last_ack_age
+                    .set(s.last_ack_ms.map_or(f64::INFINITY, |ms| {
+                        (SystemClock.now_ms() - ms).max(0) as f64 / 1000.0
+                    }));
                 text(
                     StatusCode::OK,
                     exposition::CONTENT_TYPE,
@@ -478,13 +479,6 @@ fn unavailable(e: &JournalError) -> Response<Full<Bytes>> {
         "text/plain; charset=utf-8",
         format!("cannot read the journal: {e}\n"),
     )
-}
-
-/// Wall-clock Unix ms.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `tidemill-edge status`: asks the status port when one is configured,
