@@ -34,6 +34,8 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/v1/tokens", get(list_tokens).post(create_token))
         .route("/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/v1/nodes/{id}/remove", post(remove_node))
+        .route("/v1/nodes/{id}/drain", post(drain_node))
+        .route("/v1/nodes/{id}/uncordon", post(uncordon_node))
         .route(
             "/v1/api-tokens",
             get(list_api_tokens).post(create_api_token),
@@ -347,10 +349,7 @@ async fn remove_node(
     let revoked = {
         let mut store = c.store.lock().unwrap();
         if !store.node_known(&id)? {
-            return Err(Failure(
-                StatusCode::NOT_FOUND,
-                format!("no node {id:?}; `tidemill-cloud nodes` lists the nodes"),
-            ));
+            return Err(no_such_node(&id));
         }
         store.remove_node(&id, SystemClock.now_ms())?
     };
@@ -360,6 +359,61 @@ async fn remove_node(
     Ok(Json(Removed {
         node_id: id,
         revoked,
+    }))
+}
+
+/// The answer to a drain or an uncordon.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Cordon {
+    /// The node.
+    pub node_id: String,
+    /// Whether the node is drained now.
+    pub drained: bool,
+    /// The jobs asked to checkpoint and move off it (drain only).
+    pub moving: Vec<u64>,
+}
+
+fn no_such_node(id: &str) -> Failure {
+    Failure(
+        StatusCode::NOT_FOUND,
+        format!("no node {id:?}; `tidemill-cloud nodes` lists the nodes"),
+    )
+}
+
+async fn drain_node(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<Cordon>, Failure> {
+    let now = c.clock.now_ms();
+    let moving = c
+        .store
+        .lock()
+        .unwrap()
+        .drain(&id, now)?
+        .ok_or_else(|| no_such_node(&id))?;
+    tracing::info!(node_id = %id, jobs = moving.len(), "node drained: its jobs checkpoint and move");
+    c.wake.notify_one();
+    Ok(Json(Cordon {
+        node_id: id,
+        drained: true,
+        moving,
+    }))
+}
+
+async fn uncordon_node(
+    State(c): State<Arc<Coordinator>>,
+    Path(id): Path<String>,
+) -> Result<Json<Cordon>, Failure> {
+    let now = c.clock.now_ms();
+    if !c.store.lock().unwrap().uncordon(&id, now)? {
+        return Err(no_such_node(&id));
+    }
+    tracing::info!(node_id = %id, "node uncordoned: the scheduler may use it again");
+    c.wake.notify_one();
+    Ok(Json(Cordon {
+        node_id: id,
+        drained: false,
+        moving: vec![],
     }))
 }
 

@@ -105,7 +105,9 @@ fn needed(method: &Method, path: &str) -> Option<Scope> {
     let admin_paths = ["/v1/tokens", "/v1/api-tokens", "/v1/ca"];
     if ["/healthz", "/livez", "/readyz"].contains(&path) {
         None
-    } else if admin_paths.iter().any(|p| path.starts_with(p)) || path.ends_with("/remove") {
+    } else if admin_paths.iter().any(|p| path.starts_with(p))
+        || (method == Method::POST && path.starts_with("/v1/nodes/"))
+    {
         Some(Scope::Admin)
     } else if method == Method::GET {
         Some(Scope::Read)
@@ -200,6 +202,14 @@ mod tests {
         assert_eq!(
             needed(&Method::POST, "/v1/nodes/e1/remove"),
             Some(Scope::Admin)
+        );
+        assert_eq!(
+            needed(&Method::POST, "/v1/nodes/e1/drain"),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            needed(&Method::GET, "/v1/nodes/e1/forecast"),
+            Some(Scope::Read)
         );
         assert!(Scope::Read < Scope::Submit && Scope::Submit < Scope::Admin);
         assert_eq!("submit".parse::<Scope>(), Ok(Scope::Submit));

@@ -11,7 +11,7 @@ use tidemill_runtime::notify;
 
 use crate::client::Client;
 use crate::config::{CloudConfig, DEFAULT_CONFIG};
-use crate::job::{JobFile, JobRecord};
+use crate::job::{JobFile, JobPhase, JobRecord};
 use tidemill_sched::policies::PolicyName;
 
 /// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
@@ -41,7 +41,7 @@ enum Cmd {
     },
     /// List the scheduling policies `serve --policy` accepts, one line each.
     Policies,
-    /// List nodes, or remove one (`nodes remove ID`).
+    /// List nodes, or drain, uncordon or remove one.
     Nodes {
         #[command(subcommand)]
         cmd: Option<NodesCmd>,
@@ -192,6 +192,21 @@ enum NodesCmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Place nothing new on a node, and have the jobs there checkpoint and
+    /// move elsewhere (before maintenance or an upgrade).
+    Drain {
+        /// The node id.
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Let the scheduler use a drained node again.
+    Uncordon {
+        /// The node id.
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -256,6 +271,17 @@ enum JobsCmd {
     Cancel {
         /// The job id.
         id: u64,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Wait until a job has ended, then show it; exits non-zero unless it
+    /// succeeded (for scripts).
+    Wait {
+        /// The job id.
+        id: u64,
+        /// Give up after this many seconds (wall time).
+        #[arg(long, default_value_t = 3600)]
+        timeout_secs: u64,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -333,6 +359,37 @@ fn run(cli: Cli) -> Outcome {
                 "node {} removed: {} certificate(s) revoked, its connection closed",
                 removed.node_id, removed.revoked
             );
+            Ok(())
+        }
+        Cmd::Nodes {
+            cmd: Some(NodesCmd::Drain { id, api }),
+            ..
+        } => {
+            let drained = api.client()?.cordon(&id, true)?;
+            if api.json {
+                return print_json(&drained);
+            }
+            let jobs: Vec<String> = drained.moving.iter().map(u64::to_string).collect();
+            println!(
+                "node {id} drained: nothing new is placed there; {} job(s) checkpoint and move ({}); `tidemill-cloud nodes uncordon {id}` undoes it",
+                jobs.len(),
+                if jobs.is_empty() {
+                    "none".to_string()
+                } else {
+                    jobs.join(", ")
+                }
+            );
+            Ok(())
+        }
+        Cmd::Nodes {
+            cmd: Some(NodesCmd::Uncordon { id, api }),
+            ..
+        } => {
+            let node = api.client()?.cordon(&id, false)?;
+            if api.json {
+                return print_json(&node);
+            }
+            println!("node {id} uncordoned: the scheduler may place jobs there again");
             Ok(())
         }
         Cmd::Token(TokenCmd::Create {
@@ -421,7 +478,11 @@ fn run(cli: Cli) -> Outcome {
                 println!(
                     "{:<20} {:<7} {:>5} {:>9.1} {:>6} {:>6} {:>6} {:>8}  {:<28} {:>8}  {}",
                     n.id,
-                    if n.online { "yes" } else { "no" },
+                    match (n.online, n.drained) {
+                        (true, true) => "drained",
+                        (true, false) => "yes",
+                        (false, _) => "no",
+                    },
                     n.cpu_cores,
                     n.mem_bytes as f64 / (1u64 << 30) as f64,
                     pct(n.cpu_util),
@@ -499,8 +560,38 @@ fn run(cli: Cli) -> Outcome {
         }
         Cmd::Jobs(JobsCmd::Show { id, api }) => show(&api.client()?.job(id)?, api.json),
         Cmd::Jobs(JobsCmd::Cancel { id, api }) => show(&api.client()?.cancel(id)?, api.json),
+        Cmd::Jobs(JobsCmd::Wait {
+            id,
+            timeout_secs,
+            api,
+        }) => {
+            let client = api.client()?;
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+            let job = loop {
+                let job = client.job(id)?;
+                if job.state.is_terminal() {
+                    break job;
+                }
+                if std::time::Instant::now() >= until {
+                    return Err(format!(
+                        "job {id} is still {} after {timeout_secs} s; wait longer with --timeout-secs",
+                        job.state.as_str()
+                    )
+                    .into());
+                }
+                std::thread::sleep(WAIT_POLL);
+            };
+            show(&job, api.json)?;
+            if job.state != JobPhase::Succeeded {
+                return Err(format!("job {id} ended {}", job.state.as_str()).into());
+            }
+            Ok(())
+        }
     }
 }
+
+/// How often `jobs wait` asks for the job.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The `nodes` table's forecast cells: the next idle window and its
 /// confidence, idle hours in the next 24 h, and when the forecast was made,
@@ -645,6 +736,29 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
     println!("command:    {:?}", job.command);
     println!("deadline:   {}", job.deadline.to_rfc3339());
     println!("submitted:  {}", job.submitted_at.to_rfc3339());
+    if let Some(t) = job.started_at {
+        println!("started:    {}", t.to_rfc3339());
+    }
+    if let Some(w) = &job.start_window {
+        println!(
+            "            in {}'s forecast idle window {} – {} (confidence {:.2}; forecast of {})",
+            w.node,
+            w.window.start.to_rfc3339(),
+            w.window.end.to_rfc3339(),
+            w.window.confidence,
+            w.forecast_issued_at.to_rfc3339()
+        );
+    }
+    if let Some(t) = job.finished_at {
+        let slack = (job.deadline - t).num_seconds();
+        println!(
+            "finished:   {} ({} the deadline by {}h{:02}m)",
+            t.to_rfc3339(),
+            if slack >= 0 { "before" } else { "after" },
+            slack.abs() / 3600,
+            slack.abs() % 3600 / 60
+        );
+    }
     if let Some(p) = &job.plan {
         print_plan(job, p);
     }

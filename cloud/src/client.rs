@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    ApiError, ApiTokenRequest, NewApiToken, NewToken, Removed, Submitted, TokenRequest,
+    ApiError, ApiTokenRequest, Cordon, NewApiToken, NewToken, Removed, Submitted, TokenRequest,
 };
 use crate::job::{JobFile, JobRecord};
 use crate::store::{ApiTokenRecord, LinkRecord, NodeRecord, TokenRecord};
@@ -175,6 +175,12 @@ impl Client {
     /// Revokes a node's certificates and forgets its forecast and links.
     pub fn remove_node(&self, id: &str) -> Result<Removed, ClientError> {
         self.call("POST", &format!("/v1/nodes/{id}/remove"), None::<&()>)
+    }
+
+    /// Drains a node (`drain`) or lets the scheduler use it again.
+    pub fn cordon(&self, id: &str, drain: bool) -> Result<Cordon, ClientError> {
+        let verb = if drain { "drain" } else { "uncordon" };
+        self.call("POST", &format!("/v1/nodes/{id}/{verb}"), None::<&()>)
     }
 
     /// The Prometheus metrics text.

@@ -34,6 +34,9 @@ pub struct CloudConfig {
     pub tls_names: Vec<String>,
     /// Seconds of disconnection before a node is offline.
     pub offline_after_secs: u64,
+    /// Seconds after this coordinator starts in which the nodes it has not
+    /// heard from yet are not marked offline: they are reconnecting.
+    pub restart_grace_secs: u64,
     /// Seconds between scheduling rounds.
     pub round_interval_secs: f64,
     /// Peer edges each edge is asked to probe.
@@ -42,6 +45,8 @@ pub struct CloudConfig {
     pub link_stale_secs: u64,
     /// Hours of samples, report ledger and events kept.
     pub retention_hours: u64,
+    /// Days an ended job (and its tasks) is kept after it ended.
+    pub ended_job_retention_days: u64,
     /// Connection settings.
     pub link: LinkConfig,
     /// The coordinator's clock: real or accelerated time.
@@ -293,6 +298,9 @@ impl CloudConfig {
         if self.retention_hours == 0 {
             return invalid("retention_hours", "0".into(), "must be at least 1");
         }
+        if self.ended_job_retention_days == 0 {
+            return invalid("ended_job_retention_days", "0".into(), "must be at least 1");
+        }
         if self.link.stream_timeout_secs == 0 {
             return invalid("link.stream_timeout_secs", "0".into(), "must be at least 1");
         }
@@ -357,6 +365,11 @@ impl CloudConfig {
     /// Seconds of disconnection before a node is offline, as a duration.
     pub fn offline_after(&self) -> Duration {
         Duration::from_secs(self.offline_after_secs)
+    }
+
+    /// How long after a start nodes not heard from yet keep their state.
+    pub fn restart_grace(&self) -> Duration {
+        Duration::from_secs(self.restart_grace_secs)
     }
 }
 

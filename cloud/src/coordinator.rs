@@ -52,6 +52,8 @@ pub struct Coordinator {
     pub endpoint: OnceLock<quinn::Endpoint>,
     /// When the last scheduling round succeeded, wall time.
     last_round: Mutex<Option<std::time::Instant>>,
+    /// When this coordinator started, on its clock, for the restart grace.
+    pub started_ms: i64,
 }
 
 impl Coordinator {
@@ -74,6 +76,7 @@ impl Coordinator {
             wake: Notify::new(),
             metrics: Metrics::new(cfg.metrics.max_node_series),
             cfg,
+            started_ms: clock.now_ms(),
             clock,
             last_prune_ms: AtomicI64::new(0),
         }
@@ -152,15 +155,17 @@ impl Coordinator {
                 .is_ok()
     }
 
-    /// Forgets the node's connection if it is still `conn`.
-    pub fn disconnect(&self, node_id: &str, conn: &quinn::Connection) {
+    /// Forgets the node's connection if it is still `conn`; returns whether
+    /// it was (a newer connection of the node stays).
+    pub fn disconnect(&self, node_id: &str, conn: &quinn::Connection) -> bool {
         let mut sessions = self.sessions.lock().unwrap();
-        if sessions
+        let current = sessions
             .get(node_id)
-            .is_some_and(|s| s.conn.stable_id() == conn.stable_id())
-        {
+            .is_some_and(|s| s.conn.stable_id() == conn.stable_id());
+        if current {
             sessions.remove(node_id);
         }
+        current
     }
 
     /// Notes that a scheduling round succeeded just now.

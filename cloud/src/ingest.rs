@@ -124,12 +124,26 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
             Err(e) => break e,
         }
     };
-    coord.disconnect(&node_id, &conn);
+    let current = coord.disconnect(&node_id, &conn);
     let now = coord.clock.now_ms();
-    if let Err(e) = coord.store.lock().unwrap().touch(&node_id, now) {
+    let mut store = coord.store.lock().unwrap();
+    if let Err(e) = store.touch(&node_id, now) {
         tracing::error!(node_id = %node_id, error = %e, "cannot record the disconnect");
     }
     tracing::info!(node_id = %node_id, %remote, %reason, "edge disconnected");
+    // An edge that says it is stopping is offline now; one that vanished
+    // gets the grace period to come back.
+    if current && quic::is_stopping(&reason) {
+        match store.stopped(&node_id, now) {
+            Ok(true) => tracing::info!(node_id = %node_id, "node offline: its edge stopped"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(node_id = %node_id, error = %e, "cannot mark the stopped node offline")
+            }
+        }
+        drop(store);
+        coord.wake.notify_one();
+    }
 }
 
 /// Refuses a connection with `why` as the answer on `send`. It is counted

@@ -352,6 +352,23 @@ pub struct JobRecord {
     /// The tidal scheduler's latest plan and why; absent under first-fit or
     /// before the first round.
     pub plan: Option<PlanView>,
+    /// The idle window of its node in which the job last started, as the
+    /// scheduler saw it then (the forecast in force, the slot in progress
+    /// judged by the latest sample); absent when it started outside any.
+    #[serde(default)]
+    pub start_window: Option<StartWindow>,
+}
+
+/// Where a job started against its node's forecast, so that an operator can
+/// see it was started in the tide's idle window and not by chance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartWindow {
+    /// The node it started on.
+    pub node: String,
+    /// The forecast idle window that held the start.
+    pub window: crate::store::IdleWindowView,
+    /// When the forecast was issued.
+    pub forecast_issued_at: DateTime<Utc>,
 }
 
 impl JobRecord {

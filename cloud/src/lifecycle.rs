@@ -56,11 +56,7 @@ pub fn on_task_event(ctx: TaskContext<'_>, event: &TaskEvent) -> Transition {
             signal,
             cancelled,
         } => {
-            let how = match (exit_code, signal) {
-                (Some(c), _) => format!("exited with code {c}"),
-                (None, Some(sig)) => format!("killed by signal {sig}"),
-                (None, None) => "ended".to_string(),
-            };
+            let how = how_ended(*exit_code, *signal);
             let phase = if *cancelled {
                 JobPhase::Cancelled
             } else if *exit_code == Some(0) {
@@ -69,6 +65,18 @@ pub fn on_task_event(ctx: TaskContext<'_>, event: &TaskEvent) -> Transition {
                 JobPhase::Failed
             };
             (how, phase, *exit_code)
+        }
+        TaskEvent::Yielded {
+            exit_code,
+            signal,
+            reason,
+        } => {
+            if ctx.yielding {
+                // Already being stopped: the edge's own stop only came first.
+                (how_ended(*exit_code, *signal), JobPhase::Queued, *exit_code)
+            } else {
+                return on_edge_yield(node, reason);
+            }
         }
         TaskEvent::Failed { reason } => (reason.clone(), JobPhase::Failed, None),
     };
@@ -110,17 +118,38 @@ pub fn on_task_event(ctx: TaskContext<'_>, event: &TaskEvent) -> Transition {
     done(Some(ended), false, ended == JobPhase::Failed, reason)
 }
 
-/// The job after `node_id`, on which it had tasks, went offline: its tasks
-/// stop and it waits to resume from its checkpoint elsewhere.
-pub fn on_node_lost(node_id: &str) -> Transition {
+/// How a process ended, in words.
+fn how_ended(exit_code: Option<i32>, signal: Option<i32>) -> String {
+    match (exit_code, signal) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended".to_string(),
+    }
+}
+
+/// A job whose tasks on `node_id` cannot go on, for the node's own reason
+/// (`why`): they stop, the job's other ranks too, and it waits to resume
+/// from its checkpoint, there or elsewhere.
+fn requeued(node_id: &str, why: &str) -> Transition {
     Transition {
         task_running: false,
         phase: Some(JobPhase::Queued),
         exit_code: None,
         settle_progress: true,
         stop_other_ranks: true,
-        reason: format!("{node_id} went offline; waiting to resume from the checkpoint elsewhere"),
+        reason: format!("{node_id} {why}; waiting to resume from the checkpoint"),
     }
+}
+
+/// The job after `node_id`, on which it had tasks, went offline.
+pub fn on_node_lost(node_id: &str) -> Transition {
+    requeued(node_id, "went offline")
+}
+
+/// The job after the edge on `node_id` stopped one of its tasks for its own
+/// reason (`why`, the edge's words): a yield, never a cancel.
+fn on_edge_yield(node_id: &str, why: &str) -> Transition {
+    requeued(node_id, &format!("yielded the task: {why}"))
 }
 
 #[cfg(test)]
@@ -215,7 +244,41 @@ mod tests {
         );
         assert_eq!(
             lost.reason,
-            "e3 went offline; waiting to resume from the checkpoint elsewhere"
+            "e3 went offline; waiting to resume from the checkpoint"
+        );
+    }
+
+    #[test]
+    fn an_edge_that_stops_its_task_requeues_the_job_and_never_cancels_it() {
+        let yielded = TaskEvent::Yielded {
+            exit_code: None,
+            signal: Some(15),
+            reason: "the edge daemon is stopping".into(),
+        };
+        let t = on_task_event(ctx(false, 1), &yielded);
+        assert_eq!(
+            (
+                t.phase,
+                t.settle_progress,
+                t.stop_other_ranks,
+                t.task_running
+            ),
+            (Some(JobPhase::Queued), true, true, false)
+        );
+        assert_eq!(
+            t.reason,
+            "e1 yielded the task: the edge daemon is stopping; waiting to resume from the checkpoint"
+        );
+        // A task the coordinator had already asked to stop ends as that stop.
+        let asked = on_task_event(ctx(true, 0), &yielded);
+        assert_eq!(
+            (asked.phase, asked.settle_progress),
+            (Some(JobPhase::Queued), true)
+        );
+        assert!(
+            asked.reason.starts_with("checkpointed and stopped on e1"),
+            "{}",
+            asked.reason
         );
     }
 }

@@ -42,14 +42,17 @@ pub async fn run(coord: Arc<Coordinator>) {
 pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
     let now = coord.clock.now_ms();
     let cutoff = now - coord.cfg.offline_after().as_millis() as i64;
+    let in_grace = now < coord.started_ms + coord.cfg.restart_grace().as_millis() as i64;
+    let spare_before = in_grace.then_some(coord.started_ms);
     {
         let mut store = coord.store.lock().unwrap();
-        for node_id in store.expire(&coord.connected(), cutoff, now)? {
+        for node_id in store.expire(&coord.connected(), cutoff, spare_before, now)? {
             tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
         }
         if coord.prune_due(now) {
             let before = now - coord.cfg.retention_hours as i64 * 3_600_000;
-            let gone = store.prune(before)?;
+            let jobs_before = now - coord.cfg.ended_job_retention_days as i64 * 86_400_000;
+            let gone = store.prune(before, jobs_before)?;
             tracing::info!(rows = gone, "pruned history past the retention period");
         }
         planned_round(coord, &mut store, now)?;

@@ -178,7 +178,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
 impl Server {
     /// Stops serving: closes edge connections and ends every task.
     pub async fn stop(mut self) {
-        self.endpoint.close(0u32.into(), b"coordinator stopping");
+        quic::close_stopping(&self.endpoint, "coordinator");
         self.tasks.shutdown().await;
         self.endpoint.wait_idle().await;
     }

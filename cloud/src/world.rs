@@ -73,7 +73,7 @@ fn node_spec(
         class,
         devices,
         memory_per_device_bytes: memory,
-        online: n.online,
+        online: n.online && !n.drained,
         kind,
     }
 }
@@ -85,15 +85,24 @@ fn node_spec(
 /// progress began says nothing about that slot and is not used: the tide has
 /// not come in just because the last sample predates a window's start.
 fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) -> EdgeAvailability {
-    let mut util_now = [n.cpu_util, n.gpu_util]
-        .into_iter()
-        .flatten()
-        .map(f64::from)
-        .reduce(f64::max);
-    if let (Some(f), Some(at)) = (forecast, n.last_sample_at) {
+    let sampled_ms = n.last_sample_at.map(|t| t.timestamp_millis());
+    edge_availability([n.cpu_util, n.gpu_util], sampled_ms, forecast, now_ms)
+}
+
+/// [`availability`] from a node's latest CPU and accelerator utilisation
+/// (`utils`, percent) sampled at `sampled_ms`, for callers without a
+/// [`NodeRecord`] (the store, when a job starts).
+pub(crate) fn edge_availability(
+    utils: [Option<f32>; 2],
+    sampled_ms: Option<i64>,
+    forecast: Option<&NodeForecast>,
+    now_ms: i64,
+) -> EdgeAvailability {
+    let mut util_now = utils.into_iter().flatten().map(f64::from).reduce(f64::max);
+    if let (Some(f), Some(at)) = (forecast, sampled_ms) {
         let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
         let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
-        if at.timestamp_millis() < slot_start {
+        if at < slot_start {
             util_now = None;
         }
     }

@@ -151,6 +151,11 @@ pub struct TaskConfig {
     pub work_dir: PathBuf,
     /// The unprivileged user tasks run as when the daemon is root.
     pub user: String,
+    /// Hours an ended task's work dir is kept (under the data dir only).
+    pub keep_ended_hours: u64,
+    /// Days a job's checkpoint dir under the data dir is kept after it was
+    /// last written, once no task of the job runs here.
+    pub checkpoint_retention_days: u64,
 }
 
 /// How accelerators are found.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tidemill_proto::ReportBody;
 use tidemill_runtime::backoff::Backoff;
-use tidemill_runtime::clock::{self, SharedClock, SystemClock};
+use tidemill_runtime::clock::{self, Clock, SharedClock, SystemClock};
 use tidemill_runtime::config_file::ConfigError;
 use tidemill_runtime::identity::NodeIdentity;
 use tidemill_runtime::probe;
@@ -70,6 +70,16 @@ pub enum EdgeError {
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
 }
+
+/// How long a stopping edge waits for the coordinator to acknowledge what it
+/// journaled last (its tasks' yields) before it closes the connection.
+const FLUSH_ON_STOP: Duration = Duration::from_secs(3);
+
+/// How often old task and checkpoint dirs are looked for.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// How often a stopping edge looks whether its journal is acknowledged.
+const FLUSH_POLL: Duration = Duration::from_millis(20);
 
 /// Starts this edge's probe responder, which presents `identity` and answers
 /// only other nodes, and its prober, if probing is enabled (`probe`); rounds
@@ -155,8 +165,8 @@ pub async fn join_only(cfg: &EdgeConfig) -> Result<String, EdgeError> {
     Ok(node_id)
 }
 
-/// Runs the edge daemon until `shutdown` resolves, then cancels running tasks
-/// (journaling their end) and returns. On a first start with a join token it
+/// Runs the edge daemon until `shutdown` resolves, then yields running tasks
+/// (each checkpoints in its grace period; the journal says so) and returns. On a first start with a join token it
 /// joins first.
 pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
     cfg.validate()?;
@@ -189,7 +199,13 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let journal = Arc::new(Mutex::new(Journal::open(&cfg.data_dir)?));
     // The local status port ([status] listen), if configured.
     let status = Arc::new(crate::status::Live::default());
-    crate::status::spawn(&cfg.status, status.clone(), journal.clone(), node_id.clone()).await?;
+    crate::status::spawn(
+        &cfg.status,
+        status.clone(),
+        journal.clone(),
+        node_id.clone(),
+    )
+    .await?;
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
     let executor = Executor::new(
@@ -202,6 +218,25 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         confine,
     );
     executor.recover()?;
+    let pruning = tokio::spawn({
+        let executor = executor.clone();
+        let wall = wall.clone();
+        let node_id = node_id.clone();
+        async move {
+            loop {
+                match executor.prune_dirs(std::time::SystemTime::now()) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(node_id = %node_id, dirs = n, "deleted old task and checkpoint dirs")
+                    }
+                    Err(e) => {
+                        tracing::warn!(node_id = %node_id, error = %e, "cannot prune old task dirs")
+                    }
+                }
+                wall.sleep(PRUNE_EVERY).await;
+            }
+        }
+    });
     // The journal is open and tasks are recovered: systemd may call us started.
     tidemill_runtime::notify::ready();
 
@@ -317,14 +352,28 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         },
         () = shutdown => Ok(()),
     };
-    tracing::info!(node_id = %node_id, "stopping: cancelling running tasks");
-    executor.stop_all().await;
-    // Reports not yet acknowledged stay in the journal and go out on the next start.
+    tracing::info!(node_id = %node_id, "stopping: running tasks checkpoint and yield");
+    executor.yield_all().await;
+    // The yields go out before the connection closes, so the coordinator
+    // requeues the jobs now; what is not acknowledged in time stays in the
+    // journal for the next start.
+    let flushed = async {
+        while journal.lock().unwrap().pending_count().unwrap_or(0) > 0 {
+            SystemClock.sleep(FLUSH_POLL).await;
+        }
+    };
+    if clock::timeout(&SystemClock, FLUSH_ON_STOP, flushed)
+        .await
+        .is_err()
+    {
+        tracing::info!(node_id = %node_id, "stopping with reports unacknowledged; they go out on the next start");
+    }
     link.abort();
+    pruning.abort();
     if let Some(endpoint) = endpoint_slot.get() {
         // Tell the coordinator at once, so it does not wait out the idle
         // timeout before it sees this edge go.
-        endpoint.close(0u32.into(), b"edge stopping");
+        quic::close_stopping(endpoint, "edge");
         let _ = clock::timeout(&SystemClock, Duration::from_secs(2), endpoint.wait_idle()).await;
     }
     outcome

@@ -5,6 +5,7 @@
 //! process it started, even one that left the group.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,17 @@ const MAX_LINE: usize = 1000;
 /// accelerated clock would cut the output tail short.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Why a running task is being stopped, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// It runs on.
+    No,
+    /// The coordinator cancelled it (or asked it to checkpoint and stop).
+    Cancel,
+    /// This daemon is stopping: the task checkpoints and the job resumes.
+    Yield,
+}
+
 /// Runs tasks and journals what happens to them.
 pub struct Executor {
     journal: Arc<Mutex<Journal>>,
@@ -39,9 +51,11 @@ pub struct Executor {
     node_id: String,
     clock: SharedClock,
     stamps: SharedClock,
-    running: Mutex<HashMap<u64, watch::Sender<bool>>>,
+    running: Mutex<HashMap<u64, watch::Sender<Stop>>>,
     idle: Notify,
     confine: Confinement,
+    /// Set once the daemon stops: new assignments are yielded at once.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Executor {
@@ -62,16 +76,20 @@ impl Executor {
             journal,
             outbox,
             cfg,
-            data_dir,
+            // Tasks get paths under it in their environment and run in
+            // their own directory: a relative data dir would not hold there.
+            data_dir: std::path::absolute(&data_dir).unwrap_or(data_dir),
             node_id,
             clock,
             stamps,
             running: Mutex::new(HashMap::new()),
             idle: Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// Reports tasks that a previous run of the daemon left unfinished, and kills
+    /// Reports tasks that a previous run of the daemon left unfinished as
+    /// yielded, so that their jobs resume from their checkpoints, and kills
     /// any of their processes that survived it.
     pub fn recover(&self) -> Result<(), JournalError> {
         let mut journal = self.journal.lock().unwrap();
@@ -82,21 +100,22 @@ impl Executor {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
             self.confine.kill(a.task_id);
+            // The job is not over: it resumes from its last checkpoint.
             let reason = match pid {
                 Some(pid) => format!(
-                    "the edge daemon on {} stopped while the task ran (pid {pid}); the task was killed and may be resubmitted",
-                    self.node_id
+                    "its edge daemon stopped without warning while the task ran (pid {pid}), and killed what was left of it on restart"
                 ),
-                None => format!(
-                    "the edge daemon on {} stopped before the task started; it may be resubmitted",
-                    self.node_id
-                ),
+                None => {
+                    "its edge daemon stopped without warning before the task started".to_string()
+                }
             };
             tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
-            journal.finish_task(
-                a.task_id,
-                &self.status(&a, TaskEvent::Failed { reason }, vec![]),
-            )?;
+            let event = TaskEvent::Yielded {
+                exit_code: None,
+                signal: None,
+                reason,
+            };
+            journal.finish_task(a.task_id, &self.status(&a, event, vec![]))?;
         }
         drop(journal);
         self.outbox.notify_one();
@@ -116,7 +135,17 @@ impl Executor {
                     );
                     return Ok(());
                 }
-                let (cancel_tx, cancel_rx) = watch::channel(false);
+                if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    let reason = "its edge daemon is stopping".to_string();
+                    tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, "assignment yielded: the daemon is stopping");
+                    let event = TaskEvent::Yielded {
+                        exit_code: None,
+                        signal: None,
+                        reason,
+                    };
+                    return self.finish(&a, event, vec![]);
+                }
+                let (cancel_tx, cancel_rx) = watch::channel(Stop::No);
                 self.running.lock().unwrap().insert(a.task_id, cancel_tx);
                 let this = Arc::clone(self);
                 tokio::spawn(async move {
@@ -135,7 +164,7 @@ impl Executor {
             Command::Cancel { task_id } => match self.running.lock().unwrap().get(&task_id) {
                 Some(cancel) => {
                     tracing::info!(node_id = %self.node_id, task_id, "cancelling task");
-                    cancel.send_replace(true);
+                    cancel.send_replace(Stop::Cancel);
                 }
                 None => tracing::debug!(task_id, "cancel for a task that is not running"),
             },
@@ -143,9 +172,12 @@ impl Executor {
         Ok(())
     }
 
-    /// Cancels every running task and waits until each has ended and been
-    /// journaled.
-    pub async fn stop_all(&self) {
+    /// Stops every running task as a yield (SIGTERM, the grace period for a
+    /// checkpoint, then SIGKILL), so that its job resumes rather than ends,
+    /// and waits until each has ended and been journaled.
+    pub async fn yield_all(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         loop {
             let idle = self.idle.notified();
             {
@@ -153,12 +185,60 @@ impl Executor {
                 if running.is_empty() {
                     return;
                 }
-                for cancel in running.values() {
-                    cancel.send_replace(true);
+                for stop in running.values() {
+                    stop.send_if_modified(|s| {
+                        let fresh = *s == Stop::No;
+                        if fresh {
+                            *s = Stop::Yield;
+                        }
+                        fresh
+                    });
                 }
             }
             idle.await;
         }
+    }
+
+    /// Deletes the work dirs of tasks that ended more than
+    /// `keep_ended_hours` ago and the checkpoint dirs of jobs that have not
+    /// run here for `checkpoint_retention_days`, both under the data dir
+    /// only, as of wall time `now`; returns how many went.
+    pub fn prune_dirs(&self, now: std::time::SystemTime) -> Result<usize, JournalError> {
+        let open = self.journal.lock().unwrap().unfinished_tasks()?;
+        let tasks: Vec<String> = open.iter().map(|(a, _)| a.task_id.to_string()).collect();
+        let jobs: Vec<String> = open
+            .iter()
+            .map(|(a, _)| format!("job-{}", a.job_id))
+            .collect();
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        let mut gone = 0;
+        for (dir, busy, keep) in [
+            ("tasks", &tasks, hours(self.cfg.keep_ended_hours)),
+            (
+                "checkpoints",
+                &jobs,
+                hours(self.cfg.checkpoint_retention_days * 24),
+            ),
+        ] {
+            let Ok(entries) = std::fs::read_dir(self.data_dir.join(dir)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let stale = last_written(&entry.path())
+                    .is_some_and(|at| now.duration_since(at).unwrap_or_default() > keep);
+                if busy.contains(&name) || !stale {
+                    continue;
+                }
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => gone += 1,
+                    Err(e) => {
+                        tracing::warn!(node_id = %self.node_id, path = %entry.path().display(), error = %e, "cannot delete an old task dir; delete it by hand")
+                    }
+                }
+            }
+        }
+        Ok(gone)
     }
 
     fn status(&self, a: &TaskAssignment, event: TaskEvent, output_tail: Vec<String>) -> ReportBody {
@@ -198,7 +278,7 @@ impl Executor {
     async fn run(
         &self,
         a: TaskAssignment,
-        mut cancel: watch::Receiver<bool>,
+        mut cancel: watch::Receiver<Stop>,
     ) -> Result<(), JournalError> {
         let Some((program, args)) = a.command.split_first() else {
             let reason = "the job's command is empty; give at least the program to run".to_string();
@@ -285,11 +365,11 @@ impl Executor {
             )),
         ];
         let group = Pid::from_raw(pid as i32);
-        let mut cancelled = false;
+        let mut stopped = Stop::No;
         let status = tokio::select! {
             status = child.wait() => status,
-            () = async { let _ = cancel.wait_for(|c| *c).await; } => {
-                cancelled = true;
+            () = async { let _ = cancel.wait_for(|s| *s != Stop::No).await; } => {
+                stopped = *cancel.borrow();
                 let _ = killpg(group, Signal::SIGTERM);
                 let grace = self.clock.sleep(Duration::from_secs(self.cfg.grace_secs));
                 tokio::select! {
@@ -314,20 +394,34 @@ impl Executor {
         }
         let tail: Vec<String> = tail.lock().unwrap().iter().cloned().collect();
         let event = match status {
-            Ok(status) => {
-                use std::os::unix::process::ExitStatusExt;
-                TaskEvent::Exited {
-                    exit_code: status.code(),
-                    signal: status.signal(),
-                    cancelled,
-                }
-            }
+            Ok(status) if stopped == Stop::Yield => TaskEvent::Yielded {
+                exit_code: status.code(),
+                signal: status.signal(),
+                reason: "its edge daemon is stopping".to_string(),
+            },
+            Ok(status) => TaskEvent::Exited {
+                exit_code: status.code(),
+                signal: status.signal(),
+                cancelled: stopped == Stop::Cancel,
+            },
             Err(e) => TaskEvent::Failed {
                 reason: format!("lost track of the task's process: {e}"),
             },
         };
         self.finish(&a, event, tail)
     }
+}
+
+/// When `dir` or anything directly in it was last written.
+fn last_written(dir: &std::path::Path) -> Option<std::time::SystemTime> {
+    let own = std::fs::metadata(dir).and_then(|m| m.modified()).ok();
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .chain(own)
+        .max()
 }
 
 /// Whether process `pid` is the one started for `task_id`: its environment
@@ -385,6 +479,8 @@ mod tests {
             output_tail_lines: 3,
             work_dir: PathBuf::new(),
             user: "nobody".into(),
+            keep_ended_hours: 1,
+            checkpoint_retention_days: 1,
         };
         let exec = Executor::new(
             journal.clone(),
@@ -586,6 +682,64 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_daemon_stop_yields_its_tasks_after_their_checkpoint() {
+        let h = harness(30);
+        h.exec.handle(assign(8, &["sh", "-c", "trap 'echo checkpointed; exit 0' TERM; touch armed; while :; do sleep 0.1; done"])).unwrap();
+        wait_armed(&h, 8).await;
+        tokio::time::timeout(Duration::from_secs(20), h.exec.yield_all())
+            .await
+            .expect("the task ends on SIGTERM");
+        let events = finished(&h).await;
+        let last = events.last().unwrap();
+        assert_eq!(
+            last.event,
+            TaskEvent::Yielded {
+                exit_code: Some(0),
+                signal: None,
+                reason: "its edge daemon is stopping".into()
+            }
+        );
+        assert_eq!(
+            last.output_tail.last().map(String::as_str),
+            Some("checkpointed")
+        );
+        // What the coordinator assigns while the daemon stops is handed back.
+        h.exec.handle(assign(9, &["sh", "-c", "exit 0"])).unwrap();
+        let events = finished(&h).await;
+        let last = events.last().unwrap();
+        assert_eq!(last.task_id, 9);
+        assert!(
+            matches!(last.event, TaskEvent::Yielded { signal: None, .. }),
+            "{last:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn old_task_and_checkpoint_dirs_go_and_those_in_use_stay() {
+        let h = harness(5);
+        h.exec
+            .handle(assign(11, &["sh", "-c", "touch armed; sleep 600"]))
+            .unwrap();
+        wait_armed(&h, 11).await;
+        for dir in ["tasks/10", "checkpoints/job-110"] {
+            std::fs::create_dir_all(h.dir.path().join(dir)).unwrap();
+        }
+        std::fs::create_dir_all(h.dir.path().join("checkpoints/job-111")).unwrap();
+        let now = std::time::SystemTime::now();
+        assert_eq!(h.exec.prune_dirs(now).unwrap(), 0, "nothing is an hour old");
+        let later = now + Duration::from_secs(2 * 86_400);
+        assert_eq!(h.exec.prune_dirs(later).unwrap(), 2);
+        let left = |d: &str| h.dir.path().join(d).exists();
+        assert!(!left("tasks/10") && !left("checkpoints/job-110"));
+        assert!(
+            left("tasks/11") && left("checkpoints/job-111"),
+            "task 11 of job 111 still runs"
+        );
+        h.exec.handle(Command::Cancel { task_id: 11 }).unwrap();
+        finished(&h).await;
+    }
+
     #[test]
     fn recognises_its_own_task_processes_only() {
         // The child prints once it runs its own program, so its environment is
@@ -629,11 +783,11 @@ mod tests {
         h.journal.lock().unwrap().accept_task(&a).unwrap();
         h.exec.recover().unwrap();
         let events = finished(&h).await;
-        let TaskEvent::Failed { reason } = &events[0].event else {
-            panic!("{events:?}")
+        let TaskEvent::Yielded { reason, .. } = &events[0].event else {
+            panic!("a crash is a yield, not a failure: {events:?}")
         };
         assert!(
-            reason.contains("stopped before the task started"),
+            reason.contains("stopped without warning before the task started"),
             "{reason}"
         );
         assert!(

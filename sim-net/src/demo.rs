@@ -766,6 +766,7 @@ mod tests {
             done_iters: 0.0,
             attained_s: 0.0,
             plan: None,
+            start_window: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! An edge that dies is marked offline after the grace period and is online
-//! again as soon as it reconnects; the task it was running is reported as
-//! interrupted, and its leftover process is killed.
+//! again as soon as it reconnects; its job, which has no `[work]`, is
+//! requeued, the leftover process is killed, and the job runs again.
 
 mod support;
 
@@ -33,12 +33,7 @@ fn a_dead_edge_goes_offline_and_its_task_is_reported_on_return() {
     cloud.wait_for("edge connected", 1, PATIENCE);
     let id = coord.submit(dir.path(), "long", &["sh", "-c", "exec sleep 600"]);
     cloud.wait_for(&format!("job_id={id} state=running"), 1, PATIENCE);
-    let reason = coord.job(id)["reason"].as_str().unwrap().to_string();
-    let pid: u32 = reason
-        .split("pid ")
-        .nth(1)
-        .and_then(|s| s.trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("the running job's reason names its pid: {reason}"));
+    let pid = running_pid(&coord, id);
     assert!(running(pid));
 
     edge.kill9();
@@ -49,6 +44,14 @@ fn a_dead_edge_goes_offline_and_its_task_is_reported_on_return() {
     );
     let e1 = coord.nodes().into_iter().find(|n| n["id"] == "e1").unwrap();
     assert_eq!(e1["online"], false, "{e1}");
+    // The job, which has no [work], is requeued rather than left running
+    // (in the same transaction that took the node offline).
+    let job = coord.job(id);
+    assert_eq!(job["state"], "queued", "{job}");
+    assert_eq!(
+        job["reason"], "e1 went offline; waiting to resume from the checkpoint",
+        "{job}"
+    );
     assert!(
         running(pid),
         "the task outlives its edge daemon until the daemon returns"
@@ -61,13 +64,21 @@ fn a_dead_edge_goes_offline_and_its_task_is_reported_on_return() {
         e1["online"], true,
         "online again as soon as it reconnects: {e1}"
     );
-    cloud.wait_for(&format!("job_id={id} state=failed"), 1, PATIENCE);
-    let job = coord.job(id);
-    let why = job["reason"].as_str().unwrap();
-    assert!(
-        why.contains("stopped while the task ran") && why.contains(&format!("pid {pid}")),
-        "{job}"
-    );
-    // The returning daemon killed the leftover before it reconnected.
+    // The job runs again; the returning daemon killed the leftover first.
+    cloud.wait_for(&format!("job_id={id} state=running"), 2, PATIENCE);
+    let again = running_pid(&coord, id);
+    assert_ne!(again, pid, "a new process");
     assert!(!running(pid), "the leftover task process {pid} was killed");
+    coord.cli(&["jobs", "cancel", &id.to_string()]);
+    cloud.wait_for(&format!("job_id={id} state=cancelled"), 1, PATIENCE);
+}
+
+/// The pid of job `id`'s running task, which its reason names.
+fn running_pid(coord: &support::Coordinator, id: u64) -> u32 {
+    let reason = coord.job(id)["reason"].as_str().unwrap().to_string();
+    reason
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("the running job's reason names its pid: {reason}"))
 }

@@ -30,6 +30,8 @@ pub(super) enum Misfit {
     Unknown(String),
     /// The node is offline.
     Offline(String),
+    /// An operator drained the node.
+    Drained(String),
     /// The node has less room than the plan wants of it.
     Full {
         /// The node.
@@ -47,7 +49,10 @@ impl Misfit {
     /// The node that does not fit.
     pub(super) fn node(&self) -> &str {
         match self {
-            Misfit::Unknown(node) | Misfit::Offline(node) | Misfit::Full { node, .. } => node,
+            Misfit::Unknown(node)
+            | Misfit::Offline(node)
+            | Misfit::Drained(node)
+            | Misfit::Full { node, .. } => node,
         }
     }
 }
@@ -59,6 +64,10 @@ impl fmt::Display for Misfit {
             Misfit::Offline(node) => {
                 write!(f, "node {node} went offline before the plan was applied")
             }
+            Misfit::Drained(node) => write!(
+                f,
+                "node {node} is drained; `tidemill-cloud nodes uncordon {node}` lets jobs run there again"
+            ),
             Misfit::Full {
                 node,
                 free,
@@ -88,22 +97,25 @@ pub(super) fn check(
         *by_node.entry(node).or_default() += n;
     }
     for (node, wanted) in by_node {
-        let row: Option<(bool, Capabilities, i64, i64)> = tx
+        let row: Option<(bool, bool, Capabilities, i64, i64)> = tx
             .query_row(
-                "SELECT n.online, n.capabilities, COUNT(t.id), COALESCE(SUM(t.workers), 0)
+                "SELECT n.online, n.drained, n.capabilities, COUNT(t.id), COALESCE(SUM(t.workers), 0)
                  FROM nodes n
                  LEFT JOIN tasks t ON t.node_id = n.id AND t.state != 'done' AND t.job_id != ?2
                  WHERE n.id = ?1
                  GROUP BY n.id",
                 params![node, job],
-                |r| Ok((r.get(0)?, json_column(r, 1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, json_column(r, 2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()?;
-        let Some((online, caps, tasks, workers)) = row else {
+        let Some((online, drained, caps, tasks, workers)) = row else {
             return Ok(Err(Misfit::Unknown(node.to_string())));
         };
         if !online {
             return Ok(Err(Misfit::Offline(node.to_string())));
+        }
+        if drained {
+            return Ok(Err(Misfit::Drained(node.to_string())));
         }
         let (total, used, unit) = match capacity {
             Capacity::Online => continue,

@@ -3,12 +3,12 @@
 //! report.
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
-use tidemill_proto::TaskStatus;
+use tidemill_proto::{NodeForecast, TaskStatus};
 use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
-use super::{Store, StoreError, event, json_column, ms_to_time, tidal};
-use crate::job::{JobFile, JobPhase, JobRecord, PlanView};
+use super::{IdleWindowView, Store, StoreError, event, json_column, ms_to_time, tidal};
+use crate::job::{JobFile, JobPhase, JobRecord, PlanView, StartWindow};
 use crate::lifecycle;
 
 impl Store {
@@ -151,7 +151,7 @@ impl Store {
         let nodes = self
             .conn
             .prepare(
-                "SELECT n.id, n.online, n.cpu_util,
+                "SELECT n.id, n.online AND NOT n.drained, n.cpu_util,
                         (SELECT COUNT(*) FROM tasks t WHERE t.node_id = n.id AND t.state != 'done')
                  FROM nodes n",
             )
@@ -172,13 +172,18 @@ impl Store {
             .prepare(
                 "SELECT id, submitted_ms, deadline_ms FROM jobs j
                  WHERE state = 'queued' AND cancel_requested = 0
-                   AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done')
+                   AND NOT EXISTS (SELECT 1 FROM tasks t JOIN nodes n ON n.id = t.node_id
+                                   WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1)
                    AND (?1 = 0 OR json_extract(spec, '$.work') IS NULL)
                  ORDER BY submitted_ms, id",
             )
             .and_then(|mut s| {
                 s.query_map([unplanned_only], |r| {
-                    Ok(JobView { id: r.get::<_, i64>(0)? as u64, submitted_ms: r.get(1)?, deadline_ms: r.get(2)? })
+                    Ok(JobView {
+                        id: r.get::<_, i64>(0)? as u64,
+                        submitted_ms: r.get(1)?,
+                        deadline_ms: r.get(2)?,
+                    })
                 })?
                 .collect::<Result<Vec<_>, _>>()
             })
@@ -210,7 +215,8 @@ impl Store {
                 let queued: bool = tx
                     .query_row(
                         "SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.id = ?1 AND j.state = 'queued' AND j.cancel_requested = 0
-                             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state != 'done'))",
+                             AND NOT EXISTS (SELECT 1 FROM tasks t JOIN nodes n ON n.id = t.node_id
+                                             WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1))",
                         [job],
                         |r| r.get(0),
                     )
@@ -252,7 +258,7 @@ impl Store {
 
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
-    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan FROM jobs";
+    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
@@ -286,7 +292,47 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         done_iters: r.get(12)?,
         attained_s: r.get(13)?,
         plan: json_column::<Option<PlanView>>(r, 14)?,
+        start_window: json_column::<Option<StartWindow>>(r, 15)?,
     })
+}
+
+/// The idle window that holds `t_ms` in `node_id`'s availability as the
+/// scheduler reads it (its latest forecast, the slot in progress judged by
+/// its latest sample: [`crate::world::edge_availability`]), as a job started
+/// then records it; `None` when no window does.
+fn start_window(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    t_ms: i64,
+) -> rusqlite::Result<Option<StartWindow>> {
+    let row = tx
+        .query_row(
+            "SELECT n.cpu_util, n.gpu_util, n.last_sample_ms, f.forecast
+             FROM nodes n JOIN forecasts f ON f.node_id = n.id WHERE n.id = ?1",
+            [node_id],
+            |r| Ok(([r.get(0)?, r.get(1)?], r.get(2)?, r.get::<_, String>(3)?)),
+        )
+        .optional()?;
+    let Some((utils, sampled_ms, forecast)) = row else {
+        return Ok(None);
+    };
+    let Ok(forecast) = serde_json::from_str::<NodeForecast>(&forecast) else {
+        return Ok(None);
+    };
+    let availability = crate::world::edge_availability(utils, sampled_ms, Some(&forecast), t_ms);
+    Ok(availability
+        .windows
+        .iter()
+        .find(|w| (w.start_ms..w.end_ms).contains(&t_ms))
+        .map(|w| StartWindow {
+            node: node_id.to_string(),
+            window: IdleWindowView {
+                start: ms_to_time(w.start_ms),
+                end: ms_to_time(w.end_ms),
+                confidence: w.confidence,
+            },
+            forecast_issued_at: ms_to_time(forecast.issued_ms),
+        }))
 }
 
 /// Applies a task's status to its task and job, by the rules of
@@ -337,12 +383,16 @@ pub(super) fn apply_task_status(
     let live = "WHERE id = ?1 AND state IN ('queued', 'running')";
     let changed = match t.phase {
         None => 0,
-        Some(JobPhase::Running) => tx.execute(
-            "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
-                    progress_ms = COALESCE(progress_ms, ?2), reason = ?3
-             WHERE id = ?1 AND state = 'queued'",
-            params![job, s.t_ms, t.reason],
-        )?,
+        Some(JobPhase::Running) => {
+            let window = start_window(tx, node_id, s.t_ms)?
+                .map(|w| serde_json::to_string(&w).expect("a window serialises"));
+            tx.execute(
+                "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
+                        progress_ms = COALESCE(progress_ms, ?2), reason = ?3, start_window = ?4
+                 WHERE id = ?1 AND state = 'queued'",
+                params![job, s.t_ms, t.reason, window],
+            )?
+        }
         Some(JobPhase::Queued) => tx.execute(
             &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
             params![job, t.reason],
@@ -430,7 +480,7 @@ mod tests {
         let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
         assert_eq!(plan.placements.len(), 1);
         store
-            .expire(&std::collections::HashSet::new(), 10, 10)
+            .expire(&std::collections::HashSet::new(), 10, None, 10)
             .unwrap();
 
         assert_eq!(store.apply_plan(&plan, &policy, 10).unwrap(), 0);

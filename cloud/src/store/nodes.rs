@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{Accelerator, CLOUD_PEER, Capabilities, Hello, NodeForecast};
 use tidemill_sched::LinkClass;
@@ -18,6 +18,10 @@ pub struct NodeRecord {
     pub id: String,
     /// Connected, or disconnected for less than the grace period.
     pub online: bool,
+    /// An operator drained it: nothing new is placed on it, and what ran
+    /// there checkpointed and moved, until `uncordon`.
+    #[serde(default)]
+    pub drained: bool,
     /// Logical CPU cores.
     pub cpu_cores: u32,
     /// Memory in bytes.
@@ -176,38 +180,104 @@ impl Store {
     }
 
     /// Marks offline every node that is not connected and has not been heard
-    /// from since `cutoff_ms`; returns their ids.
+    /// from since `cutoff_ms`, sparing those last heard from before
+    /// `spare_before_ms` (a restart's grace); returns their ids.
     pub fn expire(
         &mut self,
         connected: &HashSet<String>,
         cutoff_ms: i64,
+        spare_before_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<Vec<String>, StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
             let stale: Vec<String> = tx
-                .prepare("SELECT id FROM nodes WHERE online = 1 AND last_seen_ms < ?1")
-                .and_then(|mut s| s.query_map([cutoff_ms], |r| r.get(0))?.collect())
+                .prepare(
+                    "SELECT id FROM nodes WHERE online = 1 AND last_seen_ms < ?1 AND last_seen_ms >= ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![cutoff_ms, spare_before_ms.unwrap_or(i64::MIN)], |r| r.get(0))?
+                        .collect()
+                })
                 .map_err(&err)?;
             let gone: Vec<String> = stale
                 .into_iter()
                 .filter(|id| !connected.contains(id))
                 .collect();
             for id in &gone {
-                tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [id])
-                    .map_err(&err)?;
-                tidal::lose_node(tx, id, now_ms).map_err(&err)?;
+                go_offline(tx, id, now_ms, "disconnected past the grace period").map_err(&err)?;
+            }
+            Ok(gone)
+        })
+    }
+
+    /// Drains `node_id`: nothing new is placed there, and each job with a
+    /// task there is asked to checkpoint and stop, to resume elsewhere.
+    /// Returns those jobs' ids, or `None` for an unknown node.
+    pub fn drain(&mut self, node_id: &str, now_ms: i64) -> Result<Option<Vec<u64>>, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            if tx
+                .execute("UPDATE nodes SET drained = 1 WHERE id = ?1", [node_id])
+                .map_err(&err)?
+                == 0
+            {
+                return Ok(None);
+            }
+            let jobs = tidal::move_off(tx, node_id, now_ms, &format!("{node_id} is draining"))
+                .map_err(&err)?;
+            event(
+                tx,
+                now_ms,
+                Some(node_id),
+                None,
+                "node-drained",
+                &format!("{} jobs asked to move", jobs.len()),
+            )
+            .map_err(&err)?;
+            Ok(Some(jobs.into_iter().map(|j| j as u64).collect()))
+        })
+    }
+
+    /// Lets the scheduler use a drained node again; `false` for an unknown node.
+    pub fn uncordon(&mut self, node_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let known = tx
+                .execute("UPDATE nodes SET drained = 0 WHERE id = ?1", [node_id])
+                .map_err(&err)?
+                > 0;
+            if known {
                 event(
                     tx,
                     now_ms,
-                    Some(id),
+                    Some(node_id),
                     None,
-                    "node-offline",
-                    "disconnected past the grace period",
+                    "node-uncordoned",
+                    "schedulable again",
                 )
                 .map_err(&err)?;
             }
-            Ok(gone)
+            Ok(known)
+        })
+    }
+
+    /// Marks a node offline at once because its edge said it is stopping;
+    /// returns whether it was online.
+    pub fn stopped(&mut self, node_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        self.write(|tx| {
+            let online: bool = tx
+                .query_row("SELECT online FROM nodes WHERE id = ?1", [node_id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(&err)?
+                .unwrap_or(false);
+            if online {
+                go_offline(tx, node_id, now_ms, "its edge stopped").map_err(&err)?;
+            }
+            Ok(online)
         })
     }
 
@@ -218,7 +288,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
-                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast
+                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast, n.drained
                  FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
             )
             .map_err(&err)?;
@@ -235,6 +305,7 @@ impl Store {
                 Ok(NodeRecord {
                     id: r.get(0)?,
                     online: r.get(1)?,
+                    drained: r.get(11)?,
                     cpu_cores: caps.cpu_cores,
                     mem_bytes: caps.mem_bytes,
                     accelerators: caps.accelerators,
@@ -312,6 +383,14 @@ impl Store {
     }
 }
 
+/// Takes `node_id` offline for `why`: the jobs on it are requeued
+/// ([`tidal::lose_node`]) and the event log says why.
+fn go_offline(tx: &Transaction<'_>, node_id: &str, now_ms: i64, why: &str) -> rusqlite::Result<()> {
+    tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [node_id])?;
+    tidal::lose_node(tx, node_id, now_ms)?;
+    event(tx, now_ms, Some(node_id), None, "node-offline", why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,7 +405,7 @@ mod tests {
         store.register(&hello("c"), 100).unwrap();
         let connected: HashSet<String> = ["b".to_string()].into();
         assert_eq!(
-            store.expire(&connected, 50, 200).unwrap(),
+            store.expire(&connected, 50, None, 200).unwrap(),
             vec!["a".to_string()]
         );
         let online: Vec<bool> = store.nodes().unwrap().iter().map(|n| n.online).collect();
@@ -339,5 +418,27 @@ mod tests {
             store.nodes().unwrap()[0].online,
             "online again as soon as it reconnects"
         );
+    }
+
+    #[test]
+    fn a_restart_spares_nodes_not_heard_from_since_and_a_stop_is_offline_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("before"), 0).unwrap();
+        store.register(&hello("after"), 1_000).unwrap();
+        // Restarted at 500: "before" is reconnecting, "after" came and went.
+        let none = HashSet::new();
+        assert_eq!(
+            store.expire(&none, 5_000, Some(500), 6_000).unwrap(),
+            vec!["after".to_string()]
+        );
+        assert_eq!(
+            store.expire(&none, 5_000, None, 6_000).unwrap(),
+            vec!["before".to_string()]
+        );
+        store.register(&hello("s"), 7_000).unwrap();
+        assert!(store.stopped("s", 7_001).unwrap());
+        assert!(!store.stopped("s", 7_002).unwrap(), "already offline");
+        assert!(!store.nodes().unwrap().iter().any(|n| n.online));
     }
 }

@@ -106,9 +106,10 @@ impl Store {
         })
     }
 
-    /// Forgets samples, ledger entries and events older than `before_ms`, so
-    /// the database stays bounded; returns how many rows went.
-    pub fn prune(&mut self, before_ms: i64) -> Result<usize, StoreError> {
+    /// Forgets samples, ledger entries and events older than `before_ms`,
+    /// and jobs that ended before `jobs_before_ms` with their tasks, so the
+    /// database stays bounded; returns how many rows went.
+    pub fn prune(&mut self, before_ms: i64, jobs_before_ms: i64) -> Result<usize, StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
             let mut gone = tx
@@ -119,6 +120,14 @@ impl Store {
                 .map_err(&err)?;
             gone += tx
                 .execute("DELETE FROM events WHERE t_ms < ?1", [before_ms])
+                .map_err(&err)?;
+            let ended = "SELECT id FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'rejected')
+                           AND COALESCE(finished_ms, submitted_ms) < ?1";
+            gone += tx
+                .execute(&format!("DELETE FROM tasks WHERE job_id IN ({ended})"), [jobs_before_ms])
+                .map_err(&err)?;
+            gone += tx
+                .execute(&format!("DELETE FROM jobs WHERE id IN ({ended})"), [jobs_before_ms])
                 .map_err(&err)?;
             Ok(gone)
         })
@@ -267,7 +276,7 @@ mod tests {
         store.apply_report("n1", &samples(2, 6.0), 2_000).unwrap();
         store.apply_report("n1", &samples(3, 7.0), 3_000).unwrap();
         // Two samples, two ledger entries and the registration event predate 2.5 s.
-        assert_eq!(store.prune(2_500).unwrap(), 5);
+        assert_eq!(store.prune(2_500, 0).unwrap(), 5);
         assert_eq!(store.report_seqs("n1").unwrap(), vec![3]);
         let node = &store.nodes().unwrap()[0];
         assert_eq!(
@@ -275,5 +284,23 @@ mod tests {
             (3, Some(7.0)),
             "the node's state is kept"
         );
+    }
+
+    #[test]
+    fn prune_forgets_jobs_that_ended_long_enough_ago_and_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let ended = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+        store.request_cancel(ended, 2_000).unwrap();
+        let waiting = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+        let recent = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+        store.request_cancel(recent, 9_000).unwrap();
+        store.prune(0, 5_000).unwrap();
+        assert!(
+            store.job(ended).unwrap().is_none(),
+            "ended at 2 s, before 5 s"
+        );
+        assert!(store.job(waiting).unwrap().is_some(), "a queued job stays");
+        assert!(store.job(recent).unwrap().is_some(), "ended at 9 s");
     }
 }

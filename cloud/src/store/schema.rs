@@ -145,4 +145,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN probe_sent INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE links ADD COLUMN probe_received INTEGER NOT NULL DEFAULT 0;
 ",
+    "
+    ALTER TABLE nodes ADD COLUMN drained INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN start_window TEXT;
+",
 ];

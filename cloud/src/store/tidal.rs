@@ -221,19 +221,12 @@ impl Store {
     }
 }
 
-/// A node went offline: the planned jobs with tasks on it cannot go on, so
-/// those tasks are to stop (they are cancelled if the node comes back), the
-/// jobs' other ranks too, and each job is queued for the plan to resume it
-/// from its checkpoint elsewhere.
+/// A node went offline: the jobs with tasks on it, planned or first-fit,
+/// cannot go on, so those tasks are to stop (they are cancelled if the node
+/// comes back), the jobs' other ranks too, and each job is queued to resume
+/// from its checkpoint, on that node once it is back or elsewhere.
 pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rusqlite::Result<()> {
-    let jobs: Vec<i64> = tx
-        .prepare(
-            "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id
-             WHERE t.node_id = ?1 AND t.state != 'done' AND j.state IN ('queued', 'running')
-               AND json_extract(j.spec, '$.work') IS NOT NULL",
-        )?
-        .query_map([node_id], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+    let jobs = jobs_on(tx, node_id)?;
     let t = lifecycle::on_node_lost(node_id);
     for job in jobs {
         if t.settle_progress {
@@ -249,6 +242,41 @@ pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rus
         event(tx, now_ms, Some(node_id), Some(job), "plan", &t.reason)?;
     }
     Ok(())
+}
+
+/// The live jobs with an open task on `node_id`.
+fn jobs_on(tx: &Transaction<'_>, node_id: &str) -> rusqlite::Result<Vec<i64>> {
+    tx.prepare(
+        "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id
+         WHERE t.node_id = ?1 AND t.state != 'done' AND j.state IN ('queued', 'running')",
+    )?
+    .query_map([node_id], |r| r.get(0))?
+    .collect()
+}
+
+/// Asks every job with a task on `node_id` to checkpoint and stop, all its
+/// ranks, so that it resumes elsewhere (`why` says why it leaves); returns
+/// those jobs.
+pub(super) fn move_off(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    now_ms: i64,
+    why: &str,
+) -> rusqlite::Result<Vec<i64>> {
+    let jobs = jobs_on(tx, node_id)?;
+    for &job in &jobs {
+        if let Some(what) = checkpoint(tx, job, why)? {
+            event(
+                tx,
+                now_ms,
+                Some(node_id),
+                Some(job),
+                "plan",
+                &format!("{what}: {why}"),
+            )?;
+        }
+    }
+    Ok(jobs)
 }
 
 /// Asks every open task of `job` to checkpoint and stop; tasks its node has
@@ -369,7 +397,7 @@ mod tests {
         };
         // e3 falls silent after the plan was made, before it is applied.
         let gone = store
-            .expire(&HashSet::from(["e1".to_string()]), 10, 20)
+            .expire(&HashSet::from(["e1".to_string()]), 10, None, 20)
             .unwrap();
         assert_eq!(gone, vec!["e3".to_string()]);
 

@@ -309,6 +309,17 @@ pub enum TaskEvent {
         /// Whether it ended because the coordinator cancelled it.
         cancelled: bool,
     },
+    /// The edge stopped the process for a reason of its own (its daemon is
+    /// stopping or restarting) after the grace period for a checkpoint: the
+    /// job is not over, and resumes from its checkpoint.
+    Yielded {
+        /// Its exit code, if it exited normally.
+        exit_code: Option<i32>,
+        /// The signal that ended it, if any.
+        signal: Option<i32>,
+        /// A sentence for the operator: why the edge stopped it.
+        reason: String,
+    },
     /// The task never ran or was lost; the reason says why and what to do.
     Failed {
         /// A sentence for the operator.

@@ -308,6 +308,22 @@ pub fn bare_client() -> Result<quinn::Endpoint, EndpointError> {
     quinn::Endpoint::client(addr).map_err(|source| EndpointError::Bind { addr, source })
 }
 
+/// The application close code of a peer that closes because it is stopping
+/// on purpose (an operator, systemd or an upgrade stopped it), as opposed to
+/// one that crashed or lost its network.
+pub const CLOSE_STOPPING: u32 = 0x7374;
+
+/// Closes every connection of `endpoint` with [`CLOSE_STOPPING`], saying
+/// `who` is stopping.
+pub fn close_stopping(endpoint: &quinn::Endpoint, who: &str) {
+    endpoint.close(CLOSE_STOPPING.into(), format!("{who} stopping").as_bytes());
+}
+
+/// Whether the peer closed the connection because it is stopping on purpose.
+pub fn is_stopping(err: &quinn::ConnectionError) -> bool {
+    matches!(err, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_STOPPING.into())
+}
+
 /// Whether a connection failed because the peers speak different protocol
 /// versions (their ALPN tokens do not match).
 pub fn is_version_mismatch(err: &quinn::ConnectionError) -> bool {

@@ -224,6 +224,22 @@ pub struct Net<'a> {
     pub probe_interval_secs: u64,
 }
 
+/// The command of a [`Cluster`]'s edge `node`, replaying `series` of `trace`
+/// on the cluster's clock (started at `anchor`), under `dir`'s edge config.
+pub fn edge_command(
+    coord: &Coordinator,
+    dir: &Path,
+    trace: &Path,
+    (node, series): (&str, &str),
+    anchor: i64,
+) -> Command {
+    let mut cmd = replaying_edge(coord, &dir.join("edge.toml"), dir, node, trace, series);
+    cmd.args(["--sample-interval", "300"])
+        .args(["--speed", &SPEED.to_string()])
+        .args(["--clock-anchor", &anchor.to_string()]);
+    cmd
+}
+
 /// A coordinator and replaying nodes on one accelerated clock.
 pub struct Cluster {
     /// The coordinator's addresses, for its client commands.
@@ -340,10 +356,7 @@ impl Cluster {
         let procs: Vec<(String, Proc)> = nodes
             .iter()
             .map(|(node, series)| {
-                let mut cmd = replaying_edge(&coord, &config, dir, node, trace, series);
-                cmd.args(["--sample-interval", "300"])
-                    .args(["--speed", &SPEED.to_string()])
-                    .args(["--clock-anchor", &anchor.to_string()]);
+                let cmd = edge_command(&coord, dir, trace, (node, series), anchor);
                 (node.to_string(), Proc::spawn(node, (net.edge)(node, cmd)))
             })
             .collect();

@@ -115,6 +115,36 @@ impl Proc {
         self.child.try_wait().expect("process status").is_none()
     }
 
+    /// Stops the process with SIGTERM, as systemd or an operator would, and
+    /// waits until it has exited (its stderr closes), at most `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) {
+        let sent = Command::new("kill")
+            .args(["-s", "TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "{}: SIGTERM could not be sent", self.name);
+        self.wait_exit(timeout);
+    }
+
+    /// Waits until the process has exited (its stderr closes), at most
+    /// `timeout`, and returns how it ended.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.lock().unwrap().push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: still running after {timeout:?}; log:\n{}",
+                    self.name,
+                    self.log().join("\n")
+                ),
+            }
+        }
+        self.child.wait().expect("the exit status")
+    }
+
     /// Kills the process with SIGKILL, as a crash would.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
