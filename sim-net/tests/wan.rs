@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemill_sim::wan::relay::Relay;
+use tidemill_sim::wan::relay::{Counted, Relay};
 use tidemill_sim::wan::scenario::{Impairment, PathSpec, Scenario, ScenarioError, Window};
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, timeout};
@@ -272,4 +272,26 @@ async fn the_binary_reports_a_bad_scenario_without_a_panic() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_relay_counts_what_each_side_sends_through_it() {
+    let (upstream, _) = echo_server().await;
+    let relay = Relay::bind(path(upstream, Impairment::default()), 1)
+        .await
+        .unwrap();
+    let (addr, traffic) = (relay.local_addr(), relay.traffic());
+    assert_eq!(traffic.smallest_up(), None);
+    tokio::spawn(relay.run());
+    let socket = client(addr).await;
+    for size in [100, 30] {
+        socket.send(&vec![7; size]).await.unwrap();
+        assert_eq!(recv(&socket, EXPECT).await.map(|d| d.len()), Some(size));
+    }
+    let both = Counted {
+        datagrams: 2,
+        bytes: 130,
+    };
+    assert_eq!((traffic.up(), traffic.down()), (both, both));
+    assert_eq!(traffic.smallest_up(), Some(30));
 }

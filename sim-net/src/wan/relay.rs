@@ -86,7 +86,7 @@ impl Traffic {
         self.0[at].fetch_add(1, Ordering::Relaxed);
         self.0[at + 1].fetch_add(bytes as u64, Ordering::Relaxed);
         if up {
-            self.0[4].fetch_min(bytes as u64 + 1, Ordering::Relaxed);
+            self.0[4].fetch_min(bytes as u64, Ordering::Relaxed);
         }
     }
 
@@ -103,7 +103,8 @@ impl Traffic {
     /// The smallest datagram a client sent, if any: in QUIC, a packet with
     /// a lone PING or ACK, the size of a keep-alive.
     pub fn smallest_up(&self) -> Option<u64> {
-        self.0[4].load(Ordering::Relaxed).checked_sub(1)
+        let smallest = self.0[4].load(Ordering::Relaxed);
+        (smallest != u64::MAX).then_some(smallest)
     }
 
     fn counted(&self, at: usize) -> Counted {
