@@ -176,7 +176,7 @@ fn the_coordinator_is_ready_only_when_it_serves() {
     let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let mut manager = Manager::new(dir.path());
-    let mut cmd = coord.command(&[], &[]);
+    let mut cmd = coord.command(&[], &["--log-format", "json"]);
     manager.supervise(&mut cmd, WATCHDOG);
     let cloud = Proc::spawn("tidemill-cloud", cmd);
     assert_eq!(manager.next(&cloud), "READY=1", "the first notification");
@@ -187,6 +187,16 @@ fn the_coordinator_is_ready_only_when_it_serves() {
     manager.keep_alives(&cloud, 3, WATCHDOG);
     manager.stop(&cloud);
     cloud.wait_for("stopping", 1, PATIENCE);
+    json_lines(&cloud);
+}
+
+/// Every line the daemon logged is one JSON object with a message.
+fn json_lines(daemon: &Proc) {
+    for line in daemon.log() {
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["fields"]["message"].is_string(), "{line}");
+    }
 }
 
 #[test]
@@ -196,6 +206,8 @@ fn the_edge_is_ready_once_its_journal_is_open() {
     let _cloud = coord.start();
     let mut manager = Manager::new(dir.path());
     let mut cmd = support::edge_command(&coord, dir.path(), "e1", None);
+    // The log format from the environment, as a unit's EnvironmentFile sets it.
+    cmd.env("TIDEMILL_LOG_FORMAT", "json");
     manager.supervise(&mut cmd, WATCHDOG);
     let edge = Proc::spawn("e1", cmd);
     manager.ready(&edge);
@@ -211,6 +223,7 @@ fn the_edge_is_ready_once_its_journal_is_open() {
     manager.keep_alives(&edge, 3, WATCHDOG);
     manager.stop(&edge);
     edge.wait_for("stopping", 1, PATIENCE);
+    json_lines(&edge);
 }
 
 fn install(root: &Path, args: &[&str], stdin: Option<&str>) -> Output {

@@ -94,3 +94,26 @@ pub async fn shutdown_signal() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_formats_parse_from_flags_and_config_and_name_a_bad_one() {
+        assert_eq!("json".parse::<LogFormat>(), Ok(LogFormat::Json));
+        assert_eq!("text".parse::<LogFormat>(), Ok(LogFormat::Text));
+        let err = "xml".parse::<LogFormat>().unwrap_err();
+        assert!(
+            err.contains("\"xml\"") && err.contains("text or json"),
+            "{err}"
+        );
+        #[derive(serde::Deserialize)]
+        struct C {
+            log_format: LogFormat,
+        }
+        let c: C = toml::from_str("log_format = \"json\"").unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(toml::from_str::<C>("log_format = \"xml\"").is_err());
+    }
+}
