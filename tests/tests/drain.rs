@@ -225,3 +225,37 @@ fn a_restarted_coordinator_waits_for_its_edges_before_calling_them_offline() {
     }
     signal(edges[2].pid(), "CONT");
 }
+
+#[test]
+fn an_edge_stopped_at_any_moment_is_offline_within_two_seconds() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let cloud = coord.start();
+    // Stopped at once after it connects, and after it has settled in.
+    for (round, settle) in [(1, 0), (2, 5)] {
+        let node = format!("e{round}");
+        let mut edge = start_edge(&coord, dir.path(), &node, None);
+        cloud.wait_until("the edge connected", 1, PATIENCE, |l| {
+            l.contains("edge connected") && l.contains(&format!("node_id={node} "))
+        });
+        if settle > 0 {
+            let from =
+                |l: &str| l.contains(&format!("node_id={node} ")) && l.contains("kind=samples");
+            cloud.wait_until("a few reports", settle, PATIENCE, from);
+        }
+        let stopped = Instant::now();
+        edge.terminate(PATIENCE);
+        cloud.wait_until("the stopped edge offline", 1, PATIENCE, |l| {
+            l.contains("node offline: its edge stopped") && l.contains(&format!("node_id={node}"))
+        });
+        let offline = stopped.elapsed();
+        eprintln!(
+            "{node} offline {:.0} ms after its SIGTERM",
+            offline.as_secs_f64() * 1e3
+        );
+        assert!(
+            offline < OFFLINE_WITHIN,
+            "{node} offline {offline:?} after its SIGTERM"
+        );
+    }
+}
