@@ -150,7 +150,7 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
     e1.kill9();
     assert!(running(child), "the child outlives the edge's SIGKILL");
     let e1_again = start_edge(&coord, dir.path(), "e1", Some(&trace));
-    e1_again.wait_for("stopped while the task ran", 1, PATIENCE);
+    e1_again.wait_for("stopped without warning while the task ran", 1, PATIENCE);
     assert!(
         gone(child),
         "the escaped child {child} outlived the edge's restart"

@@ -37,17 +37,6 @@ fn let_it_train(cluster: &Cluster, node: &str, n: usize) {
         .wait_until("training on the node", seen + n, PATIENCE, from);
 }
 
-/// The coordinator's event log for job `id`, oldest first.
-fn job_events(coord: &Coordinator, id: u64) -> Vec<String> {
-    let db = rusqlite::Connection::open(coord.data_dir.join("tidemill.db")).unwrap();
-    db.prepare("SELECT detail FROM events WHERE job_id = ?1 ORDER BY id")
-        .unwrap()
-        .query_map([id as i64], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
-}
-
 /// Asserts that job `id` ended as it should after a move: succeeded, resumed
 /// from a checkpoint part-way, by its deadline, never cancelled.
 fn assert_resumed_and_met(cluster: &Cluster, id: u64, iterations: u32) {
@@ -105,7 +94,7 @@ fn an_edge_stopped_by_sigterm_yields_its_job_which_resumes_and_meets_its_deadlin
         offline < OFFLINE_WITHIN,
         "{first} offline {offline:?} after its SIGTERM"
     );
-    let events = job_events(&cluster.coord, id);
+    let events = cluster.coord.job_events(id);
     assert!(
         events.iter().any(|e| e
             == &format!(

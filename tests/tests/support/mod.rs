@@ -270,6 +270,18 @@ impl Coordinator {
         out
     }
 
+    /// The coordinator's event log for job `id`, oldest first: the reasons a
+    /// job had, even those a later round replaced.
+    pub fn job_events(&self, id: u64) -> Vec<String> {
+        let db = rusqlite::Connection::open(self.data_dir.join("tidemill.db")).unwrap();
+        db.prepare("SELECT detail FROM events WHERE job_id = ?1 ORDER BY id")
+            .unwrap()
+            .query_map([id as i64], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     /// The CA certificate of the coordinator.
     pub fn ca(&self) -> PathBuf {
         self.data_dir.join("ca.pem")
