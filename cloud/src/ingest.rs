@@ -54,21 +54,33 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         Err(why) => return refuse_identity(&coord, &conn, remote, &why),
     };
     let first = clock::timeout(&SystemClock, stream_timeout(&coord), async {
-        let (send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
+        let (send, mut recv) = conn.accept_bi().await?;
         let hello = coord
             .metrics
             .received(frames::read_msg_sized::<EdgeMsg>(&mut recv).await);
-        Ok::<_, String>((send, hello))
+        Ok::<_, quinn::ConnectionError>((send, hello))
     })
     .await;
     let (mut send, first) = match first {
         Ok(Ok(opened)) => opened,
-        Ok(Err(why)) => return refuse(&coord, &conn, remote, &why),
+        Ok(Err(e)) if quic::is_check(&e) => {
+            tracing::debug!(%remote, "a handshake check (tidemill-edge doctor) connected and left");
+            return;
+        }
+        Ok(Err(e)) => return refuse(&coord, &conn, remote, &e.to_string()),
         Err(_) => return refuse(&coord, &conn, remote, "no hello within the stream timeout"),
     };
     let outcome = match (first, certified.as_ref()) {
         (Ok(Some(EdgeMsg::Join(j))), None) => {
             return join(&coord, &conn, send, j, remote).await;
+        }
+        (Ok(Some(EdgeMsg::ClockRequest)), Some(_)) => {
+            let now_ms = SystemClock.now_ms();
+            let _ = frames::write_msg(&mut send, &CloudMsg::Clock { now_ms }).await;
+            let _ = send.finish();
+            // The checker closes once it has the answer.
+            let _ = clock::timeout(&SystemClock, stream_timeout(&coord), conn.closed()).await;
+            return;
         }
         (Ok(Some(EdgeMsg::Hello(_))), None) => {
             let why = "a hello without a node certificate: join first with `tidemill-edge join --token` (a token from `tidemill-cloud token create`)";
@@ -512,5 +524,6 @@ fn variant(msg: &EdgeMsg) -> &'static str {
         EdgeMsg::Error(_) => "an error",
         EdgeMsg::Probe { .. } => "a probe",
         EdgeMsg::PeersRequest => "a peers request",
+        EdgeMsg::ClockRequest => "a clock request",
     }
 }

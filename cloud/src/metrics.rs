@@ -59,9 +59,11 @@ impl Classified for EdgeMsg {
             EdgeMsg::Reports(_) => Traffic::Report,
             EdgeMsg::CommandAck { .. } => Traffic::Command,
             EdgeMsg::Probe { .. } | EdgeMsg::PeersRequest => Traffic::Probe,
-            EdgeMsg::Hello(_) | EdgeMsg::Join(_) | EdgeMsg::Renew { .. } | EdgeMsg::Error(_) => {
-                Traffic::Control
-            }
+            EdgeMsg::Hello(_)
+            | EdgeMsg::Join(_)
+            | EdgeMsg::Renew { .. }
+            | EdgeMsg::Error(_)
+            | EdgeMsg::ClockRequest => Traffic::Control,
         }
     }
 }
@@ -75,7 +77,8 @@ impl Classified for CloudMsg {
             CloudMsg::Welcome(_)
             | CloudMsg::Joined(_)
             | CloudMsg::Renewed(_)
-            | CloudMsg::Error(_) => Traffic::Control,
+            | CloudMsg::Error(_)
+            | CloudMsg::Clock { .. } => Traffic::Control,
         }
     }
 }

@@ -6,8 +6,11 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use tidemill_proto::{CloudMsg, EdgeMsg};
+use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::datadir;
 use tidemill_runtime::doctor::{self, Report};
+use tidemill_runtime::frames;
 use tidemill_runtime::identity::{NODE_CA_FILE, NODE_CERT_FILE, NodeIdentity};
 use tidemill_runtime::quic::{self, Timing};
 
@@ -39,15 +42,21 @@ pub async fn run(cfg: &EdgeConfig, source: &str) -> Report {
         ),
     }
     let identity = certificate(&mut report, cfg, now_ms);
-    match identity {
+    let offset = match identity {
         Some(identity) => coordinator(&mut report, cfg, &identity).await,
-        None => report.fail(
-            "coordinator",
-            "not checked: no usable node certificate",
-            "fix the certificate first",
-        ),
+        None => {
+            report.fail(
+                "coordinator",
+                "not checked: no usable node certificate",
+                "fix the certificate first",
+            );
+            None
+        }
+    };
+    match offset {
+        Some(offset) => offset.check(&mut report),
+        None => doctor::clock(&mut report),
     }
-    doctor::clock(&mut report);
     probe_port(&mut report, cfg, running.is_some());
     accelerators(&mut report, cfg).await;
     confinement(&mut report, cfg);
@@ -112,9 +121,14 @@ fn certificate(report: &mut Report, cfg: &EdgeConfig, now_ms: i64) -> Option<Nod
 
 /// A real QUIC handshake with the node's certificate: the coordinator must
 /// accept it, and its own certificate must verify against the node's CA for
-/// the configured name. No Hello is sent, so a running daemon's session is
-/// left alone.
-async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdentity) {
+/// the configured name; then the clock check asks its time on the same
+/// connection. No Hello is sent, so a running daemon's session is left alone.
+/// Returns the clock offset, if the coordinator answered.
+async fn coordinator(
+    report: &mut Report,
+    cfg: &EdgeConfig,
+    identity: &NodeIdentity,
+) -> Option<ClockOffset> {
     let name = cfg.tls_name();
     let port = cfg.coordinator.rsplit_once(':').map_or("", |(_, p)| p);
     let unreachable = format!(
@@ -128,7 +142,7 @@ async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdent
                 format!("cannot resolve {}: {e}", cfg.coordinator),
                 "check the name in `coordinator` and this box's DNS",
             );
-            return;
+            return None;
         }
     };
     let timing = Timing {
@@ -143,7 +157,7 @@ async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdent
                 e.to_string(),
                 "check the node's key and certificate files",
             );
-            return;
+            return None;
         }
     };
     let started = Instant::now();
@@ -155,10 +169,11 @@ async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdent
                 format!("cannot dial {addr}: {e}"),
                 unreachable,
             );
-            return;
+            return None;
         }
     };
     let limit = Duration::from_secs(cfg.link.ack_timeout_secs.max(5));
+    let mut offset = None;
     match tokio::time::timeout(limit, connecting).await {
         Ok(Ok(conn)) => {
             report.ok(
@@ -168,7 +183,17 @@ async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdent
                     started.elapsed().as_millis()
                 ),
             );
-            conn.close(0u32.into(), b"doctor");
+            let asked = SystemClock.now_ms();
+            let answer =
+                tokio::time::timeout(limit, frames::request(&conn, &EdgeMsg::ClockRequest)).await;
+            let answered = SystemClock.now_ms();
+            quic::close_check(&conn);
+            offset = match answer {
+                Ok(Ok(CloudMsg::Clock { now_ms })) => {
+                    Some(ClockOffset::measure(asked, now_ms, answered))
+                }
+                _ => None,
+            };
         }
         Ok(Err(e)) => {
             let text = e.to_string();
@@ -193,6 +218,46 @@ async fn coordinator(report: &mut Report, cfg: &EdgeConfig, identity: &NodeIdent
     }
     endpoint.close(0u32.into(), b"doctor");
     let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    offset
+}
+
+/// This node's wall clock against the coordinator's, from one request:
+/// offset = t_coordinator − (t_asked + t_answered) / 2, in ms, known to
+/// within ± (t_answered − t_asked) / 2 (the round trip's half).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ClockOffset {
+    /// The coordinator's clock minus this node's, ms.
+    offset_ms: i64,
+    /// How far off the estimate may be, ms.
+    within_ms: i64,
+}
+
+/// Clock offsets up to this are fine for certificates, deadlines and plans.
+const CLOCK_OK_MS: i64 = 2_000;
+
+/// Offsets beyond this break certificate validity and plans outright.
+const CLOCK_FAIL_MS: i64 = 60_000;
+
+impl ClockOffset {
+    fn measure(asked_ms: i64, coordinator_ms: i64, answered_ms: i64) -> Self {
+        ClockOffset {
+            offset_ms: coordinator_ms - (asked_ms + answered_ms) / 2,
+            within_ms: (answered_ms - asked_ms + 1) / 2,
+        }
+    }
+
+    fn check(self, report: &mut Report) {
+        let what = format!(
+            "{:+} ms against the coordinator (± {} ms)",
+            self.offset_ms, self.within_ms
+        );
+        let fix = "run an NTP client (systemd-timesyncd or chrony) on this box and on the coordinator: certificates, deadlines and forecasts need one time";
+        match self.offset_ms.abs() - self.within_ms {
+            d if d <= CLOCK_OK_MS => report.ok("clock", what),
+            d if d <= CLOCK_FAIL_MS => report.warn("clock", what, fix),
+            _ => report.fail("clock", what, fix),
+        }
+    }
 }
 
 /// The probe responder's UDP port, where one is fixed.
@@ -359,6 +424,36 @@ pub fn reset(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clock_offset_is_the_answer_against_the_round_trips_midpoint() {
+        // Asked at 1 000, answered at 1 100: the midpoint is 1 050, so a
+        // coordinator that said 4 050 is 3 000 ms ahead, give or take 50.
+        let o = ClockOffset::measure(1_000, 4_050, 1_100);
+        assert_eq!(
+            o,
+            ClockOffset {
+                offset_ms: 3_000,
+                within_ms: 50
+            }
+        );
+        let status = |o: ClockOffset| {
+            let mut report = Report::default();
+            o.check(&mut report);
+            report.checks()[0].status
+        };
+        let ok = ClockOffset {
+            offset_ms: -2_040,
+            within_ms: 50,
+        };
+        let far = ClockOffset {
+            offset_ms: 90_000,
+            within_ms: 50,
+        };
+        assert_eq!(status(ok), doctor::Status::Ok);
+        assert_eq!(status(o), doctor::Status::Warn);
+        assert_eq!(status(far), doctor::Status::Fail);
+    }
 
     fn state(dir: &Path) {
         std::fs::write(dir.join("edge-journal.db"), b"j").unwrap();

@@ -124,11 +124,23 @@ fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
         "certificate",
         "CA",
         "coordinator",
+        "clock",
         "probe",
         "accelerators",
     ] {
         assert_eq!(status_of(&report, check), "ok", "{check}:\n{report}");
     }
+    assert!(
+        report.contains("ms against the coordinator"),
+        "the clock is measured against the coordinator:\n{report}"
+    );
+    assert!(
+        !cloud
+            .log()
+            .iter()
+            .any(|l| l.contains("refused a connection")),
+        "a doctor's check is not a refused connection"
+    );
 
     cloud.kill9();
     let (out, report) = run(EDGE, &["doctor"], Some(&config));

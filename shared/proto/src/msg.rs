@@ -52,6 +52,10 @@ pub enum EdgeMsg {
         /// The new ECDSA P-256 public key (the uncompressed point).
         public_key: Vec<u8>,
     },
+    /// Asks the coordinator's wall-clock time, in place of a hello on a
+    /// connection that only checks the link (`tidemill-edge doctor`);
+    /// answered by [`CloudMsg::Clock`].
+    ClockRequest,
 }
 
 /// What the coordinator sends.
@@ -83,6 +87,11 @@ pub enum CloudMsg {
     },
     /// Answers [`EdgeMsg::PeersRequest`]: the edges to probe.
     Peers(Vec<Peer>),
+    /// Answers [`EdgeMsg::ClockRequest`].
+    Clock {
+        /// The coordinator's wall clock, Unix ms (never an accelerated one).
+        now_ms: i64,
+    },
 }
 
 /// How a packet train arrived at the receiver, for the sender to work out the

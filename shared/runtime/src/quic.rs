@@ -319,6 +319,20 @@ pub fn close_stopping(endpoint: &quinn::Endpoint, who: &str) {
     endpoint.close(CLOSE_STOPPING.into(), format!("{who} stopping").as_bytes());
 }
 
+/// The application close code of a peer that connected only to check the
+/// handshake (`tidemill-edge doctor`): not a refusal, not worth a warning.
+pub const CLOSE_CHECK: u32 = 0x6368;
+
+/// Closes `conn` as a finished handshake check.
+pub fn close_check(conn: &quinn::Connection) {
+    conn.close(CLOSE_CHECK.into(), b"handshake check done");
+}
+
+/// Whether the peer closed the connection after only checking the handshake.
+pub fn is_check(err: &quinn::ConnectionError) -> bool {
+    matches!(err, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_CHECK.into())
+}
+
 /// Whether the peer closed the connection because it is stopping on purpose.
 pub fn is_stopping(err: &quinn::ConnectionError) -> bool {
     matches!(err, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_STOPPING.into())
