@@ -282,9 +282,11 @@ const EDGE_FAST_NOTICE: [(&str, &str); 2] = [
     ("idle_timeout_secs = 30", "idle_timeout_secs = 3"),
 ];
 
-/// An edge cut off for 125 s while its task runs keeps journaling, the task
-/// goes on, and after the heal the edge is online within 15 s with every
-/// report it journaled meanwhile.
+/// An edge cut off for 125 s while its task runs keeps journaling, and after
+/// the heal it is online within 15 s with every report it journaled
+/// meanwhile. The task runs on while the edge is cut off; the coordinator,
+/// which declared the node lost and requeued the job, has it checkpoint on
+/// the heal, and the job resumes from that checkpoint.
 #[test]
 fn a_two_minute_partition_loses_nothing() {
     let dir = support::tempdir();
@@ -295,7 +297,11 @@ fn a_two_minute_partition_loses_nothing() {
     let config = edge_config(dir.path(), &EDGE_FAST_NOTICE);
     let _edge = edge(&coord, &config, dir.path(), "e1", &trace, relays.addrs[0]);
     cloud.wait_for("edge connected", 1, PATIENCE);
-    let script = "for i in $(seq 1 140); do sleep 1; done; echo ticked 140";
+    let script = r#"ck="$TIDEMILL_CHECKPOINT_DIR/i"; i=$(cat "$ck" 2>/dev/null || echo 0)
+if [ "$i" -gt 0 ]; then echo "resumed at $i"; fi
+trap 'echo "$i" > "$ck"; exit 0' TERM
+while [ "$i" -lt 140 ]; do sleep 1 & wait $!; i=$((i + 1)); echo "$i" > "$ck"; done
+echo ticked 140"#;
     let id = coord.submit(dir.path(), "through", &["sh", "-c", script]);
     cloud.wait_for(&format!("job_id={id} state=running"), 1, PATIENCE);
 
@@ -325,9 +331,16 @@ fn a_two_minute_partition_loses_nothing() {
     wait_stored(&cloud, "e1", during, PATIENCE);
     cloud.wait_for(&format!("job_id={id} state=succeeded"), 1, PATIENCE);
     let job = coord.job(id);
+    let tail = job["output_tail"].to_string();
+    let resumed: u32 = tail
+        .split("resumed at ")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the job resumed from its checkpoint: {job}"));
     assert!(
-        job["output_tail"].to_string().contains("ticked 140"),
-        "the task went on: {job}"
+        resumed >= 100 && tail.contains("ticked 140"),
+        "the task went on through the partition and the job resumed at {resumed}: {job}"
     );
     let upto = journaled(dir.path(), "e1");
     wait_stored(&cloud, "e1", upto, PATIENCE);
