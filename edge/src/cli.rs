@@ -41,6 +41,14 @@ enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Kill what a stopped or crashed daemon's tasks left running (systemd's
+    /// ExecStopPost runs it); the next start reports them as yielded.
+    /// Refused while the daemon runs.
+    Reap {
+        /// TOML config file; without it the documented defaults apply.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Delete this edge's state (journal, certificate, tasks, checkpoints)
     /// after a typed confirmation; refused while the daemon runs.
     Reset {
@@ -246,6 +254,16 @@ pub fn main() -> ExitCode {
             }
         }
         Cmd::Doctor { config } => doctor(config.as_deref()),
+        Cmd::Reap { config } => match crate::doctor::reap(config.as_deref()) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(n) => {
+                println!(
+                    "killed what was left of {n} task(s); the next start reports them as yielded"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         Cmd::Reset {
             config,
             data_dir,

@@ -347,6 +347,39 @@ fn confinement(report: &mut Report, cfg: &EdgeConfig) {
     }
 }
 
+/// Why `reap` could not look.
+#[derive(Debug, thiserror::Error)]
+pub enum ReapError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] tidemill_runtime::config_file::ConfigError),
+    /// The daemon holds the data dir: it handles its tasks itself.
+    #[error(transparent)]
+    Locked(#[from] datadir::LockError),
+    /// The task user or cgroups are unusable.
+    #[error(transparent)]
+    Confine(#[from] crate::confine::ConfineError),
+    /// The journal cannot be read.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+}
+
+/// Kills the leftovers of the tasks a daemon that is no longer running left
+/// unfinished in its data dir ([`crate::executor::kill_leftovers`]); returns
+/// how many tasks it looked at. The journal is left as it is, so the next
+/// start reports each as yielded.
+pub fn reap(config: Option<&Path>) -> Result<usize, ReapError> {
+    let cfg = EdgeConfig::load(config)?;
+    if !cfg.data_dir.join(crate::journal::JOURNAL_FILE).exists() {
+        return Ok(0);
+    }
+    let _lock = datadir::lock(&cfg.data_dir)?;
+    let confine =
+        crate::confine::Confinement::detect(&cfg.tasks, &cfg.data_dir, &cfg.resolved_node_id())?;
+    let journal = crate::journal::Journal::open(&cfg.data_dir)?;
+    Ok(crate::executor::kill_leftovers(&journal, &confine)?.len())
+}
+
 /// Why `reset` did not wipe.
 #[derive(Debug, thiserror::Error)]
 pub enum ResetError {

@@ -93,13 +93,7 @@ impl Executor {
     /// any of their processes that survived it.
     pub fn recover(&self) -> Result<(), JournalError> {
         let mut journal = self.journal.lock().unwrap();
-        for (a, pid) in journal.unfinished_tasks()? {
-            // Kill what survived of the task, but only if the pid still belongs
-            // to it: after a reboot the number may name an unrelated process.
-            if let Some(pid) = pid.filter(|pid| runs_task(*pid, a.task_id)) {
-                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            }
-            self.confine.kill(a.task_id);
+        for (a, pid) in kill_leftovers(&journal, &self.confine)? {
             // The job is not over: it resumes from its last checkpoint.
             let reason = match pid {
                 Some(pid) => format!(
@@ -410,6 +404,26 @@ impl Executor {
         };
         self.finish(&a, event, tail)
     }
+}
+
+/// Kills whatever survived of the tasks a stopped daemon left unfinished in
+/// `journal` (their process groups and, where they have one, their
+/// cgroups), and returns those tasks with their pids; the journal still
+/// holds them as unfinished, for the next start to report. A pid is killed
+/// only if it still belongs to its task: after a reboot the number may name
+/// an unrelated process.
+pub fn kill_leftovers(
+    journal: &Journal,
+    confine: &Confinement,
+) -> Result<Vec<(TaskAssignment, Option<u32>)>, JournalError> {
+    let tasks = journal.unfinished_tasks()?;
+    for (a, pid) in &tasks {
+        if let Some(pid) = pid.filter(|pid| runs_task(*pid, a.task_id)) {
+            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+        confine.kill(a.task_id);
+    }
+    Ok(tasks)
 }
 
 /// When `dir` or anything directly in it was last written.

@@ -155,4 +155,41 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
         gone(child),
         "the escaped child {child} outlived the edge's restart"
     );
+
+    // The yielded job runs again; it has made its point.
+    cloud.wait_for(&format!("job_id={id} state=running"), 2, PATIENCE);
+    coord.cli(&["jobs", "cancel", &id.to_string()]);
+    cloud.wait_for(&format!("job_id={id} state=cancelled"), 1, PATIENCE);
+
+    // kill -9 again, then `reap` (systemd's ExecStopPost) kills what is left
+    // at once; the next start still reports the task as yielded.
+    let id = coord.submit(dir.path(), "escaper-3", &["sh", "-c", ESCAPER]);
+    let child = pid_in(
+        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &cloud,
+    );
+    drop(e1_again);
+    assert!(running(child), "the child outlives the edge's SIGKILL");
+    let reap = |expect_ok: bool| {
+        let out = std::process::Command::new(support::EDGE)
+            .arg("reap")
+            .env("TIDEMILL_DATA_DIR", dir.path().join("edge-e1"))
+            .env("TIDEMILL_NODE_ID", "e1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), expect_ok, "{text}");
+        text
+    };
+    let said = reap(true);
+    assert!(said.contains("killed what was left of 1 task"), "{said}");
+    assert!(gone(child), "the escaped child {child} outlived the reap");
+    let e1_back = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    e1_back.wait_for("stopped without warning while the task ran", 1, PATIENCE);
+    let said = reap(false);
+    assert!(
+        said.contains(&format!("pid {}", e1_back.pid())),
+        "refused while the daemon runs: {said}"
+    );
 }

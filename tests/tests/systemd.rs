@@ -71,7 +71,13 @@ fn units_match_what_the_daemons_do() {
         assert_eq!(setting(u, "Restart"), Some("on-failure"));
         assert!(setting(u, "WatchdogSec").is_some());
     }
-    assert_eq!(setting(&edge, "KillMode"), Some("control-group"));
+    // The daemon alone gets SIGTERM and yields its tasks itself; a task that
+    // got it from systemd would checkpoint, exit 0 and look finished.
+    assert_eq!(setting(&edge, "KillMode"), Some("mixed"));
+    assert!(
+        setting(&edge, "ExecStopPost").is_some_and(|c| c.contains("tidemill-edge reap")),
+        "leftover tasks are reaped when the unit stops"
+    );
     let stop: u64 = setting(&edge, "TimeoutStopSec").unwrap().parse().unwrap();
     let grace = tidemill_edge::config::EdgeConfig::default()
         .tasks
