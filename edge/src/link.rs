@@ -44,6 +44,10 @@ enum SessionError {
         String::from_utf8_lossy(tidemill_proto::ALPN)
     )]
     VersionMismatch,
+    #[error(
+        "the coordinator's certificate does not verify ({0}): it is not from the CA this node trusts (its data dir's ca.pem, or --ca / `ca`), or does not name the address dialled; if the coordinator got a new CA, give this node the new ca.pem, or `tidemill-edge reset` and join again with a new token"
+    )]
+    UntrustedCoordinator(quinn::ConnectionError),
     #[error("{0}")]
     Connection(quinn::ConnectionError),
     #[error(transparent)]
@@ -64,6 +68,8 @@ impl From<quinn::ConnectionError> for SessionError {
     fn from(e: quinn::ConnectionError) -> Self {
         if quic::is_version_mismatch(&e) {
             SessionError::VersionMismatch
+        } else if quic::is_untrusted_peer(&e) {
+            SessionError::UntrustedCoordinator(e)
         } else {
             SessionError::Connection(e)
         }

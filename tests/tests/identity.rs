@@ -323,3 +323,38 @@ fn a_certificate_is_renewed_without_losing_the_connection() {
         "one reconnect, after the restart"
     );
 }
+
+#[test]
+fn a_coordinator_with_another_ca_and_a_missing_ca_file_are_named_as_such() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let mut cloud = coord.start();
+    let mut first = start_edge(&coord, dir.path(), "e1", None);
+    cloud.wait_for("edge connected", 1, PATIENCE);
+    first.terminate(PATIENCE);
+    cloud.terminate(PATIENCE);
+
+    // The coordinator comes back from a fresh data dir, with a new CA.
+    let other = Coordinator::at(coord.quic, &dir.path().join("other"));
+    let _other = other.start();
+    let again = start_edge(&coord, dir.path(), "e1", None);
+    again.wait_until("the untrusted coordinator named", 1, PATIENCE, |l| {
+        l.contains("the coordinator's certificate does not verify")
+            && l.contains("not from the CA this node trusts")
+    });
+    drop(again);
+
+    let (ok, err) = edge(&[
+        "run",
+        "--coordinator",
+        &coord.quic.to_string(),
+        "--ca",
+        "/nonexistent/ca.pem",
+        "--data-dir",
+        dir.path().join("edge-e1").to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("cannot read the CA certificate /nonexistent/ca.pem"),
+        "{err}"
+    );
+}

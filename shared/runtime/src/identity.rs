@@ -276,7 +276,10 @@ impl NodeIdentity {
         Ok(NodeIdentity {
             cert,
             key,
-            ca: tls::read_certs(&ca_path)?,
+            ca: tls::read_certs(&ca_path).map_err(|e| match e {
+                TlsError::Io { path, source } => TlsError::CaFile { path, source },
+                other => other,
+            })?,
             not_after_ms,
             issuer_sha256,
         })

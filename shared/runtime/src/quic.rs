@@ -338,6 +338,13 @@ pub fn is_stopping(err: &quinn::ConnectionError) -> bool {
     matches!(err, quinn::ConnectionError::ApplicationClosed(c) if c.error_code == CLOSE_STOPPING.into())
 }
 
+/// Whether a connection failed because this side did not trust the peer's
+/// certificate (it is not from the CA this side trusts, or names another
+/// host).
+pub fn is_untrusted_peer(err: &quinn::ConnectionError) -> bool {
+    matches!(err, quinn::ConnectionError::TransportError(e) if e.reason.contains("invalid peer certificate"))
+}
+
 /// Whether a connection failed because the peers speak different protocol
 /// versions (their ALPN tokens do not match).
 pub fn is_version_mismatch(err: &quinn::ConnectionError) -> bool {

@@ -48,6 +48,16 @@ pub enum TlsError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The CA file a node was told to trust cannot be read.
+    #[error(
+        "cannot read the CA certificate {path}: {source}; give the coordinator's ca.pem (in its data dir) with --ca or `ca`, or leave both out: a joined node keeps the CA it joined with in its data dir"
+    )]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A PEM file holds no usable certificate or key.
     #[error(
         "{path} holds no valid PEM {what}: {detail}; give the CA file the coordinator wrote to its data dir"
