@@ -799,9 +799,15 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
     }
     if let Some(w) = &job.work {
         println!(
-            "  progress: {:.0} of {:.0} iterations (estimated), {:.0} s run",
-            job.done_iters, w.iterations, job.attained_s
+            "  progress: {:.0} of {:.0} iterations ({}), {:.0} s run",
+            job.done_iters,
+            w.iterations,
+            job.progress.as_str(),
+            job.attained_s
         );
+        if let Some(r) = job.measured_ips {
+            println!("  rate:     {r:.4} iterations/s, measured from the job's reports");
+        }
     }
 }
 

@@ -344,9 +344,17 @@ pub struct JobRecord {
     pub class: JobClass,
     /// The training work, if the job file gave it.
     pub work: Option<Work>,
-    /// Iterations done, estimated from the time it has run at its plan's
-    /// predicted step time (the job does not report its own progress).
+    /// Iterations done: the job's own latest `TIDEMILL_PROGRESS` count plus
+    /// an estimate since, or the estimate alone from the time it has run at
+    /// its plan's predicted step time (see `progress`).
     pub done_iters: f64,
+    /// Whether `done_iters` rests on the job's own reports.
+    #[serde(default)]
+    pub progress: ProgressSource,
+    /// Iterations per second measured from the job's own reports on its
+    /// current placement, which the planner uses in place of its tables.
+    #[serde(default)]
+    pub measured_ips: Option<f64>,
     /// Seconds it has run.
     pub attained_s: f64,
     /// The tidal scheduler's latest plan and why; absent under first-fit or
@@ -357,6 +365,27 @@ pub struct JobRecord {
     /// judged by the latest sample); absent when it started outside any.
     #[serde(default)]
     pub start_window: Option<StartWindow>,
+}
+
+/// Where a job's count of iterations done comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressSource {
+    /// From the time it ran at its plan's predicted step time.
+    #[default]
+    Estimated,
+    /// From its own `TIDEMILL_PROGRESS iter=N` lines.
+    Reported,
+}
+
+impl ProgressSource {
+    /// The word `jobs show` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProgressSource::Estimated => "estimated",
+            ProgressSource::Reported => "reported",
+        }
+    }
 }
 
 /// Where a job started against its node's forecast, so that an operator can

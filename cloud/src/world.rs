@@ -33,15 +33,20 @@ pub fn snapshot(
     jobs: &[PlannedJob],
 ) -> WorldSnapshot {
     let mut throughput = tables.clone();
+    let nodes: Vec<NodeSpec> = nodes
+        .iter()
+        .map(|n| node_spec(cfg, n, forecasts.get(&n.id), now_ms))
+        .collect();
+    let classes: HashMap<&str, &str> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.class.as_str()))
+        .collect();
     let jobs = jobs
         .iter()
-        .filter_map(|j| job_state(j, &mut throughput))
+        .filter_map(|j| job_state(j, &classes, &mut throughput))
         .collect();
     WorldSnapshot {
-        nodes: nodes
-            .iter()
-            .map(|n| node_spec(cfg, n, forecasts.get(&n.id), now_ms))
-            .collect(),
+        nodes,
         links: link_table(cfg, links),
         jobs,
         throughput,
@@ -159,13 +164,21 @@ fn link_table(cfg: &SchedulerConfig, links: &[LinkRecord]) -> LinkTable {
     cfg.links.table(measured)
 }
 
-/// The scheduler's state of a planned job. A job that gives its own rates is
-/// planned under a model name of its own (`<model>#job<id>`), with those rates
-/// as one-worker tables and the shared tables for the other classes.
-fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobState> {
+/// The scheduler's state of a planned job. A job that gives its own rates, or
+/// whose rate was measured from its own progress reports, is planned under a
+/// model name of its own (`<model>#job<id>`), with its given rates as
+/// one-worker tables and the shared tables for the other classes; a measured
+/// rate then scales its tables on the classes of its placement
+/// ([`measured_ratio`]). `classes` gives each node's device class.
+fn job_state(
+    j: &PlannedJob,
+    classes: &HashMap<&str, &str>,
+    throughput: &mut ThroughputTables,
+) -> Option<JobState> {
     let w = j.spec.work.as_ref()?;
     let mut model = w.model.clone();
-    if !w.iters_per_s.is_empty() {
+    let ratio = measured_ratio(j);
+    if !w.iters_per_s.is_empty() || ratio.is_some() {
         model = format!("{}#job{}", w.model, j.id);
         for models in throughput.classes.values_mut() {
             if let Some(shared) = models.get(&w.model).cloned() {
@@ -183,6 +196,25 @@ fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobSta
                     },
                 ),
             );
+        }
+    }
+    if let Some(ratio) = ratio {
+        for a in &j.location {
+            let Some(class) = classes.get(a.node_id.as_str()) else {
+                continue;
+            };
+            let Some(table) = throughput
+                .classes
+                .get_mut(*class)
+                .and_then(|models| models.get_mut(&model))
+                .filter(|t| !matches!(t.source, TableSource::JobMeasured { .. }))
+            else {
+                continue;
+            };
+            *table = ModelTable {
+                data: table.data.scaled(ratio),
+                source: TableSource::JobMeasured { ratio },
+            };
         }
     }
     Some(JobState {
@@ -213,6 +245,19 @@ fn job_state(j: &PlannedJob, throughput: &mut ThroughputTables) -> Option<JobSta
         },
         reservation: j.reservation.clone(),
     })
+}
+
+/// How much faster than its plan predicted a job ran on its placement:
+/// `measured_ips / predicted_ips` (both iterations per second, so the ratio
+/// has no unit), by which its tables on that placement's classes are
+/// scaled, so that the planner predicts the measured rate for the job's
+/// current shape (exactly for one node, where a step is all compute; the
+/// cost model still adds its own link term across nodes). `None` until a
+/// rate was measured.
+fn measured_ratio(j: &PlannedJob) -> Option<f64> {
+    let (measured, predicted) = j.measured_ips.zip(j.predicted_ips)?;
+    let ratio = measured / predicted;
+    (ratio.is_finite() && ratio > 0.0).then_some(ratio)
 }
 
 #[cfg(test)]
@@ -256,6 +301,68 @@ mod tests {
             idle_windows: Vec::new(),
             history_days: 7,
         }
+    }
+
+    #[test]
+    fn a_measured_rate_overrides_the_table_for_the_job_on_its_placement() {
+        let spec = crate::job::JobFile::from_toml(
+            "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
+             [work]\nmodel = \"m\"\niterations = 1000\nglobal_batch = 32\nmodel_bytes = 1000\n",
+            "j",
+        )
+        .unwrap();
+        let on = |n: &str| tidemill_sched::Assignment {
+            node_id: n.into(),
+            workers: 1,
+        };
+        let job = PlannedJob {
+            id: 7,
+            spec,
+            submitted_ms: 0,
+            admission: tidemill_sched::Admission::Pending,
+            reservation: Vec::new(),
+            done_iters: 0.0,
+            attained_s: 0.0,
+            // Two nodes of one class: its table is scaled once.
+            location: vec![on("e1"), on("e2")],
+            running: true,
+            startup_left_s: 0.0,
+            busy: true,
+            predicted_ips: Some(0.1),
+            measured_ips: Some(0.05),
+        };
+        let mut tables = ThroughputTables::default();
+        for class in ["cpu", "gpu"] {
+            tables.classes.entry(class.into()).or_default().insert(
+                "m".into(),
+                ModelTable::one_worker(
+                    32,
+                    0.1,
+                    TableSource::Given {
+                        by: "the test".into(),
+                    },
+                ),
+            );
+        }
+        let classes = HashMap::from([("e1", "cpu"), ("e2", "cpu")]);
+        let state = job_state(&job, &classes, &mut tables).unwrap();
+        assert_eq!(state.spec.model, "m#job7");
+        let rate =
+            |class: &str, model: &str| tables.lookup(class, model, 32, 1).unwrap().iters_per_s;
+        // 0.1 × (0.05 / 0.1): the measured rate, on the placement's class only.
+        assert!((rate("cpu", "m#job7") - 0.05).abs() < 1e-12);
+        assert!((rate("gpu", "m#job7") - 0.1).abs() < 1e-12);
+        assert!(
+            (rate("cpu", "m") - 0.1).abs() < 1e-12,
+            "other jobs keep the table"
+        );
+        // Without a measurement the job is planned by the shared table.
+        let unmeasured = PlannedJob {
+            measured_ips: None,
+            ..job
+        };
+        let state = job_state(&unmeasured, &classes, &mut tables).unwrap();
+        assert_eq!(state.spec.model, "m");
     }
 
     #[test]

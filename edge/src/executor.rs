@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tidemill_proto::{Command, ReportBody, TaskAssignment, TaskEvent, TaskStatus};
+use tidemill_proto::{Command, ReportBody, TaskAssignment, TaskEvent, TaskProgress, TaskStatus};
 use tidemill_runtime::clock::SharedClock;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, watch};
@@ -30,6 +30,17 @@ const MAX_LINE: usize = 1000;
 /// pipes drain at the kernel's pace however fast the clock runs, and an
 /// accelerated clock would cut the output tail short.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a task prints, on stdout or stderr, to report its iterations:
+/// `TIDEMILL_PROGRESS iter=N`, optionally followed by other `key=value` pairs.
+pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
+
+/// The least time between two progress reports of one task, ms of the
+/// sampling clock, plus one at the task's end. A trainer may print a line
+/// every step; the uplink carries at most 144 of its reports a day (about
+/// 80 bytes each, riding with the sample batches), so that a training node
+/// stays within the budget of docs/links.md.
+const PROGRESS_EVERY_MS: i64 = 600_000;
 
 /// Why a running task is being stopped, if it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,16 +357,26 @@ impl Executor {
         self.journal_event(&a, TaskEvent::Started { pid })?;
 
         let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let progress = ProgressSink {
+            journal: self.journal.clone(),
+            stamps: self.stamps.clone(),
+            node_id: self.node_id.clone(),
+            task_id: a.task_id,
+            job_id: a.job_id,
+            gate: Arc::new(Mutex::new(ProgressGate::default())),
+        };
         let readers = [
             tokio::spawn(collect(
                 child.stdout.take().expect("piped"),
                 tail.clone(),
                 self.cfg.output_tail_lines,
+                progress.clone(),
             )),
             tokio::spawn(collect(
                 child.stderr.take().expect("piped"),
                 tail.clone(),
                 self.cfg.output_tail_lines,
+                progress.clone(),
             )),
         ];
         let group = Pid::from_raw(pid as i32);
@@ -387,6 +408,7 @@ impl Executor {
             tokio::select! { _ = reader => {}, _ = &mut drain => {} }
         }
         let tail: Vec<String> = tail.lock().unwrap().iter().cloned().collect();
+        progress.flush()?;
         let event = match status {
             Ok(status) if stopped == Stop::Yield => TaskEvent::Yielded {
                 exit_code: status.code(),
@@ -450,8 +472,107 @@ fn runs_task(pid: u32, task_id: u64) -> bool {
         .any(|var| var == marker.as_bytes())
 }
 
-/// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes.
-async fn collect(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>, keep: usize) {
+/// The iterations a `TIDEMILL_PROGRESS iter=N` line reports: exactly that
+/// prefix, then whitespace-separated `key=value` pairs of which `iter` is
+/// the one read, its value decimal digits that fit a `u64`. Any other line,
+/// malformed ones included, is ordinary output (`None`).
+fn parse_progress(line: &str) -> Option<u64> {
+    let pairs = line.strip_prefix(PROGRESS_PREFIX)?;
+    let n = pairs
+        .split_ascii_whitespace()
+        .find_map(|kv| kv.strip_prefix("iter="))?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
+}
+
+/// A task's latest iteration count and what of it was reported, so that a
+/// trainer printing every step sends at most one report per
+/// [`PROGRESS_EVERY_MS`].
+#[derive(Debug, Default)]
+struct ProgressGate {
+    /// The latest count and when it was seen, ms of the sampling clock.
+    latest: Option<(u64, i64)>,
+    /// When the last report was let through.
+    sent_ms: Option<i64>,
+    /// Whether `latest` is still to be reported.
+    unsent: bool,
+}
+
+impl ProgressGate {
+    /// Takes a count seen at `now_ms`; returns it with its time when it is
+    /// to be reported now.
+    fn see(&mut self, iters: u64, now_ms: i64) -> Option<(u64, i64)> {
+        self.latest = Some((iters, now_ms));
+        self.unsent = true;
+        if self.sent_ms.is_some_and(|t| now_ms - t < PROGRESS_EVERY_MS) {
+            return None;
+        }
+        self.sent_ms = Some(now_ms);
+        self.unsent = false;
+        self.latest
+    }
+
+    /// The latest count if the gate held it back, for the task's end.
+    fn take_unsent(&mut self) -> Option<(u64, i64)> {
+        std::mem::take(&mut self.unsent)
+            .then_some(self.latest)
+            .flatten()
+    }
+}
+
+/// Journals one task's progress lines as [`ReportBody::Progress`], through a
+/// [`ProgressGate`]. The reports wait for the next batch the outbox sends
+/// (samples go every few seconds) rather than waking it.
+#[derive(Clone)]
+struct ProgressSink {
+    journal: Arc<Mutex<Journal>>,
+    stamps: SharedClock,
+    node_id: String,
+    task_id: u64,
+    job_id: u64,
+    gate: Arc<Mutex<ProgressGate>>,
+}
+
+impl ProgressSink {
+    /// A progress line said `iters`. A journal that cannot take the report
+    /// is logged, not fatal: the task runs on and its end reports the count.
+    fn seen(&self, iters: u64) {
+        let due = self.gate.lock().unwrap().see(iters, self.stamps.now_ms());
+        if let Some(due) = due
+            && let Err(e) = self.journal(due)
+        {
+            tracing::warn!(node_id = %self.node_id, job_id = self.job_id, task_id = self.task_id, error = %e, "cannot journal the task's progress");
+        }
+    }
+
+    /// Journals the count the gate held back, if any, at the task's end.
+    fn flush(&self) -> Result<(), JournalError> {
+        let unsent = self.gate.lock().unwrap().take_unsent();
+        unsent.map_or(Ok(()), |due| self.journal(due))
+    }
+
+    fn journal(&self, (iterations, t_ms): (u64, i64)) -> Result<(), JournalError> {
+        tracing::debug!(node_id = %self.node_id, job_id = self.job_id, task_id = self.task_id, iterations, "task progress");
+        let body = ReportBody::Progress(TaskProgress {
+            task_id: self.task_id,
+            job_id: self.job_id,
+            t_ms,
+            iterations,
+        });
+        self.journal.lock().unwrap().append(&body).map(drop)
+    }
+}
+
+/// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes,
+/// and hands progress lines to `progress`.
+async fn collect(
+    stream: impl AsyncRead + Unpin,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    keep: usize,
+    progress: ProgressSink,
+) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
@@ -460,8 +581,12 @@ async fn collect(stream: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line[..line.len().min(MAX_LINE)]);
+                let text = text.trim_end_matches(['\n', '\r']);
+                if let Some(iters) = parse_progress(text) {
+                    progress.seen(iters);
+                }
                 let mut tail = tail.lock().unwrap();
-                tail.push_back(text.trim_end_matches(['\n', '\r']).to_string());
+                tail.push_back(text.to_string());
                 while tail.len() > keep {
                     tail.pop_front();
                 }
@@ -523,17 +648,19 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(20), h.exec.stop_when_idle())
             .await
             .expect("tasks end");
-        h.journal
-            .lock()
-            .unwrap()
-            .pending(100)
-            .unwrap()
+        journaled(h)
             .into_iter()
-            .filter_map(|r| match r.body {
+            .filter_map(|body| match body {
                 ReportBody::Task(t) => Some(t),
                 _ => None,
             })
             .collect()
+    }
+
+    /// What the journal holds for the coordinator, oldest first.
+    fn journaled(h: &Harness) -> Vec<ReportBody> {
+        let pending = h.journal.lock().unwrap().pending(100).unwrap();
+        pending.into_iter().map(|r| r.body).collect()
     }
 
     impl Executor {
@@ -811,6 +938,104 @@ mod tests {
                 .unfinished_tasks()
                 .unwrap()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn progress_lines_give_their_iterations_and_nothing_else_does() {
+        assert_eq!(parse_progress("TIDEMILL_PROGRESS iter=0"), Some(0));
+        assert_eq!(parse_progress("TIDEMILL_PROGRESS iter=42"), Some(42));
+        assert_eq!(
+            parse_progress("TIDEMILL_PROGRESS iter=7 loss=0.31 epoch=2"),
+            Some(7),
+            "other pairs are ignored"
+        );
+        assert_eq!(
+            parse_progress("TIDEMILL_PROGRESS loss=0.31 iter=8"),
+            Some(8),
+            "iter need not come first"
+        );
+        assert_eq!(
+            parse_progress(&format!("TIDEMILL_PROGRESS iter={}", u64::MAX)),
+            Some(u64::MAX)
+        );
+        for malformed in [
+            "TIDEMILL_PROGRESS iter=18446744073709551616",
+            "TIDEMILL_PROGRESS iter=99999999999999999999999999",
+            "TIDEMILL_PROGRESS iter=-1",
+            "TIDEMILL_PROGRESS iter=+1",
+            "TIDEMILL_PROGRESS iter=1.5",
+            "TIDEMILL_PROGRESS iter=",
+            "TIDEMILL_PROGRESS iter=x",
+            "TIDEMILL_PROGRESS loss=0.3",
+            "TIDEMILL_PROGRESS",
+            "TIDEMILL_PROGRESSiter=3",
+            " TIDEMILL_PROGRESS iter=3",
+            "tidemill_progress iter=3",
+            "step 3 TIDEMILL_PROGRESS iter=3",
+            "TIDEMILL_PROGRESS iteration=3",
+        ] {
+            assert_eq!(parse_progress(malformed), None, "{malformed:?}");
+        }
+    }
+
+    #[test]
+    fn the_gate_lets_one_report_through_per_interval_and_the_last_at_the_end() {
+        let mut gate = ProgressGate::default();
+        assert_eq!(gate.take_unsent(), None, "nothing seen");
+        assert_eq!(gate.see(1, 1_000), Some((1, 1_000)), "the first at once");
+        for (i, t) in (2..=59).zip((2_000..).step_by(10_000)) {
+            assert_eq!(gate.see(i, t), None, "{i} at {t} ms is held back");
+        }
+        let due = 1_000 + PROGRESS_EVERY_MS;
+        assert_eq!(gate.see(60, due), Some((60, due)), "one interval on");
+        assert_eq!(gate.take_unsent(), None, "the latest count went out");
+        assert_eq!(gate.see(61, due + 1), None);
+        assert_eq!(gate.see(62, due + 2), None);
+        assert_eq!(gate.take_unsent(), Some((62, due + 2)), "the end sends it");
+        assert_eq!(gate.take_unsent(), None, "once");
+    }
+
+    #[tokio::test]
+    async fn progress_lines_are_journaled_rate_limited_and_stay_in_the_tail() {
+        let h = harness(5);
+        h.exec
+            .handle(assign(
+                12,
+                &[
+                    "sh",
+                    "-c",
+                    "for i in 1 2 3 4 5; do echo \"TIDEMILL_PROGRESS iter=$i loss=0.$i\"; done; \
+                     echo 'TIDEMILL_PROGRESS iter=oops'",
+                ],
+            ))
+            .unwrap();
+        let events = finished(&h).await;
+        let progress: Vec<(u64, u64, u64)> = journaled(&h)
+            .into_iter()
+            .filter_map(|body| match body {
+                ReportBody::Progress(p) => Some((p.task_id, p.job_id, p.iterations)),
+                _ => None,
+            })
+            .collect();
+        // Five lines within a moment: the first goes at once, the latest at the end.
+        assert_eq!(progress, [(12, 112, 1), (12, 112, 5)]);
+        let last = events.last().unwrap();
+        assert!(
+            matches!(
+                last.event,
+                TaskEvent::Exited {
+                    exit_code: Some(0),
+                    ..
+                }
+            ),
+            "a malformed line is not an error: {last:?}"
+        );
+        assert!(
+            last.output_tail
+                .contains(&"TIDEMILL_PROGRESS iter=oops".to_string()),
+            "{:?}",
+            last.output_tail
         );
     }
 

@@ -764,6 +764,8 @@ mod tests {
             class: JobClass::Slo,
             work: None,
             done_iters: 0.0,
+            progress: Default::default(),
+            measured_ips: None,
             attained_s: 0.0,
             plan: None,
             start_window: None,

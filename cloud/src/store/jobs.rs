@@ -8,7 +8,7 @@ use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
 use super::{IdleWindowView, Store, StoreError, event, json_column, ms_to_time, tidal};
-use crate::job::{JobFile, JobPhase, JobRecord, PlanView, StartWindow};
+use crate::job::{JobFile, JobPhase, JobRecord, PlanView, ProgressSource, StartWindow};
 use crate::lifecycle;
 
 impl Store {
@@ -258,7 +258,8 @@ impl Store {
 
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
-    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window FROM jobs";
+    submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window,
+    reported_iters IS NOT NULL, measured_ips FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
@@ -293,6 +294,12 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         attained_s: r.get(13)?,
         plan: json_column::<Option<PlanView>>(r, 14)?,
         start_window: json_column::<Option<StartWindow>>(r, 15)?,
+        progress: if r.get(16)? {
+            ProgressSource::Reported
+        } else {
+            ProgressSource::Estimated
+        },
+        measured_ips: r.get(17)?,
     })
 }
 

@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use tidemill_proto::{Report, ReportBody};
 
 use super::jobs::apply_task_status;
-use super::{Store, StoreError, event};
+use super::{Store, StoreError, event, tidal};
 use crate::job::JobPhase;
 
 /// What applying reports did.
@@ -37,6 +37,8 @@ pub enum ReportKind {
     Forecast,
     /// Link measurements.
     Links,
+    /// A task's own count of its iterations.
+    Progress,
 }
 
 impl ReportKind {
@@ -47,6 +49,7 @@ impl ReportKind {
             ReportKind::Task => "task",
             ReportKind::Forecast => "forecast",
             ReportKind::Links => "links",
+            ReportKind::Progress => "progress",
         }
     }
 }
@@ -217,6 +220,10 @@ fn apply_body(
                 ])?;
             }
             Ok((ReportKind::Links, None))
+        }
+        ReportBody::Progress(p) => {
+            tidal::report_progress(tx, node_id, p, now_ms)?;
+            Ok((ReportKind::Progress, None))
         }
     }
 }

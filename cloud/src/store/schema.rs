@@ -149,4 +149,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE nodes ADD COLUMN drained INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN start_window TEXT;
 ",
+    "
+    ALTER TABLE jobs ADD COLUMN reported_iters REAL;
+    ALTER TABLE jobs ADD COLUMN rate_base_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN rate_base_iters REAL;
+    ALTER TABLE jobs ADD COLUMN measured_ips REAL;
+",
 ];

@@ -4,11 +4,15 @@
 //!
 //! Progress is estimated: a running job is credited `Δt / step_s` iterations
 //! for the time since its placement's staging ended, at the step time its plan
-//! predicted. Jobs do not report their own iterations.
+//! predicted. A job that prints `TIDEMILL_PROGRESS iter=N` lines reports its
+//! own count instead ([`report_progress`]): the count replaces the estimate,
+//! and the rate measured between reports ([`corrected_rate`]) replaces the
+//! predicted one, both for the estimate until the next report and for the
+//! planner ([`PlannedJob::measured_ips`]).
 
 use std::collections::HashMap;
 
-use rusqlite::{Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 
@@ -30,7 +34,8 @@ pub struct PlannedJob {
     pub admission: Admission,
     /// The segments the last round planned.
     pub reservation: Vec<Segment>,
-    /// Iterations done (estimated).
+    /// Iterations done: the job's latest report, plus an estimate for the
+    /// time since.
     pub done_iters: f64,
     /// Seconds run.
     pub attained_s: f64,
@@ -42,6 +47,11 @@ pub struct PlannedJob {
     pub startup_left_s: f64,
     /// It has tasks still open (running, or stopping).
     pub busy: bool,
+    /// Iterations per second its plan predicted on `location`, if planned.
+    pub predicted_ips: Option<f64>,
+    /// Iterations per second measured from its own reports on `location`
+    /// ([`corrected_rate`]), once two reports were far enough apart.
+    pub measured_ips: Option<f64>,
 }
 
 /// Where the nodes that may become rank 0 can be reached, by node id.
@@ -70,7 +80,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT j.id, j.spec, j.submitted_ms, j.admission, j.reservation, j.done_iters,
-                        j.attained_s, j.location, j.steps_from_ms,
+                        j.attained_s, j.location, j.steps_from_ms, j.rate_ips, j.measured_ips,
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
                          WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1),
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
@@ -84,8 +94,8 @@ impl Store {
             .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| {
-                let open: i64 = r.get(9)?;
-                let stopping: i64 = r.get(10)?;
+                let open: i64 = r.get(11)?;
+                let stopping: i64 = r.get(12)?;
                 let steps_from: Option<i64> = r.get(8)?;
                 let running = open > 0 && stopping == 0;
                 Ok(PlannedJob {
@@ -104,6 +114,8 @@ impl Store {
                         _ => 0.0,
                     },
                     busy: open > 0,
+                    predicted_ips: r.get(9)?,
+                    measured_ips: r.get(10)?,
                 })
             })
             .map_err(&err)?;
@@ -336,7 +348,7 @@ fn start(
     };
     tx.execute(
         "UPDATE jobs SET node = ?2, location = ?3, rate_ips = ?4, steps_from_ms = ?5, progress_ms = NULL,
-                reason = ?6
+                reason = ?6, measured_ips = NULL, rate_base_ms = NULL, rate_base_iters = NULL
          WHERE id = ?1",
         params![
             job,
@@ -351,18 +363,123 @@ fn start(
 }
 
 /// Credits job `job` with the iterations it did from its last credit up to
-/// `now_ms` at its placement's predicted rate, counting only time after its
-/// staging ended.
+/// `now_ms` at its placement's measured rate, else its predicted one,
+/// counting only time after its staging ended.
 pub(super) fn settle_progress(tx: &Transaction<'_>, job: i64, now_ms: i64) -> rusqlite::Result<()> {
     tx.execute(
         "UPDATE jobs SET
-            done_iters = done_iters + COALESCE(rate_ips, 0)
+            done_iters = done_iters + COALESCE(measured_ips, rate_ips, 0)
                 * MAX(0, ?2 - MAX(progress_ms, COALESCE(steps_from_ms, progress_ms))) / 1000.0,
             attained_s = attained_s + MAX(0, ?2 - progress_ms) / 1000.0,
             progress_ms = ?2
          WHERE id = ?1 AND progress_ms IS NOT NULL AND ?2 > progress_ms",
         params![job, now_ms],
     )?;
+    Ok(())
+}
+
+/// Weight of the newest measurement in [`corrected_rate`].
+const RATE_WEIGHT: f64 = 0.5;
+
+/// The least time between the two reports a rate is measured over, ms of
+/// the edge's clock: shorter spans are dominated by when lines happened to
+/// be printed.
+const MIN_RATE_SPAN_MS: i64 = 60_000;
+
+/// A job's throughput corrected by one measurement, in iterations per second,
+/// as EdgeFlow corrects its λ online (an exponentially weighted average):
+///
+/// `r' = α · ΔN / Δt + (1 − α) · r`, with α = [`RATE_WEIGHT`],
+///
+/// where `ΔN` is the iterations between two reports of the job's rank 0 on
+/// one placement, `Δt` the seconds between them on its edge's clock (the
+/// difference of two readings of one clock, so an offset between that clock
+/// and the coordinator's cancels, and a batch of reports delayed by an
+/// outage still measures the time they were seen), and `r` the previous
+/// measured rate or, before the first, the rate the plan predicted; without
+/// either the measurement stands alone.
+pub(super) fn corrected_rate(previous: Option<f64>, delta_iters: f64, delta_s: f64) -> f64 {
+    let measured = delta_iters / delta_s;
+    previous.map_or(measured, |r| {
+        RATE_WEIGHT * measured + (1.0 - RATE_WEIGHT) * r
+    })
+}
+
+/// Stores a task's own count of its job's iterations: the job's progress
+/// becomes the highest count reported (a task resumed from a checkpoint
+/// reports from there, and the count never goes back), credited up to
+/// `now_ms` of the coordinator's clock, and a report of rank 0 corrects the
+/// job's rate ([`corrected_rate`]) against the last one on its placement.
+/// A report of a task the coordinator does not know is logged as an event.
+pub(super) fn report_progress(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    p: &tidemill_proto::TaskProgress,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let job = p.job_id as i64;
+    let rank: Option<i64> = tx
+        .query_row(
+            "SELECT rank FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3",
+            params![p.task_id as i64, job, node_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(rank) = rank else {
+        let what = format!("progress of {} iterations", p.iterations);
+        return event(tx, now_ms, Some(node_id), Some(job), "unknown-task", &what);
+    };
+    let iters = p.iterations as f64;
+    settle_progress(tx, job, now_ms)?;
+    tx.execute(
+        "UPDATE jobs SET reported_iters = MAX(COALESCE(reported_iters, 0), ?2),
+                done_iters = MAX(COALESCE(reported_iters, 0), ?2),
+                steps_from_ms = MIN(COALESCE(steps_from_ms, ?3), ?3)
+         WHERE id = ?1 AND state IN ('queued', 'running')",
+        params![job, iters, now_ms],
+    )?;
+    if rank != 0 {
+        return Ok(());
+    }
+    let (base_ms, base_iters, predicted, measured): (
+        Option<i64>,
+        Option<f64>,
+        Option<f64>,
+        Option<f64>,
+    ) = tx.query_row(
+        "SELECT rate_base_ms, rate_base_iters, rate_ips, measured_ips FROM jobs WHERE id = ?1",
+        [job],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    match base_ms.zip(base_iters) {
+        Some((t0, n0)) if t0 <= p.t_ms && n0 <= iters => {
+            if p.t_ms - t0 < MIN_RATE_SPAN_MS || iters == n0 {
+                return Ok(());
+            }
+            let rate = corrected_rate(
+                measured.or(predicted),
+                iters - n0,
+                (p.t_ms - t0) as f64 / 1000.0,
+            );
+            tracing::debug!(
+                job_id = p.job_id,
+                node_id,
+                rate,
+                "job rate corrected from its reports"
+            );
+            tx.execute(
+                "UPDATE jobs SET measured_ips = ?2, rate_base_ms = ?3, rate_base_iters = ?4 WHERE id = ?1",
+                params![job, rate, p.t_ms, iters],
+            )?;
+        }
+        // The first report on this placement, or one from a restarted task.
+        _ => {
+            tx.execute(
+                "UPDATE jobs SET rate_base_ms = ?2, rate_base_iters = ?3 WHERE id = ?1",
+                params![job, p.t_ms, iters],
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -382,6 +499,137 @@ mod tests {
 
     fn reason(store: &Store, job: u64) -> String {
         store.job(job).unwrap().unwrap().reason.unwrap()
+    }
+
+    #[test]
+    fn the_rate_correction_matches_a_hand_calculation() {
+        // Planned at 0.1 it/s; 30 iterations in 600 s measure 0.05 it/s;
+        // α = 0.5: 0.5 × 0.05 + 0.5 × 0.1 = 0.075 it/s.
+        assert!((corrected_rate(Some(0.1), 30.0, 600.0) - 0.075).abs() < 1e-12);
+        // Then 60 in 1200 s (0.05 again): 0.5 × 0.05 + 0.5 × 0.075 = 0.0625.
+        assert!((corrected_rate(Some(0.075), 60.0, 1200.0) - 0.0625).abs() < 1e-12);
+        assert!((corrected_rate(None, 30.0, 600.0) - 0.05).abs() < 1e-12);
+    }
+
+    fn progress(
+        seq: u64,
+        task_id: u64,
+        job_id: u64,
+        t_ms: i64,
+        iterations: u64,
+    ) -> tidemill_proto::Report {
+        tidemill_proto::Report {
+            seq,
+            body: tidemill_proto::ReportBody::Progress(tidemill_proto::TaskProgress {
+                task_id,
+                job_id,
+                t_ms,
+                iterations,
+            }),
+        }
+    }
+
+    #[test]
+    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
+        use crate::job::ProgressSource;
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        let job_file = JobFile::from_toml(
+            "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
+             [work]\nmodel = \"m\"\niterations = 1000\nglobal_batch = 32\nmodel_bytes = 1000\n",
+            "j",
+        )
+        .unwrap();
+        let job = store.submit(&job_file, 1).unwrap();
+        let plan = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(job, &[("e1", 1)])],
+        };
+        store.apply_round(&plan, &addrs(&["e1"])).unwrap();
+        // The plan predicted 0.1 it/s.
+        store
+            .conn
+            .execute("UPDATE jobs SET rate_ips = 0.1 WHERE id = ?1", [job as i64])
+            .unwrap();
+        let task: u64 = store
+            .conn
+            .query_row(
+                "SELECT id FROM tasks WHERE job_id = ?1",
+                [job as i64],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap() as u64;
+        let started = crate::store::testkit::task(
+            1,
+            task,
+            job,
+            tidemill_proto::TaskEvent::Started { pid: 7 },
+        );
+        store.apply_report("e1", &started, 5).unwrap();
+        store.advance_progress(100_005).unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert!(
+            (shown.done_iters - 10.0).abs() < 1e-9,
+            "estimated: {shown:?}"
+        );
+        assert_eq!(shown.progress, ProgressSource::Estimated);
+
+        // The job says 5, not the 10 estimated: the first report is the rate's base.
+        store
+            .apply_report("e1", &progress(2, task, job, 100_000, 5), 100_005)
+            .unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(
+            (shown.done_iters, shown.progress),
+            (5.0, ProgressSource::Reported)
+        );
+        assert_eq!(shown.measured_ips, None);
+        // 30 more in 600 s of the edge's clock: 0.5 × 30/600 + 0.5 × 0.1 = 0.075 it/s.
+        store
+            .apply_report("e1", &progress(3, task, job, 700_000, 35), 700_005)
+            .unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(shown.done_iters, 35.0);
+        assert!(
+            (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
+            "{shown:?}"
+        );
+        // Until the next report the estimate goes on at the measured rate.
+        store.advance_progress(800_005).unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert!((shown.done_iters - 42.5).abs() < 1e-9, "{shown:?}");
+        // A task restarted from an older checkpoint does not take the count back.
+        store
+            .apply_report("e1", &progress(4, task, job, 810_000, 20), 810_005)
+            .unwrap();
+        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
+        let planned = store.planned_jobs(810_005).unwrap();
+        assert_eq!(planned[0].predicted_ips, Some(0.1));
+        assert!((planned[0].measured_ips.unwrap() - 0.075).abs() < 1e-12);
+        // A report of a task the coordinator never assigned changes nothing.
+        store
+            .apply_report("e1", &progress(5, task + 1, job, 900_000, 999), 900_005)
+            .unwrap();
+        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
+        // A new placement measures afresh.
+        store
+            .conn
+            .execute(
+                "UPDATE tasks SET state = 'done' WHERE job_id = ?1",
+                [job as i64],
+            )
+            .unwrap();
+        store
+            .apply_round(
+                &RoundPlan {
+                    now_ms: 900_010,
+                    decisions: vec![start_on(job, &[("e1", 1)])],
+                },
+                &addrs(&["e1"]),
+            )
+            .unwrap();
+        assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_l
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
     Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
-    TaskStatus, TrainArrival, Welcome, WireError,
+    TaskProgress, TaskStatus, TrainArrival, Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -284,6 +284,24 @@ pub enum ReportBody {
     Forecast(Box<tidemill_forecast::NodeForecast>),
     /// Measurements of the node's links to the coordinator and to peers.
     Links(Vec<LinkSample>),
+    /// Iterations a task says it has done, from its `TIDEMILL_PROGRESS`
+    /// output lines, so the coordinator need not estimate them.
+    Progress(TaskProgress),
+}
+
+/// A task's own count of its iterations, as its latest
+/// `TIDEMILL_PROGRESS iter=N` line gave it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskProgress {
+    /// The task.
+    pub task_id: u64,
+    /// The job the task belongs to.
+    pub job_id: u64,
+    /// When the edge read the line, Unix ms of its sampling clock.
+    pub t_ms: i64,
+    /// Iterations done, counted by the job itself (from its start, not from
+    /// this task's: a resumed task counts on from its checkpoint).
+    pub iterations: u64,
 }
 
 /// A change in a task's life, as the edge saw it.

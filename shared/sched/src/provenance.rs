@@ -48,6 +48,12 @@ pub enum TableSource {
         /// Who gave it.
         by: String,
     },
+    /// One job's table on the class it runs on, scaled to the rate measured
+    /// from its own progress reports: `ratio` × the table it was planned by.
+    JobMeasured {
+        /// The measured rate over the predicted one.
+        ratio: f64,
+    },
 }
 
 impl TableSource {
@@ -88,6 +94,10 @@ impl TableSource {
                 model.to_string(),
             ),
             TableSource::Given { by } => (format!("given by {by}"), model.to_string()),
+            TableSource::JobMeasured { ratio } => (
+                "measured from the job's progress reports".to_string(),
+                format!("{model} ({ratio:.3} × its planned rate)"),
+            ),
         }
     }
 

@@ -230,7 +230,7 @@ pub struct ThroughputTables {
 
 impl TableData {
     /// The same numbers on a device `ratio` times as fast.
-    fn scaled(&self, ratio: f64) -> TableData {
+    pub fn scaled(&self, ratio: f64) -> TableData {
         match self {
             TableData::Grid(g) => TableData::Grid(Grid {
                 iters_per_s: g
