@@ -37,10 +37,10 @@ pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
 
 /// The least time between two progress reports of one task, ms of the
 /// sampling clock, plus one at the task's end. A trainer may print a line
-/// every step; the uplink carries at most 144 of its reports a day (about
-/// 80 bytes each, riding with the sample batches), so that a training node
-/// stays within the budget of docs/links.md.
-const PROGRESS_EVERY_MS: i64 = 600_000;
+/// every step; the uplink carries at most 48 of its reports a day, riding
+/// with the sample batches, which fit the 9 000 bytes a day that
+/// docs/links.md leaves under its 0.5 kbit/s bound.
+const PROGRESS_EVERY_MS: i64 = 1_800_000;
 
 /// Why a running task is being stopped, if it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -977,6 +977,35 @@ mod tests {
         ] {
             assert_eq!(parse_progress(malformed), None, "{malformed:?}");
         }
+    }
+
+    /// Bytes a day that docs/links.md leaves under its bound: 5 400 000
+    /// (0.5 kbit/s for a day) less the 5 391 000 it accounts for.
+    const UPLINK_HEADROOM_BYTES: usize = 9_000;
+
+    #[test]
+    fn a_day_of_progress_reports_fits_the_uplink_headroom() {
+        let batch = |reports: Vec<tidemill_proto::Report>| {
+            tidemill_proto::encode(&tidemill_proto::EdgeMsg::Reports(reports))
+                .unwrap()
+                .len()
+        };
+        // The largest a report can encode to, added to a batch that goes anyway.
+        let report = tidemill_proto::Report {
+            seq: u64::MAX,
+            body: ReportBody::Progress(TaskProgress {
+                task_id: u64::MAX,
+                job_id: u64::MAX,
+                t_ms: i64::MAX,
+                iterations: u64::MAX,
+            }),
+        };
+        let each = batch(vec![report]) - batch(Vec::new());
+        let per_day = 86_400_000 / PROGRESS_EVERY_MS as usize + 1;
+        assert!(
+            each * per_day <= UPLINK_HEADROOM_BYTES,
+            "{per_day} reports of {each} bytes"
+        );
     }
 
     #[test]

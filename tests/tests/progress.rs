@@ -22,7 +22,7 @@ echo "trained $i iterations"
 const ITERATIONS: u32 = 40;
 
 /// Progress reports to wait for before judging the rate: each is at least
-/// 600 s of tide after the last, so the rate has been corrected several times.
+/// 1800 s of tide after the last, so the rate has been corrected several times.
 const REPORTS: usize = 6;
 
 fn finish_ms(job: &serde_json::Value) -> i64 {
