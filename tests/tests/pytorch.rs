@@ -404,3 +404,136 @@ fn scenario_4_a_job_on_two_edges_resizes_to_one_when_an_edge_is_drained() {
         "it went on on one rank (WORLD_SIZE 1) from the checkpoint: {tail}"
     );
 }
+
+/// The last training rate the trainer printed (`... (R it/s, W workers)`),
+/// start-up excluded.
+fn printed_rate(output: &str) -> f64 {
+    output
+        .rsplit(" it/s, ")
+        .nth(1)
+        .and_then(|before| before.rsplit('(').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the trainer printed its rate: {output}"))
+}
+
+/// One worker's compute time per step, seconds, at `batch` a step.
+fn compute_step_s(batch: u32) -> f64 {
+    let dir = support::tempdir();
+    let out = Command::new(python())
+        .arg(trainer())
+        .env("TIDEMILL_CHECKPOINT_DIR", dir.path().join("checkpoints"))
+        .env("TIDEMILL_ITERATIONS", MEASURE_ITERS.to_string())
+        .env("TIDEMILL_BATCH_SIZE", batch.to_string())
+        .env("MASTER_PORT", support::free_port().to_string())
+        .output()
+        .expect("run the trainer");
+    assert!(out.status.success(), "{out:?}");
+    1.0 / printed_rate(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+#[ignore = "needs torch: run tests/pytorch/run.sh"]
+fn scenario_5_data_parallel_over_an_impaired_link_against_the_cost_model() {
+    use std::net::SocketAddr;
+    use support::cluster::{Net, in_lab};
+    use tidemill_sched::cost::{Congestion, ring_allreduce_s};
+    use tidemill_sim::wan::netns::{self, Lab};
+    use tidemill_sim::wan::scenario::Impairment;
+
+    if let Some(why) = netns::unavailable() {
+        // tests/pytorch/run.sh counts this scenario as pending, not passed.
+        println!("PENDING 5 impaired link: the WAN lab needs root and /dev/net/tun ({why})");
+        return;
+    }
+    let imp = Impairment {
+        delay_ms: 30.0,
+        rate_mbps: Some(100.0),
+        ..Impairment::default()
+    };
+    let bytes = 4 * MODEL_PARAMS;
+    // The cost model: one worker's compute on its half of the batch, plus
+    // the ring all-reduce of the gradients over the emulated link.
+    let compute = compute_step_s(BATCH / 2);
+    let spec = imp
+        .link_spec(Congestion::LossBased)
+        .expect("a rate-limited link");
+    let ring = ring_allreduce_s(2, bytes as f64, &spec);
+    let predicted = compute + ring;
+
+    let dir = support::tempdir();
+    let names = ["w1", "w2"];
+    let subnet = 160 + (std::process::id() % 40) as u8 * 2;
+    let mut lab = Lab::create(
+        "tmp",
+        subnet,
+        &[("cloud", false), ("w1", true), ("w2", true)],
+    )
+    .expect("the WAN lab");
+    let ips: Vec<std::net::Ipv4Addr> = lab.nodes().iter().map(|n| n.ip).collect();
+    let edge_edge = imp.clone();
+    let _hub = lab
+        .start_hub(
+            move |a, b| {
+                if a > 0 && b > 0 {
+                    edge_edge.clone()
+                } else {
+                    Impairment::default()
+                }
+            },
+            5,
+        )
+        .expect("the hub");
+    let coord = support::Coordinator::at(
+        SocketAddr::new(ips[0].into(), support::free_port()),
+        dir.path(),
+    );
+    let trace = write_idle_trace(dir.path(), &names);
+    let wrap = |node: &str, cmd: Command| in_lab(&lab, node, cmd);
+    let net = Net {
+        coord,
+        edge: &wrap,
+        probe_interval_secs: 15,
+    };
+    let r = rates();
+    let throughput = write_torch_table(dir.path(), r.one, 1.0 / predicted);
+    let pairs: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
+    let cluster = Cluster::start_on(
+        dir.path(),
+        &trace,
+        &pairs,
+        &[],
+        &names,
+        &throughput,
+        None,
+        net,
+    );
+    let job = TorchJob {
+        name: "wan",
+        iterations: 100,
+        deadline_in_ms: deadline_ms(100, 1.0 / predicted, 3.0),
+        min_workers: 2,
+        max_workers: 2,
+        on_infeasible: "reject",
+        own_rate: false,
+    };
+    let id = submit(&cluster, dir.path(), &job, &dir.path().join("ck-wan"));
+    cluster.wait_until_ended(id);
+    cluster.job_log(id);
+    let shown = cluster.coord.job(id);
+    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    assert_eq!(shown["plan"]["shape"], "multi-edge", "{shown:#}");
+    let tail = shown["output_tail"].to_string();
+    assert!(
+        tail.contains("trained 100 iterations, 2 ranks agree"),
+        "{tail}"
+    );
+    let measured = 1.0 / printed_rate(&tail);
+    eprintln!(
+        "scenario 5: {imp}: {bytes} B of gradients over 2 ranks: measured {measured:.3} s a step; \
+         predicted {predicted:.3} s (compute {compute:.3} s + ring {ring:.3} s): error {:+.1} %",
+        100.0 * (measured / predicted - 1.0)
+    );
+    assert!(
+        measured > ring,
+        "a step ({measured:.3} s) pays at least the ring term over the link ({ring:.3} s)"
+    );
+}

@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 
-use support::cluster::{Cluster, Net, write_idle_trace};
+use support::cluster::{Cluster, Net, in_lab, write_idle_trace};
 use support::{Coordinator, PATIENCE, free_port};
 use tidemill_sched::cost::{Congestion, ring_allreduce_s};
 use tidemill_sim::allreduce;
@@ -23,18 +23,6 @@ use tidemill_sim::wan::scenario::Impairment;
 const ALLREDUCE: &str = env!("CARGO_BIN_EXE_harness-allreduce");
 
 const EDGES: [&str; 3] = ["e1", "e2", "e3"];
-
-/// `cmd` run in node `node`'s namespace of `lab`, with its arguments and environment.
-fn in_lab(lab: &Lab, node: &str, cmd: Command) -> Command {
-    let mut wrapped = lab.command(node, Path::new(cmd.get_program()));
-    wrapped.args(cmd.get_args());
-    for (key, value) in cmd.get_envs() {
-        if let Some(value) = value {
-            wrapped.env(key, value);
-        }
-    }
-    wrapped
-}
 
 /// The `ring` model's table for the `cpu` class: one worker at `r1`
 /// iterations per accelerated second, two at 1.9 and three at 2.7 times

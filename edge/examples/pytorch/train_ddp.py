@@ -33,8 +33,11 @@ network, so there is something to learn and the loss goes down) so that the
 example needs nothing but torch.
 """
 
+import fcntl
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 
@@ -101,6 +104,40 @@ def save_checkpoint(path, net, opt, step):
     os.replace(tmp, path)
 
 
+def gloo_interface(master_addr):
+    """The name of the interface this node reaches MASTER_ADDR through.
+
+    Gloo otherwise advertises the address its hostname resolves to, which on
+    many edge boxes (and in network namespaces) is loopback, so that the
+    other nodes cannot connect back."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect((master_addr, 9))
+        local = probe.getsockname()[0]
+        for _, name in socket.if_nameindex():
+            try:
+                # SIOCGIFADDR: the interface's IPv4 address.
+                raw = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == local:
+                return name
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None
+
+
+def exit_now():
+    """Exits 0 without the interpreter's teardown, once the work is saved:
+    Gloo's threads can abort that teardown ("terminate called without an
+    active exception"), which would report a finished job as failed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def train(local_rank, workers, node_rank, nodes):
     """One process: global rank node_rank * workers + local_rank."""
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -113,6 +150,10 @@ def train(local_rank, workers, node_rank, nodes):
         device = torch.device("cpu")
         # Share the node's cores between its local processes.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    if not use_cuda and world > workers and "GLOO_SOCKET_IFNAME" not in os.environ:
+        iface = gloo_interface(os.environ["MASTER_ADDR"])
+        if iface:
+            os.environ["GLOO_SOCKET_IFNAME"] = iface
     dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
     speaks = local_rank == 0
 
@@ -174,7 +215,7 @@ def train(local_rank, workers, node_rank, nodes):
     if step < total:
         if speaks:
             print(f"checkpointed at {step} of {total}; start again to resume", flush=True)
-        return
+        exit_now()
     if speaks:
         # The closing line repeats the resume point: with a progress line per
         # step, the earlier lines fall out of a short output tail.
@@ -184,6 +225,7 @@ def train(local_rank, workers, node_rank, nodes):
             f"loss {first_loss:.4f} at step {start + 1} -> {loss.item():.4f}",
             flush=True,
         )
+    exit_now()
 
 
 def main():

@@ -240,6 +240,19 @@ pub fn edge_command(
     cmd
 }
 
+/// `cmd` run in node `node`'s namespace of `lab`, with its arguments and
+/// environment: a [`Net`]'s `edge` for a WAN lab.
+pub fn in_lab(lab: &tidemill_sim::wan::netns::Lab, node: &str, cmd: Command) -> Command {
+    let mut wrapped = lab.command(node, Path::new(cmd.get_program()));
+    wrapped.args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        if let Some(value) = value {
+            wrapped.env(key, value);
+        }
+    }
+    wrapped
+}
+
 /// A coordinator and replaying nodes on one accelerated clock.
 pub struct Cluster {
     /// The coordinator's addresses, for its client commands.
