@@ -750,14 +750,8 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         );
     }
     if let Some(t) = job.finished_at {
-        let slack = (job.deadline - t).num_seconds();
-        println!(
-            "finished:   {} ({} the deadline by {}h{:02}m)",
-            t.to_rfc3339(),
-            if slack >= 0 { "before" } else { "after" },
-            slack.abs() / 3600,
-            slack.abs() % 3600 / 60
-        );
+        let slack = crate::job::signed_span((job.deadline - t).num_milliseconds());
+        println!("finished:   {} (slack {slack})", t.to_rfc3339());
     }
     if let Some(p) = &job.plan {
         print_plan(job, p);

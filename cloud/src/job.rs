@@ -388,6 +388,14 @@ impl ProgressSource {
     }
 }
 
+/// A signed span as slack is shown, deadline minus finish: `+2h10m`,
+/// `-0h20m` (minutes, rounded towards zero).
+pub fn signed_span(ms: i64) -> String {
+    let sign = if ms < 0 { '-' } else { '+' };
+    let minutes = ms.unsigned_abs() / 60_000;
+    format!("{sign}{}h{:02}m", minutes / 60, minutes % 60)
+}
+
 /// Where a job started against its node's forecast, so that an operator can
 /// see it was started in the tide's idle window and not by chance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

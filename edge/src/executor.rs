@@ -42,6 +42,30 @@ pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
 /// docs/links.md leaves under its 0.5 kbit/s bound.
 const PROGRESS_EVERY_MS: i64 = 1_800_000;
 
+/// Under the data dir, a directory per task, unless `[tasks] work_dir` is set.
+const TASKS_DIR: &str = "tasks";
+
+/// Under the data dir, a checkpoint directory per job, named by [`job_dir`].
+const CHECKPOINTS_DIR: &str = "checkpoints";
+
+/// The name of a job's checkpoint directory under [`CHECKPOINTS_DIR`].
+fn job_dir(job_id: u64) -> String {
+    format!("job-{job_id}")
+}
+
+/// Why a task yields while its daemon stops.
+const STOPPING: &str = "its edge daemon is stopping";
+
+/// A task this edge ended, or never started, for a reason of its own; its
+/// job resumes from its checkpoint.
+fn yielded(reason: String) -> TaskEvent {
+    TaskEvent::Yielded {
+        exit_code: None,
+        signal: None,
+        reason,
+    }
+}
+
 /// Why a running task is being stopped, if it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
@@ -115,12 +139,7 @@ impl Executor {
                 }
             };
             tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
-            let event = TaskEvent::Yielded {
-                exit_code: None,
-                signal: None,
-                reason,
-            };
-            journal.finish_task(a.task_id, &self.status(&a, event, vec![]))?;
+            journal.finish_task(a.task_id, &self.status(&a, yielded(reason), vec![]))?;
         }
         drop(journal);
         self.outbox.notify_one();
@@ -141,14 +160,8 @@ impl Executor {
                     return Ok(());
                 }
                 if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                    let reason = "its edge daemon is stopping".to_string();
                     tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, "assignment yielded: the daemon is stopping");
-                    let event = TaskEvent::Yielded {
-                        exit_code: None,
-                        signal: None,
-                        reason,
-                    };
-                    return self.finish(&a, event, vec![]);
+                    return self.finish(&a, yielded(STOPPING.to_string()), vec![]);
                 }
                 let (cancel_tx, cancel_rx) = watch::channel(Stop::No);
                 self.running.lock().unwrap().insert(a.task_id, cancel_tx);
@@ -211,16 +224,13 @@ impl Executor {
     pub fn prune_dirs(&self, now: std::time::SystemTime) -> Result<usize, JournalError> {
         let open = self.journal.lock().unwrap().unfinished_tasks()?;
         let tasks: Vec<String> = open.iter().map(|(a, _)| a.task_id.to_string()).collect();
-        let jobs: Vec<String> = open
-            .iter()
-            .map(|(a, _)| format!("job-{}", a.job_id))
-            .collect();
+        let jobs: Vec<String> = open.iter().map(|(a, _)| job_dir(a.job_id)).collect();
         let hours = |h: u64| Duration::from_secs(h * 3600);
         let mut gone = 0;
         for (dir, busy, keep) in [
-            ("tasks", &tasks, hours(self.cfg.keep_ended_hours)),
+            (TASKS_DIR, &tasks, hours(self.cfg.keep_ended_hours)),
             (
-                "checkpoints",
+                CHECKPOINTS_DIR,
                 &jobs,
                 hours(self.cfg.checkpoint_retention_days * 24),
             ),
@@ -290,7 +300,7 @@ impl Executor {
             return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
         };
         let work_dir = if self.cfg.work_dir.as_os_str().is_empty() {
-            self.data_dir.join("tasks").join(a.task_id.to_string())
+            self.data_dir.join(TASKS_DIR).join(a.task_id.to_string())
         } else {
             self.cfg.work_dir.clone()
         };
@@ -298,11 +308,7 @@ impl Executor {
         // from them: the job's own TIDEMILL_CHECKPOINT_DIR (shared storage, say),
         // else a directory per job under the edge's data dir.
         let checkpoints = a.env.get("TIDEMILL_CHECKPOINT_DIR").map_or_else(
-            || {
-                self.data_dir
-                    .join("checkpoints")
-                    .join(format!("job-{}", a.job_id))
-            },
+            || self.data_dir.join(CHECKPOINTS_DIR).join(job_dir(a.job_id)),
             PathBuf::from,
         );
         for dir in [&work_dir, &checkpoints] {
@@ -413,7 +419,7 @@ impl Executor {
             Ok(status) if stopped == Stop::Yield => TaskEvent::Yielded {
                 exit_code: status.code(),
                 signal: status.signal(),
-                reason: "its edge daemon is stopping".to_string(),
+                reason: STOPPING.to_string(),
             },
             Ok(status) => TaskEvent::Exited {
                 exit_code: status.code(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use tidemill_cloud::client::{Client, ClientError};
 use tidemill_cloud::config::{ClockConfig, CloudConfig, SchedulerConfig};
-use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
+use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work, signed_span};
 use tidemill_cloud::store::NodeRecord;
 use tidemill_edge::config::{EdgeConfig, ReplayConfig};
 use tidemill_forecast::NodeForecast;
@@ -369,13 +369,6 @@ impl TideClock {
         }
         out
     }
-}
-
-/// A signed span as the final table shows slack: `+2h10m`, `-0h20m`.
-fn signed_span(ms: i64) -> String {
-    let sign = if ms < 0 { '-' } else { '+' };
-    let minutes = ms.unsigned_abs() / 60_000;
-    format!("{sign}{}h{:02}m", minutes / 60, minutes % 60)
 }
 
 /// A node as the first line lists it: cores, accelerators and the device

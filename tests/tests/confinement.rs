@@ -107,13 +107,13 @@ fn a_task_runs_as_the_task_user_with_a_clean_environment() {
     assert!(!tail.contains("RUST_LOG"), "a clean environment: {tail}");
 }
 
-#[test]
-fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
-    let dir = support::tempdir();
-    let coord = Coordinator::new(dir.path());
+/// A coordinator and edge e1 (replaying `trace`) whose tasks get their own
+/// cgroups; `None`, said on stderr, where cgroup v2 is not writable.
+fn confined_edge(dir: &Path) -> Option<(Coordinator, Proc, Proc, PathBuf)> {
+    let coord = Coordinator::new(dir);
     let cloud = coord.start();
-    let trace = write_trace(dir.path(), &["e1"]);
-    let mut e1 = start_edge(&coord, dir.path(), "e1", Some(&trace));
+    let trace = write_trace(dir, &["e1"]);
+    let e1 = start_edge(&coord, dir, "e1", Some(&trace));
     cloud.wait_for("edge connected", 1, PATIENCE);
     let cgroups = e1
         .log()
@@ -123,8 +123,17 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
         eprintln!(
             "skipped: cgroup v2 is not writable here, so a child that leaves the task's process group outlives it"
         );
-        return;
+        return None;
     }
+    Some((coord, cloud, e1, trace))
+}
+
+#[test]
+fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
+    let dir = support::tempdir();
+    let Some((coord, cloud, mut e1, trace)) = confined_edge(dir.path()) else {
+        return;
+    };
     let memory = e1.log().iter().any(|l| l.contains("memory_limits=true"));
     if !memory {
         eprintln!("memory limits not checked: this host's cgroup v2 has no memory controller");
@@ -162,21 +171,9 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
 #[test]
 fn reap_kills_what_a_killed_edge_left_and_waits_while_it_runs() {
     let dir = support::tempdir();
-    let coord = Coordinator::new(dir.path());
-    let cloud = coord.start();
-    let trace = write_trace(dir.path(), &["e1"]);
-    let mut e1 = start_edge(&coord, dir.path(), "e1", Some(&trace));
-    cloud.wait_for("edge connected", 1, PATIENCE);
-    if !e1
-        .log()
-        .iter()
-        .any(|l| l.contains("tasks run in their own cgroups"))
-    {
-        eprintln!(
-            "skipped: cgroup v2 is not writable here, so nothing outlives a task's process group"
-        );
+    let Some((coord, cloud, mut e1, trace)) = confined_edge(dir.path()) else {
         return;
-    }
+    };
     // kill -9, then `reap` (systemd's ExecStopPost) kills what is left at
     // once; the next start still reports the task as yielded.
     let id = coord.submit(dir.path(), "escaper", &["sh", "-c", ESCAPER]);

@@ -17,6 +17,25 @@ use support::{Coordinator, PATIENCE, Proc, start_edge};
 /// How soon after its SIGTERM a stopped edge must be offline.
 const OFFLINE_WITHIN: Duration = Duration::from_secs(2);
 
+/// Stops edge `node` with SIGTERM and asserts that the coordinator (`cloud`)
+/// has it offline within [`OFFLINE_WITHIN`].
+fn stop_within_bound(cloud: &Proc, edge: &mut Proc, node: &str) {
+    let stopped = Instant::now();
+    edge.terminate(PATIENCE);
+    cloud.wait_until("the stopped edge offline", 1, PATIENCE, |l| {
+        l.contains("node offline: its edge stopped") && l.contains(&format!("node_id={node}"))
+    });
+    let offline = stopped.elapsed();
+    eprintln!(
+        "{node} offline {:.0} ms after its SIGTERM",
+        offline.as_secs_f64() * 1e3
+    );
+    assert!(
+        offline < OFFLINE_WITHIN,
+        "{node} offline {offline:?} after its SIGTERM"
+    );
+}
+
 /// Waits until job `id` runs and returns the node it runs on.
 fn running_on(cluster: &Cluster, id: u64) -> String {
     let job_line = format!("job_id={id} ");
@@ -72,27 +91,12 @@ fn an_edge_stopped_by_sigterm_yields_its_job_which_resumes_and_meets_its_deadlin
     let first = running_on(&cluster, id);
     let_it_train(&cluster, &first, 6);
 
-    let stopped = Instant::now();
     let at = cluster.nodes.iter().position(|(n, _)| *n == first).unwrap();
-    cluster.nodes[at].1.terminate(PATIENCE);
+    stop_within_bound(&cluster.cloud, &mut cluster.nodes[at].1, &first);
     let edge_log = cluster.nodes[at].1.log().join("\n");
     assert!(
         edge_log.contains("running tasks checkpoint and yield"),
         "{edge_log}"
-    );
-    cluster
-        .cloud
-        .wait_until("the stopped edge offline", 1, PATIENCE, |l| {
-            l.contains("node offline: its edge stopped") && l.contains(&format!("node_id={first}"))
-        });
-    let offline = stopped.elapsed();
-    eprintln!(
-        "{first} offline {:.0} ms after its SIGTERM",
-        offline.as_secs_f64() * 1e3
-    );
-    assert!(
-        offline < OFFLINE_WITHIN,
-        "{first} offline {offline:?} after its SIGTERM"
     );
     let events = cluster.coord.job_events(id);
     assert!(
@@ -232,19 +236,6 @@ fn an_edge_stopped_at_any_moment_is_offline_within_two_seconds() {
                 |l: &str| l.contains(&format!("node_id={node} ")) && l.contains("kind=samples");
             cloud.wait_until("a few reports", settle, PATIENCE, from);
         }
-        let stopped = Instant::now();
-        edge.terminate(PATIENCE);
-        cloud.wait_until("the stopped edge offline", 1, PATIENCE, |l| {
-            l.contains("node offline: its edge stopped") && l.contains(&format!("node_id={node}"))
-        });
-        let offline = stopped.elapsed();
-        eprintln!(
-            "{node} offline {:.0} ms after its SIGTERM",
-            offline.as_secs_f64() * 1e3
-        );
-        assert!(
-            offline < OFFLINE_WITHIN,
-            "{node} offline {offline:?} after its SIGTERM"
-        );
+        stop_within_bound(&cloud, &mut edge, &node);
     }
 }
