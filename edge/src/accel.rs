@@ -219,4 +219,70 @@ mod tests {
         assert_eq!(acc.devices().len(), 1);
         assert_eq!(acc.mean_load().await, Some(25.0));
     }
+
+    /// An `nvidia-smi` stand-in that answers tidemill's query (and nothing
+    /// else) with the rows in file `rows` beside it, as a real one would on a
+    /// box with those GPUs, or fails when the file is gone.
+    fn fake_nvidia_smi(dir: &Path) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let program = dir.join("nvidia-smi");
+        let rows = dir.join("rows");
+        std::fs::write(
+            &program,
+            format!(
+                "#!/bin/sh\n[ \"$1 $2\" = \"{QUERY} --format=csv,noheader,nounits\" ] || exit 2\n\
+                 cat {:?} 2>/dev/null || {{ echo 'NVIDIA-SMI has failed' >&2; exit 9; }}\n",
+                rows.display().to_string()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        program.display().to_string()
+    }
+
+    #[tokio::test]
+    async fn gpus_are_found_and_read_through_nvidia_smi() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = dir.path().join("rows");
+        std::fs::write(
+            &rows,
+            "NVIDIA H100 80GB HBM3, 81559, 10\nTesla T4, 15360, 40\n",
+        )
+        .unwrap();
+        let cfg = AcceleratorConfig {
+            nvidia_smi: fake_nvidia_smi(dir.path()),
+            sysfs: Vec::new(),
+        };
+        let acc = Accelerators::discover(&cfg).await;
+        let found: Vec<_> = acc
+            .devices()
+            .iter()
+            .map(|d| (d.kind, d.model.as_str(), d.mem_bytes))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    AcceleratorKind::NvidiaGpu,
+                    "NVIDIA H100 80GB HBM3",
+                    Some(81_559 << 20)
+                ),
+                (AcceleratorKind::NvidiaGpu, "Tesla T4", Some(15_360 << 20)),
+            ]
+        );
+        assert_eq!(acc.mean_load().await, Some(25.0));
+        // Each reading runs it again.
+        std::fs::write(
+            &rows,
+            "NVIDIA H100 80GB HBM3, 81559, 90\nTesla T4, 15360, 70\n",
+        )
+        .unwrap();
+        assert_eq!(acc.mean_load().await, Some(80.0));
+        // A GPU gone, or nvidia-smi failing, is unknown load, not idle.
+        std::fs::write(&rows, "NVIDIA H100 80GB HBM3, 81559, 90\n").unwrap();
+        assert_eq!(acc.mean_load().await, None);
+        std::fs::remove_file(&rows).unwrap();
+        assert_eq!(acc.mean_load().await, None);
+        assert!(Accelerators::discover(&cfg).await.devices().is_empty());
+    }
 }

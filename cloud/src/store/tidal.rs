@@ -184,14 +184,7 @@ impl Store {
                 .map_err(&err)?;
                 let reason = &d.explanation.reason;
                 let what = match &d.action {
-                    Action::Reject => {
-                        tx.execute(
-                            "UPDATE jobs SET state = 'rejected', reason = ?2, finished_ms = ?3 WHERE id = ?1",
-                            params![job, format!("rejected at admission: {reason}"), now],
-                        )
-                        .map_err(&err)?;
-                        Some("rejected".to_string())
-                    }
+                    Action::Reject => turn_away(tx, job, reason, now).map_err(&err)?,
                     Action::Start { on } if open == 0 => {
                         let wants: Vec<(&str, u32)> = on.iter().map(|a| (a.node_id.as_str(), a.workers)).collect();
                         match capacity::check(tx, job, &wants, Capacity::Devices).map_err(&err)? {
@@ -231,6 +224,41 @@ impl Store {
             Ok(done)
         })
     }
+}
+
+/// Rejects `job` for `reason`. A job that had started (an SLO job under
+/// queue admission runs before it is promised, and may then fall behind its
+/// deadline) is cancelled on its nodes: left running, its tasks would hold
+/// devices for a job that is over, out of every drain's reach.
+fn turn_away(
+    tx: &Transaction<'_>,
+    job: i64,
+    reason: &str,
+    now_ms: i64,
+) -> rusqlite::Result<Option<String>> {
+    let started: bool = tx.query_row(
+        "SELECT started_ms IS NOT NULL FROM jobs WHERE id = ?1",
+        [job],
+        |r| r.get(0),
+    )?;
+    let open = stop_tasks(tx, job)?;
+    let why = if started {
+        format!("turned away after it started, its tasks cancelled: {reason}")
+    } else {
+        format!("rejected at admission: {reason}")
+    };
+    tx.execute(
+        "UPDATE jobs SET state = 'rejected', cancel_requested = ?4, reason = ?2, finished_ms = ?3 WHERE id = ?1",
+        params![job, why, now_ms, open > 0],
+    )?;
+    Ok(Some(
+        if open > 0 {
+            "rejected; cancelling its tasks"
+        } else {
+            "rejected"
+        }
+        .to_string(),
+    ))
 }
 
 /// A node went offline: the jobs with tasks on it, planned or first-fit,
@@ -410,6 +438,9 @@ pub(super) fn corrected_rate(previous: Option<f64>, delta_iters: f64, delta_s: f
 /// reports from there, and the count never goes back), credited up to
 /// `now_ms` of the coordinator's clock, and a report of rank 0 corrects the
 /// job's rate ([`corrected_rate`]) against the last one on its placement.
+/// A task asked to stop measures nothing: its last span holds its
+/// checkpoint, and a lost node's backlog may arrive after the job started
+/// elsewhere, against that placement's base.
 /// A report of a task the coordinator does not know is logged as an event.
 pub(super) fn report_progress(
     tx: &Transaction<'_>,
@@ -418,14 +449,15 @@ pub(super) fn report_progress(
     now_ms: i64,
 ) -> rusqlite::Result<()> {
     let job = p.job_id as i64;
-    let rank: Option<i64> = tx
+    let task: Option<(i64, bool)> = tx
         .query_row(
-            "SELECT rank FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3",
+            "SELECT rank, state != 'done' AND yield_requested = 0 FROM tasks
+             WHERE id = ?1 AND job_id = ?2 AND node_id = ?3",
             params![p.task_id as i64, job, node_id],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?;
-    let Some(rank) = rank else {
+    let Some((rank, current)) = task else {
         let what = format!("progress of {} iterations", p.iterations);
         return event(tx, now_ms, Some(node_id), Some(job), "unknown-task", &what);
     };
@@ -438,7 +470,7 @@ pub(super) fn report_progress(
          WHERE id = ?1 AND state IN ('queued', 'running')",
         params![job, iters, now_ms],
     )?;
-    if rank != 0 {
+    if rank != 0 || !current {
         return Ok(());
     }
     let (base_ms, base_iters, predicted, measured): (
@@ -486,6 +518,8 @@ pub(super) fn report_progress(
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
+
+    use tidemill_sched::Verdict;
 
     use super::*;
     use crate::store::testkit::{hello, hello_with_gpus, spec, start_on};
@@ -612,6 +646,23 @@ mod tests {
             .apply_report("e1", &progress(5, task + 1, job, 900_000, 999), 900_005)
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
+        // A task asked to stop measures nothing, though its count stands.
+        store
+            .conn
+            .execute(
+                "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1",
+                [job as i64],
+            )
+            .unwrap();
+        store
+            .apply_report("e1", &progress(6, task, job, 1_400_000, 45), 1_400_005)
+            .unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(shown.done_iters, 45.0);
+        assert!(
+            (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
+            "{shown:?}"
+        );
         // A new placement measures afresh.
         store
             .conn
@@ -630,6 +681,81 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+    }
+
+    #[test]
+    fn a_job_turned_away_after_it_started_has_its_tasks_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        let never_ran = store.submit(&spec(), 1).unwrap();
+        let ran = store.submit(&spec(), 1).unwrap();
+        let started = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(ran, &[("e1", 1)])],
+        };
+        store.apply_round(&started, &addrs(&["e1"])).unwrap();
+        let owed = store.owed("e1", 29500).unwrap();
+        let [crate::store::Owed::Assign(a)] = owed.as_slice() else {
+            panic!("one assignment: {owed:?}")
+        };
+        store.acknowledged(&owed[0]).unwrap();
+        let task = a.task_id;
+        let running = crate::store::testkit::task(
+            1,
+            task,
+            ran,
+            tidemill_proto::TaskEvent::Started { pid: 7 },
+        );
+        store.apply_report("e1", &running, 5).unwrap();
+
+        let reject = |job| {
+            let mut d = start_on(job, &[]);
+            d.verdict = Verdict::Rejected;
+            d.action = Action::Reject;
+            d.explanation.reason = "too slow".into();
+            d
+        };
+        let done = store
+            .apply_round(
+                &RoundPlan {
+                    now_ms: 10,
+                    decisions: vec![reject(never_ran), reject(ran)],
+                },
+                &addrs(&["e1"]),
+            )
+            .unwrap();
+        assert_eq!(
+            done,
+            vec![
+                (never_ran, "rejected".to_string()),
+                (ran, "rejected; cancelling its tasks".to_string())
+            ]
+        );
+        assert_eq!(reason(&store, never_ran), "rejected at admission: too slow");
+        assert_eq!(
+            reason(&store, ran),
+            "turned away after it started, its tasks cancelled: too slow"
+        );
+        assert_eq!(
+            store.owed("e1", 29500).unwrap(),
+            vec![crate::store::Owed::Cancel(task)]
+        );
+        // The task's exit leaves the job rejected.
+        let exited = crate::store::testkit::task(
+            2,
+            task,
+            ran,
+            tidemill_proto::TaskEvent::Exited {
+                exit_code: Some(0),
+                signal: None,
+                cancelled: true,
+            },
+        );
+        store.apply_report("e1", &exited, 20).unwrap();
+        let shown = store.job(ran).unwrap().unwrap();
+        assert_eq!(shown.state, crate::job::JobPhase::Rejected, "{shown:?}");
+        assert!(store.open_tasks(ran).is_empty());
     }
 
     #[test]

@@ -182,6 +182,9 @@ pub struct Coordinator {
     pub data_dir: PathBuf,
     /// The join token edges get, made on first use.
     token: std::sync::OnceLock<String>,
+    /// Config keys set through the environment (`TIDEMILL_<TABLE>__<KEY>`)
+    /// in every `serve` it runs.
+    env: Vec<(String, String)>,
 }
 
 impl Coordinator {
@@ -198,7 +201,14 @@ impl Coordinator {
             api: format!("http://127.0.0.1:{}", free_port()),
             data_dir: dir.join("cloud"),
             token: std::sync::OnceLock::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same, with environment variable `key` set to `value` in its `serve`.
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// Starts `tidemill-cloud serve` and waits until it serves.
@@ -250,7 +260,8 @@ impl Coordinator {
             .env(
                 "RUST_LOG",
                 "info,tidemill_cloud::ingest=debug,quinn_proto::endpoint=debug",
-            );
+            )
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
