@@ -2,9 +2,13 @@
 //! `TIDEMILL_PROGRESS iter=N` and runs twice as slow as its job file
 //! declares. The coordinator must show the reported iterations rather than
 //! its estimate, correct the job's rate from the reports, and move the plan's
-//! predicted finish out accordingly.
+//! predicted finish out accordingly; and a job that its reports show cannot
+//! meet its deadline, and asked to be rejected, must be turned away with its
+//! task stopped.
 
 mod support;
+
+use std::path::Path;
 
 use support::cluster::{Cluster, DECLARED_IPS, STEP_WALL_S, job, write_idle_trace, write_job};
 
@@ -25,6 +29,24 @@ const ITERATIONS: u32 = 40;
 /// 1800 s of tide after the last, so the rate has been corrected several times.
 const REPORTS: usize = 6;
 
+/// Starts a cluster of one idle edge under `dir` and submits job `name`
+/// of the slow trainer, due `deadline_h` of tide from now, asking to be
+/// rejected if it cannot meet that; returns the cluster and the job's id.
+fn submit_slow(dir: &Path, name: &'static str, deadline_h: f64) -> (Cluster, u64) {
+    let trace = write_idle_trace(dir, &["a"]);
+    let cluster = Cluster::start(dir, &trace, &[("a", "a")], &[], &["a"], "", None);
+    let trainer = dir.join("slow-trainer.sh");
+    std::fs::write(&trainer, SLOW_TRAINER).unwrap();
+    let file = write_job(
+        dir,
+        &job(name, ITERATIONS, deadline_h, "slo", "reject"),
+        &trainer,
+        cluster.tide_now(),
+    );
+    let id = cluster.coord.submit_file(&file);
+    (cluster, id)
+}
+
 fn finish_ms(job: &serde_json::Value) -> i64 {
     let at = job["plan"]["expected_finish"]
         .as_str()
@@ -37,17 +59,7 @@ fn finish_ms(job: &serde_json::Value) -> i64 {
 #[test]
 fn reported_progress_corrects_the_rate_and_the_predicted_finish() {
     let dir = support::tempdir();
-    let trace = write_idle_trace(dir.path(), &["a"]);
-    let cluster = Cluster::start(dir.path(), &trace, &[("a", "a")], &[], &["a"], "", None);
-    let trainer = dir.path().join("slow-trainer.sh");
-    std::fs::write(&trainer, SLOW_TRAINER).unwrap();
-    let file = write_job(
-        dir.path(),
-        &job("slow", ITERATIONS, 20.0, "slo", "reject"),
-        &trainer,
-        cluster.tide_now(),
-    );
-    let id = cluster.coord.submit_file(&file);
+    let (cluster, id) = submit_slow(dir.path(), "slow", 20.0);
     let job_line = format!("job_id={id} ");
     cluster
         .cloud
@@ -107,4 +119,37 @@ fn reported_progress_corrects_the_rate_and_the_predicted_finish() {
         )),
         "{text}"
     );
+}
+
+#[test]
+fn a_job_its_reports_show_hopeless_is_turned_away_and_its_task_stopped() {
+    let dir = support::tempdir();
+    // 40 iterations at the declared 330 s are 3.7 h, inside the 5 h to the
+    // deadline; at the trainer's real 600 s they are 6.7 h.
+    let (cluster, id) = submit_slow(dir.path(), "behind", 5.0);
+    let job_line = format!("job_id={id} ");
+    cluster
+        .cloud
+        .wait_until("the job to be turned away", 1, support::PATIENCE, |l| {
+            l.contains(&job_line) && l.contains("action=rejected")
+        });
+    let (_, edge) = &cluster.nodes[0];
+    edge.wait_until("its task to stop", 1, support::PATIENCE, |l| {
+        l.contains(&job_line) && l.contains("task ended") && l.contains("cancelled: true")
+    });
+    cluster.job_log(id);
+    let shown = cluster.coord.job(id);
+    assert_eq!(shown["state"], "rejected", "{shown:#}");
+    let reason = shown["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("turned away after it started, its tasks cancelled:")
+            && reason.contains("cannot finish its"),
+        "{shown:#}"
+    );
+    let done = shown["done_iters"].as_f64().unwrap();
+    assert!(
+        shown["progress"] == "reported" && done > 0.0 && done < f64::from(ITERATIONS),
+        "turned away part-way, on its reports: {shown:#}"
+    );
+    eprintln!("turned away at {done} of {ITERATIONS} iterations: {reason}");
 }
