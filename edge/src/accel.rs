@@ -4,7 +4,10 @@
 //! executable. SoC GPUs and NPUs are read from sysfs load files.
 //!
 //! A device that cannot be read yields `None`, never 0: unknown is not idle.
+//! tidemill's own tasks' GPU use is left out of a GPU's load (per process,
+//! from `nvidia-smi pmon`), as their CPU is left out of the host's.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -16,6 +19,9 @@ use crate::config::{AcceleratorConfig, LoadScale, SysfsLoad};
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
 
 const QUERY: &str = "--query-gpu=name,memory.total,utilization.gpu";
+
+/// One sample of each process's GPU use, utilisation only.
+const PMON: [&str; 5] = ["pmon", "-c", "1", "-s", "u"];
 
 /// The accelerators found on this host and how to read them.
 #[derive(Debug)]
@@ -76,13 +82,30 @@ impl Accelerators {
     }
 
     /// Mean utilisation over every accelerator that could be read, percent;
-    /// `None` when there are none or none could be read.
-    pub async fn mean_load(&self) -> Option<f32> {
+    /// `None` when there are none or none could be read. A GPU's load leaves
+    /// out what the processes `own` (tidemill's tasks) use of it
+    /// ([`box_load`]); GPUs whose share of it cannot be read count as
+    /// unknown. SoC load files cannot tell processes apart and are read whole.
+    pub async fn mean_load(&self, own: &HashSet<u32>) -> Option<f32> {
         let mut loads: Vec<f32> = Vec::new();
         if let Some(smi) = &self.nvidia_smi {
             match query_nvidia(smi).await {
                 Ok(rows) if rows.len() == self.nvidia_count => {
-                    loads.extend(rows.iter().filter_map(|r| r.2));
+                    let utils: Vec<Option<f32>> = rows.iter().map(|r| r.2).collect();
+                    if own.is_empty() {
+                        loads.extend(utils.into_iter().flatten());
+                    } else {
+                        match run_nvidia(smi, &PMON).await {
+                            Ok(text) => loads.extend(
+                                box_load(&utils, &parse_pmon(&text), own)
+                                    .into_iter()
+                                    .flatten(),
+                            ),
+                            Err(why) => {
+                                tracing::warn!(%why, "cannot tell tidemill's own GPU use from the box's; GPU load unknown")
+                            }
+                        }
+                    }
                 }
                 Ok(rows) => tracing::warn!(
                     expected = self.nvidia_count,
@@ -98,8 +121,15 @@ impl Accelerators {
 }
 
 async fn query_nvidia(program: &str) -> Result<Vec<NvidiaRow>, String> {
+    run_nvidia(program, &[QUERY, "--format=csv,noheader,nounits"])
+        .await
+        .map(|text| parse_nvidia_smi(&text))
+}
+
+/// Runs `program` (nvidia-smi) with `args`; its standard output, or why not.
+async fn run_nvidia(program: &str, args: &[&str]) -> Result<String, String> {
     let run = tokio::process::Command::new(program)
-        .args([QUERY, "--format=csv,noheader,nounits"])
+        .args(args)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(NVIDIA_SMI_TIMEOUT, run)
@@ -114,7 +144,60 @@ async fn query_nvidia(program: &str) -> Result<Vec<NvidiaRow>, String> {
             stderr.trim()
         ));
     }
-    Ok(parse_nvidia_smi(&String::from_utf8_lossy(&out.stdout)))
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// One `nvidia-smi pmon` row: GPU index, process id, SM utilisation percent
+/// (`None` where it printed `-`: nothing ran in the sample).
+type PmonRow = (usize, u32, Option<f32>);
+
+/// Parses `nvidia-smi pmon --select u` by its header's column names (`# gpu
+/// pid type sm ...`; drivers add columns such as `jpg`, `ofa`, `fb`), so
+/// their order and number may change. Rows without a process id (a GPU
+/// nothing runs on prints `-`) are skipped.
+fn parse_pmon(text: &str) -> Vec<PmonRow> {
+    let mut columns: Option<(usize, usize, usize)> = None;
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.trim_start_matches('#').split_whitespace().collect();
+        if line.starts_with('#') {
+            let at = |name: &str| fields.iter().position(|f| *f == name);
+            if let (Some(gpu), Some(pid), Some(sm)) = (at("gpu"), at("pid"), at("sm")) {
+                columns = Some((gpu, pid, sm));
+            }
+            continue;
+        }
+        let Some((gpu, pid, sm)) = columns else {
+            continue;
+        };
+        let field = |i: usize| fields.get(i).copied().unwrap_or("-");
+        if let (Ok(gpu), Ok(pid)) = (field(gpu).parse(), field(pid).parse()) {
+            rows.push((gpu, pid, field(sm).parse().ok()));
+        }
+    }
+    rows
+}
+
+/// Each GPU's load without tidemill's own use of it, percent:
+/// `L_g = max(0, U_g − Σ_{p ∈ own, on g} sm_p)`, where `U_g` is GPU g's
+/// utilisation (`utils[g]`, by nvidia-smi's index) and `sm_p` the share of
+/// the sample during which process p ran a kernel on it (`pmon`). Both are
+/// percentages of time; when the box's work and a task's ran at once the
+/// sum overstates the task, hence the floor at 0. A GPU whose utilisation
+/// is unknown stays unknown.
+fn box_load(utils: &[Option<f32>], pmon: &[PmonRow], own: &HashSet<u32>) -> Vec<Option<f32>> {
+    utils
+        .iter()
+        .enumerate()
+        .map(|(g, util)| {
+            let ours: f32 = pmon
+                .iter()
+                .filter(|(gpu, pid, _)| *gpu == g && own.contains(pid))
+                .filter_map(|(_, _, sm)| *sm)
+                .sum();
+            util.map(|u| (u - ours).max(0.0))
+        })
+        .collect()
 }
 
 /// Parses `nvidia-smi --query-gpu=name,memory.total,utilization.gpu
@@ -199,7 +282,7 @@ mod tests {
         };
         let acc = Accelerators::discover(&cfg).await;
         assert!(acc.devices().is_empty());
-        assert_eq!(acc.mean_load().await, None);
+        assert_eq!(acc.mean_load(&HashSet::new()).await, None);
     }
 
     #[tokio::test]
@@ -217,22 +300,30 @@ mod tests {
         };
         let acc = Accelerators::discover(&cfg).await;
         assert_eq!(acc.devices().len(), 1);
-        assert_eq!(acc.mean_load().await, Some(25.0));
+        assert_eq!(acc.mean_load(&HashSet::new()).await, Some(25.0));
     }
 
-    /// An `nvidia-smi` stand-in that answers tidemill's query (and nothing
-    /// else) with the rows in file `rows` beside it, as a real one would on a
-    /// box with those GPUs, or fails when the file is gone.
+    /// An `nvidia-smi` stand-in that answers tidemill's two queries (and
+    /// nothing else) from the files `rows` and `pmon` beside it, as a real
+    /// one would on a box with those GPUs and processes, or fails when the
+    /// file is gone.
     fn fake_nvidia_smi(dir: &Path) -> String {
         use std::os::unix::fs::PermissionsExt;
         let program = dir.join("nvidia-smi");
-        let rows = dir.join("rows");
+        let answer = |file: &str| {
+            let path = dir.join(file).display().to_string();
+            format!("cat {path:?} 2>/dev/null || {{ echo 'NVIDIA-SMI has failed' >&2; exit 9; }}")
+        };
         std::fs::write(
             &program,
             format!(
-                "#!/bin/sh\n[ \"$1 $2\" = \"{QUERY} --format=csv,noheader,nounits\" ] || exit 2\n\
-                 cat {:?} 2>/dev/null || {{ echo 'NVIDIA-SMI has failed' >&2; exit 9; }}\n",
-                rows.display().to_string()
+                "#!/bin/sh\ncase \"$*\" in\n\
+                 \"{QUERY} --format=csv,noheader,nounits\") {} ;;\n\
+                 \"{}\") {} ;;\n\
+                 *) exit 2 ;;\nesac\n",
+                answer("rows"),
+                PMON.join(" "),
+                answer("pmon"),
             ),
         )
         .unwrap();
@@ -270,19 +361,94 @@ mod tests {
                 (AcceleratorKind::NvidiaGpu, "Tesla T4", Some(15_360 << 20)),
             ]
         );
-        assert_eq!(acc.mean_load().await, Some(25.0));
+        assert_eq!(acc.mean_load(&HashSet::new()).await, Some(25.0));
         // Each reading runs it again.
         std::fs::write(
             &rows,
             "NVIDIA H100 80GB HBM3, 81559, 90\nTesla T4, 15360, 70\n",
         )
         .unwrap();
-        assert_eq!(acc.mean_load().await, Some(80.0));
+        assert_eq!(acc.mean_load(&HashSet::new()).await, Some(80.0));
         // A GPU gone, or nvidia-smi failing, is unknown load, not idle.
         std::fs::write(&rows, "NVIDIA H100 80GB HBM3, 81559, 90\n").unwrap();
-        assert_eq!(acc.mean_load().await, None);
+        assert_eq!(acc.mean_load(&HashSet::new()).await, None);
         std::fs::remove_file(&rows).unwrap();
-        assert_eq!(acc.mean_load().await, None);
+        assert_eq!(acc.mean_load(&HashSet::new()).await, None);
         assert!(Accelerators::discover(&cfg).await.devices().is_empty());
+    }
+
+    /// `nvidia-smi pmon -c 1 -s u` as drivers print it: with `jpg` and
+    /// `ofa` columns (newer drivers), a GPU running nothing, and a process
+    /// that ran no kernel in the sample.
+    const PMON_TEXT: &str = "\
+# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command
+# Idx           #    C/G      %      %      %      %      %      %    name
+    0       4242     C     70     30      -      -      -      -    python
+    0       4243     C     10      5      -      -      -      -    python
+    0        777   C+G     15      2      -      -      -      -    encoder
+    1          -     -      -      -      -      -      -      -    -
+    2       4244     C      -      -      -      -      -      -    python
+";
+
+    #[test]
+    fn pmon_rows_are_read_by_their_column_names() {
+        assert_eq!(
+            parse_pmon(PMON_TEXT),
+            [
+                (0, 4242, Some(70.0)),
+                (0, 4243, Some(10.0)),
+                (0, 777, Some(15.0)),
+                (2, 4244, None),
+            ]
+        );
+        // An older driver's columns, and an extra `fb` column before sm.
+        let old =
+            "# gpu pid type sm mem enc dec command\n# Idx # C/G % % % % name\n 1 9 C 42 1 - - x\n";
+        assert_eq!(parse_pmon(old), [(1, 9, Some(42.0))]);
+        let moved = "# gpu pid type fb sm command\n 0 9 C 300 55 x\n";
+        assert_eq!(parse_pmon(moved), [(0, 9, Some(55.0))]);
+        assert!(parse_pmon("no header\n 0 9 C 55\n").is_empty());
+    }
+
+    #[test]
+    fn a_gpus_load_leaves_out_tidemills_own_processes() {
+        // GPU 0 at 95 %: tasks 4242 and 4243 ran kernels 70 % and 10 % of the
+        // sample, the box's encoder 15 %: 95 − (70 + 10) = 15 % is the box's.
+        // GPU 1 runs nothing of ours; GPU 2's task ran no kernel; GPU 3 is
+        // unknown and stays so. A sum over the utilisation floors at 0.
+        let own = HashSet::from([4242, 4243, 4244]);
+        let utils = [Some(95.0), Some(30.0), Some(5.0), None];
+        assert_eq!(
+            box_load(&utils, &parse_pmon(PMON_TEXT), &own),
+            [Some(15.0), Some(30.0), Some(5.0), None]
+        );
+        assert_eq!(
+            box_load(&[Some(60.0)], &parse_pmon(PMON_TEXT), &own),
+            [Some(0.0)]
+        );
+    }
+
+    #[tokio::test]
+    async fn own_tasks_gpu_use_is_left_out_of_the_reported_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("rows"),
+            "NVIDIA H100 80GB HBM3, 81559, 95\nTesla T4, 15360, 30\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("pmon"), PMON_TEXT).unwrap();
+        let cfg = AcceleratorConfig {
+            nvidia_smi: fake_nvidia_smi(dir.path()),
+            sysfs: Vec::new(),
+        };
+        let acc = Accelerators::discover(&cfg).await;
+        // (95 + 30) / 2 with no task of ours; (15 + 30) / 2 with 4242 and 4243.
+        assert_eq!(acc.mean_load(&HashSet::new()).await, Some(62.5));
+        let own = HashSet::from([4242, 4243]);
+        assert_eq!(acc.mean_load(&own).await, Some(22.5));
+        // Without pmon the task's share cannot be told apart: unknown, not
+        // the whole reading, which would look like the tide coming in.
+        std::fs::remove_file(dir.path().join("pmon")).unwrap();
+        assert_eq!(acc.mean_load(&own).await, None);
     }
 }

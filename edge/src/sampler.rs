@@ -1,7 +1,7 @@
 //! Turns the host, or a replayed trace posing as the host, into [`Sample`]s and
 //! [`Capabilities`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sysinfo::{Networks, ProcessesToUpdate, System};
 use tidemill_proto::{Accelerator, AcceleratorKind, Capabilities, Sample};
@@ -109,8 +109,9 @@ impl Sampler {
     /// trace at `now_ms − origin` and network counters are 0.
     ///
     /// `own_pids` are the processes of tidemill's own running tasks: their CPU
-    /// (with their descendants') is left out, so that the sample measures the
-    /// box's primary workload, the tide, and not the training it hosts.
+    /// and GPU use (with their descendants') is left out, so that the sample
+    /// measures the box's primary workload, the tide, and not the training it
+    /// hosts, which would otherwise read as the tide coming in and move it.
     pub async fn sample(&mut self, now_ms: i64, own_pids: &[u32]) -> Sample {
         if let Some((replay, origin_ms)) = &self.replay {
             let r = replay.at((now_ms - origin_ms) as f64 / 1000.0);
@@ -131,8 +132,8 @@ impl Sampler {
         let (rx, tx) = self.networks.values().fold((0, 0), |(rx, tx), n| {
             (rx + n.received(), tx + n.transmitted())
         });
-        let own = if own_pids.is_empty() {
-            0.0
+        let (own, own_tree) = if own_pids.is_empty() {
+            (0.0, HashSet::new())
         } else {
             self.system.refresh_processes(ProcessesToUpdate::All, true);
             let procs = self.system.processes().iter().map(|(pid, p)| {
@@ -151,19 +152,20 @@ impl Sampler {
             mem_pct: (self.system.used_memory() as f64 / total as f64 * 100.0) as f32,
             net_rx_bytes: rx,
             net_tx_bytes: tx,
-            gpu_pct: self.accel.mean_load().await,
+            gpu_pct: self.accel.mean_load(&own_tree).await,
         }
     }
 }
 
 /// Host CPU percent used by the processes `roots` and their descendants:
 /// the sum of their per-core percentages (`cpu_usage`, 100 = one core) over
-/// the number of cores. `procs` yields (pid, parent pid, cpu_usage).
+/// the number of cores; and those processes. `procs` yields (pid, parent
+/// pid, cpu_usage).
 fn own_cpu_pct(
     procs: impl Iterator<Item = (u32, Option<u32>, f32)>,
     roots: &[u32],
     cores: usize,
-) -> f32 {
+) -> (f32, HashSet<u32>) {
     let procs: HashMap<u32, (Option<u32>, f32)> = procs
         .map(|(pid, parent, cpu)| (pid, (parent, cpu)))
         .collect();
@@ -180,12 +182,9 @@ fn own_cpu_pct(
         }
         false
     };
-    let total: f32 = procs
-        .iter()
-        .filter(|(pid, _)| owned(**pid))
-        .map(|(_, (_, cpu))| cpu)
-        .sum();
-    total / cores.max(1) as f32
+    let tree: HashSet<u32> = procs.keys().copied().filter(|&pid| owned(pid)).collect();
+    let total: f32 = tree.iter().map(|pid| procs[pid].1).sum();
+    (total / cores.max(1) as f32, tree)
 }
 
 #[cfg(test)]
@@ -212,8 +211,12 @@ mod tests {
             (12, Some(11), 30.0),
             (20, Some(1), 80.0),
         ];
-        assert_eq!(own_cpu_pct(procs.into_iter(), &[10], 4), 45.0);
-        assert_eq!(own_cpu_pct(procs.into_iter(), &[99], 4), 0.0);
+        let (pct, tree) = own_cpu_pct(procs.into_iter(), &[10], 4);
+        assert_eq!((pct, tree), (45.0, HashSet::from([10, 11, 12])));
+        assert_eq!(
+            own_cpu_pct(procs.into_iter(), &[99], 4),
+            (0.0, HashSet::new())
+        );
     }
 
     #[tokio::test]
