@@ -308,14 +308,14 @@ mod tests {
     /// one would on a box with those GPUs and processes, or fails when the
     /// file is gone.
     fn fake_nvidia_smi(dir: &Path) -> String {
-        use std::os::unix::fs::PermissionsExt;
         let program = dir.join("nvidia-smi");
+        let source = dir.join("nvidia-smi.sh");
         let answer = |file: &str| {
             let path = dir.join(file).display().to_string();
             format!("cat {path:?} 2>/dev/null || {{ echo 'NVIDIA-SMI has failed' >&2; exit 9; }}")
         };
         std::fs::write(
-            &program,
+            &source,
             format!(
                 "#!/bin/sh\ncase \"$*\" in\n\
                  \"{QUERY} --format=csv,noheader,nounits\") {} ;;\n\
@@ -327,7 +327,16 @@ mod tests {
             ),
         )
         .unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Installed by a child process, so that no file this process wrote
+        // is executed: a fork in another test thread could still hold it
+        // open for writing, and exec would fail with ETXTBSY.
+        let installed = std::process::Command::new("install")
+            .args(["-m", "0755"])
+            .arg(&source)
+            .arg(&program)
+            .status()
+            .unwrap();
+        assert!(installed.success());
         program.display().to_string()
     }
 
