@@ -18,6 +18,10 @@ use crate::config::{AcceleratorConfig, LoadScale, SysfsLoad};
 /// How long `nvidia-smi` may take before its reading counts as unknown.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest a sample waits on accelerators: its two `nvidia-smi` runs
+/// (the query and, while tasks run, `pmon`).
+pub const MAX_READ: Duration = NVIDIA_SMI_TIMEOUT.saturating_mul(2);
+
 const QUERY: &str = "--query-gpu=name,memory.total,utilization.gpu";
 
 /// One sample of each process's GPU use, utilisation only.

@@ -221,10 +221,7 @@ pub fn main() -> ExitCode {
                 lifecycle::shutdown_signal().await;
                 notify::stopping();
             };
-            let daemon = async {
-                let _watchdog = notify::start_watchdog();
-                crate::daemon::run(cfg, stop).await
-            };
+            let daemon = crate::daemon::run(cfg, stop);
             match rt.block_on(daemon) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),

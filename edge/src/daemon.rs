@@ -206,6 +206,15 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         node_id.clone(),
     )
     .await?;
+    // systemd's keep-alives go on only while samples do: a sample interval
+    // of the wall clock (longer than the trace clock's under replay faster
+    // than real time), three of them, plus what a sample may wait on.
+    let wall_interval = cfg.sample_interval().mul_f64(1.0 / speed.min(1.0));
+    let stall_bound = 3 * wall_interval + crate::accel::MAX_READ;
+    let _watchdog = tidemill_runtime::notify::start_watchdog_while({
+        let status = status.clone();
+        move || status.sampled_within(stall_bound)
+    });
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
     let executor = Executor::new(

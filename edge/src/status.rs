@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -74,6 +74,8 @@ pub enum StatusError {
 /// its instruments.
 pub struct Live {
     registry: Registry,
+    /// When the last sample was taken (or the daemon started), wall time.
+    last_sample: Mutex<Instant>,
     connected: AtomicBool,
     samples: IntCounter,
     connected_gauge: IntGauge,
@@ -92,6 +94,7 @@ impl Default for Live {
             )
         };
         Live {
+            last_sample: Mutex::new(Instant::now()),
             connected: AtomicBool::new(false),
             samples: register(
                 &registry,
@@ -135,6 +138,22 @@ impl Live {
     /// Counts one sample taken.
     pub fn sampled(&self) {
         self.samples.inc();
+        *self.last_sample.lock().unwrap() = Instant::now();
+    }
+
+    /// `Ok` if a sample was taken within `bound` of wall time (or the daemon
+    /// started that recently); else why not, for the watchdog.
+    pub fn sampled_within(&self, bound: Duration) -> Result<(), String> {
+        let age = self.last_sample.lock().unwrap().elapsed();
+        if age <= bound {
+            Ok(())
+        } else {
+            Err(format!(
+                "the sampling loop has taken no sample for {:.0} s (expected within {:.0} s)",
+                age.as_secs_f64(),
+                bound.as_secs_f64()
+            ))
+        }
     }
 
     fn connection(&self) -> Connection {
@@ -516,4 +535,25 @@ pub fn query(cfg: &StatusConfig, data_dir: &Path, node_id: &str) -> Result<Snaps
         return Err(ask(format!("{status}: {}", body.trim())));
     }
     serde_json::from_str(&body).map_err(|e| ask(format!("an answer that is not a status: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_hears_of_a_stalled_sampling_loop() {
+        let live = Live::default();
+        assert_eq!(live.sampled_within(Duration::from_secs(40)), Ok(()));
+        *live.last_sample.lock().unwrap() = Instant::now() - Duration::from_secs(100);
+        let why = live.sampled_within(Duration::from_secs(40)).unwrap_err();
+        assert!(
+            why.starts_with(
+                "the sampling loop has taken no sample for 100 s (expected within 40 s)"
+            ),
+            "{why}"
+        );
+        live.sampled();
+        assert_eq!(live.sampled_within(Duration::from_secs(40)), Ok(()));
+    }
 }
