@@ -4,7 +4,8 @@
 #   sh install.sh cloud [--listen ADDR] [--tls-name NAME]
 #   sh install.sh edge --coordinator HOST:PORT --token T   (or --token-file F)
 #
-# It places the binary in /usr/local/bin, makes the data dir
+# It places the binary in /usr/local/bin, the operations guide in
+# /usr/local/share/doc/tidemill (the unit's Documentation=), makes the data dir
 # /var/lib/tidemill-<role> (0700; the cloud's owned by the system user
 # `tidemill`), writes /etc/tidemill/<role>.toml from the binary's documented
 # defaults only if that file is absent, installs the systemd unit, and enables
@@ -111,6 +112,11 @@ fi
     die "no $name binary found; build one (cargo build --release), install one (cargo install --path $role) or pass --binary FILE"
 unit=$here/systemd/$name.service
 [ -f "$unit" ] || die "the unit file $unit is missing; run install.sh from the release tarball or the repository's deploy/ directory"
+# The operations guide the unit's Documentation= names: docs/ beside this
+# script in the release tarball, ../docs in the repository.
+guide=$here/docs/operations.md
+[ -f "$guide" ] || guide=$here/../docs/operations.md
+[ -f "$guide" ] || die "docs/operations.md is missing; run install.sh from the release tarball or the repository's deploy/ directory"
 
 if [ -z "$root" ] && [ "$dry" = false ] && [ "$(id -u)" != 0 ]; then
     die "run as root (sudo sh $0 ...), or give --root DIR or --dry-run"
@@ -137,12 +143,15 @@ bindir=$root/usr/local/bin
 etc=$root/etc/tidemill
 data=$root/var/lib/$name
 unitdir=$root/etc/systemd/system
+docdir=$root/usr/local/share/doc/tidemill
 
 echo "installing $name from $binary"
 run install -d -m 0755 "$bindir" "$unitdir"
 run install -d -m 0755 "$etc"
 run install -m 0755 "$binary" "$bindir/$name"
 run install -m 0644 "$unit" "$unitdir/$name.service"
+run install -d -m 0755 "$docdir"
+run install -m 0644 "$guide" "$docdir/operations.md"
 run install -d -m 0700 "$data"
 
 if [ "$role" = cloud ]; then

@@ -312,6 +312,17 @@ fn install_sh_puts_the_edge_in_place_with_its_token_private() {
     let unit = std::fs::read_to_string(unit).unwrap();
     assert!(!unit.contains(TOKEN));
     assert!(unit.contains("EnvironmentFile=-/etc/tidemill/edge.env"));
+    // The guide the unit's Documentation= names is where it says.
+    let documentation = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Documentation=file:"))
+        .expect("the unit names its documentation");
+    let guide = r.join(documentation.trim_start_matches('/'));
+    assert_eq!(
+        std::fs::read_to_string(&guide).unwrap(),
+        std::fs::read_to_string(deploy().join("../docs/operations.md")).unwrap()
+    );
+    assert_eq!(mode(&guide), 0o644);
     // systemctl and the like are shown, not run, under --root.
     assert!(stdout.contains("would run: systemctl enable tidemill-edge.service"));
 
