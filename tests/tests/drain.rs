@@ -59,10 +59,7 @@ fn let_it_train(cluster: &Cluster, node: &str, n: usize) {
 /// Asserts that job `id` ended as it should after a move: succeeded, resumed
 /// from a checkpoint part-way, by its deadline, never cancelled.
 fn assert_resumed_and_met(cluster: &Cluster, id: u64, iterations: u32) {
-    cluster.wait_until_ended(id);
-    let log = cluster.job_log(id);
-    let job = cluster.coord.job(id);
-    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let (job, log) = cluster.wait_until_succeeded(id);
     let tail = job["output_tail"].to_string();
     assert!(
         (1..iterations).contains(&resumed_at(&tail)),

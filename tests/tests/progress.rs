@@ -103,10 +103,7 @@ fn reported_progress_corrects_the_rate_and_the_predicted_finish() {
         "measured {rate:.6} it/s (trainer {actual_ips:.6}, declared {DECLARED_IPS:.6}); \
          the predicted finish moved {moved_s:.0} s of {extra_s:.0} s"
     );
-    cluster.wait_until_ended(id);
-    let ended = cluster.coord.job(id);
-    cluster.job_log(id);
-    assert_eq!(ended["state"], "succeeded", "{ended:#}");
+    let (ended, _) = cluster.wait_until_succeeded(id);
     assert_eq!(
         ended["done_iters"].as_f64(),
         Some(f64::from(ITERATIONS)),

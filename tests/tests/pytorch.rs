@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use support::PATIENCE;
-use support::cluster::{Cluster, Net, SPEED, assert_met_deadline, resumed_at, write_idle_trace};
+use support::cluster::{
+    Cluster, Net, SPEED, assert_met_deadline, job_time, resumed_at, write_idle_trace,
+};
 
 /// Global batch size of every job: big enough that a step costs more than
 /// the Python loop around it.
@@ -199,11 +201,9 @@ max_workers = {max}
 /// submission to its finish: `(finished − submitted) / (deadline −
 /// submitted)`, as a percentage, with both spans in accelerated hours.
 fn deadline_use(shown: &serde_json::Value) -> String {
-    let time = |k: &str| {
-        chrono::DateTime::parse_from_rfc3339(shown[k].as_str().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("the job's {k}: {e}: {shown:#}"))
+    let h = |to: &str| {
+        (job_time(shown, to) - job_time(shown, "submitted_at")).as_seconds_f64() / 3600.0
     };
-    let h = |to: &str| (time(to) - time("submitted_at")).as_seconds_f64() / 3600.0;
     let (took, allowed) = (h("finished_at"), h("deadline"));
     format!(
         "finished {took:.1} h after submission, deadline {allowed:.1} h: {:.0} % of its time",
@@ -281,10 +281,7 @@ fn scenario_1_a_single_edge_job_trains_to_completion_by_its_deadline() {
         own_rate: true,
     };
     let id = submit(&cluster, dir.path(), &job, &dir.path().join("ck-single"));
-    cluster.wait_until_ended(id);
-    cluster.job_log(id);
-    let shown = cluster.coord.job(id);
-    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    let (shown, _) = cluster.wait_until_succeeded(id);
     assert_eq!(
         shown["plan"]["verdict"]["verdict"], "guaranteed",
         "{shown:#}"
@@ -319,10 +316,7 @@ fn scenario_2_a_job_runs_data_parallel_on_two_edges() {
     };
     let checkpoints = dir.path().join("ck-ddp");
     let id = submit(&cluster, dir.path(), &job, &checkpoints);
-    cluster.wait_until_ended(id);
-    cluster.job_log(id);
-    let shown = cluster.coord.job(id);
-    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    let (shown, _) = cluster.wait_until_succeeded(id);
     let plan = &shown["plan"];
     assert_eq!(plan["shape"], "multi-edge", "{shown:#}");
     assert_eq!(plan["nodes"].as_array().map(Vec::len), Some(2), "{shown:#}");
@@ -387,10 +381,7 @@ fn scenario_3_a_drained_edge_yields_and_the_job_resumes_elsewhere_from_its_check
     let said = cluster.coord.cli(&["nodes", "drain", &first]);
     assert!(said.contains(&format!("node {first} drained")), "{said}");
 
-    cluster.wait_until_ended(id);
-    let log = cluster.job_log(id);
-    let shown = cluster.coord.job(id);
-    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    let (shown, log) = cluster.wait_until_succeeded(id);
     assert_ne!(shown["node"].as_str(), Some(first.as_str()), "{shown:#}");
     assert!(
         !log.iter().any(|l| l.contains("state=cancelled")),
@@ -441,10 +432,7 @@ fn scenario_4_a_job_on_two_edges_resizes_to_one_when_an_edge_is_drained() {
     let said = cluster.coord.cli(&["nodes", "drain", &drained]);
     assert!(said.contains(&format!("node {drained} drained")), "{said}");
 
-    cluster.wait_until_ended(id);
-    cluster.job_log(id);
-    let shown = cluster.coord.job(id);
-    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    let (shown, _) = cluster.wait_until_succeeded(id);
     let tail = shown["output_tail"].to_string();
     let at = resumed_at(&tail);
     eprintln!(
@@ -572,10 +560,7 @@ fn scenario_5_data_parallel_over_an_impaired_link_against_the_cost_model() {
         own_rate: false,
     };
     let id = submit(&cluster, dir.path(), &job, &dir.path().join("ck-wan"));
-    cluster.wait_until_ended(id);
-    cluster.job_log(id);
-    let shown = cluster.coord.job(id);
-    assert_eq!(shown["state"], "succeeded", "{shown:#}");
+    let (shown, _) = cluster.wait_until_succeeded(id);
     assert_eq!(shown["plan"]["shape"], "multi-edge", "{shown:#}");
     let tail = shown["output_tail"].to_string();
     assert!(

@@ -174,11 +174,7 @@ fn a_job_is_moved_when_the_tide_comes_in_early() {
     // 42 iterations of 300 s (3.5 h) by a 12 h deadline: the earliest finish
     // starts on `ebb` at once.
     let id = cluster.submit(dir.path(), &job("long", 42, 12.0, "slo", "reject"));
-    cluster.wait_until_ended(id);
-    let log = cluster.job_log(id);
-
-    let job = cluster.coord.job(id);
-    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let (job, log) = cluster.wait_until_succeeded(id);
     assert_eq!(job["plan"]["verdict"]["verdict"], "guaranteed", "{job:#}");
     assert!(
         log.iter().any(|l| l.contains("action=started on ebb")),
@@ -233,10 +229,7 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         "",
     );
     let id = cluster.coord.submit_file(&file);
-    cluster.wait_until_ended(id);
-
-    let job = cluster.coord.job(id);
-    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let (job, _) = cluster.wait_until_succeeded(id);
     let plan = &job["plan"];
     assert_eq!(plan["verdict"]["verdict"], "guaranteed", "{job:#}");
     assert_eq!(plan["shape"], "multi-edge", "{job:#}");

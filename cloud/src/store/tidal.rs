@@ -184,7 +184,7 @@ impl Store {
                 .map_err(&err)?;
                 let reason = &d.explanation.reason;
                 let what = match &d.action {
-                    Action::Reject => turn_away(tx, job, reason, now).map_err(&err)?,
+                    Action::Reject => Some(turn_away(tx, job, reason, now).map_err(&err)?),
                     Action::Start { on } if open == 0 => {
                         let wants: Vec<(&str, u32)> = on.iter().map(|a| (a.node_id.as_str(), a.workers)).collect();
                         match capacity::check(tx, job, &wants, Capacity::Devices).map_err(&err)? {
@@ -229,13 +229,14 @@ impl Store {
 /// Rejects `job` for `reason`. A job that had started (an SLO job under
 /// queue admission runs before it is promised, and may then fall behind its
 /// deadline) is cancelled on its nodes: left running, its tasks would hold
-/// devices for a job that is over, out of every drain's reach.
+/// devices for a job that is over, out of every drain's reach. Returns what
+/// was done.
 fn turn_away(
     tx: &Transaction<'_>,
     job: i64,
     reason: &str,
     now_ms: i64,
-) -> rusqlite::Result<Option<String>> {
+) -> rusqlite::Result<String> {
     let started: bool = tx.query_row(
         "SELECT started_ms IS NOT NULL FROM jobs WHERE id = ?1",
         [job],
@@ -251,14 +252,12 @@ fn turn_away(
         "UPDATE jobs SET state = 'rejected', cancel_requested = ?4, reason = ?2, finished_ms = ?3 WHERE id = ?1",
         params![job, why, now_ms, open > 0],
     )?;
-    Ok(Some(
-        if open > 0 {
-            "rejected; cancelling its tasks"
-        } else {
-            "rejected"
-        }
-        .to_string(),
-    ))
+    let what = if open > 0 {
+        "rejected; cancelling its tasks"
+    } else {
+        "rejected"
+    };
+    Ok(what.to_string())
 }
 
 /// A node went offline: the jobs with tasks on it, planned or first-fit,

@@ -197,16 +197,19 @@ pub fn ran_to_an_end(l: &str) -> bool {
             .any(|s| l.contains(&format!("state={s}")))
 }
 
+/// Time `k` (`deadline`, `finished_at`, ...) of `job` as `jobs show --json`
+/// gives it.
+pub fn job_time(job: &serde_json::Value, k: &str) -> chrono::DateTime<chrono::FixedOffset> {
+    let at = job[k]
+        .as_str()
+        .unwrap_or_else(|| panic!("the job has no {k}: {job:#}"));
+    chrono::DateTime::parse_from_rfc3339(at).unwrap()
+}
+
 /// Asserts that `job` (as `jobs show --json` gives it) finished by its deadline.
 pub fn assert_met_deadline(job: &serde_json::Value) {
-    let time = |k: &str| {
-        let at = job[k]
-            .as_str()
-            .unwrap_or_else(|| panic!("the job has no {k}: {job:#}"));
-        chrono::DateTime::parse_from_rfc3339(at).unwrap()
-    };
     assert!(
-        time("finished_at") <= time("deadline"),
+        job_time(job, "finished_at") <= job_time(job, "deadline"),
         "it finished after its deadline: {job:#}"
     );
 }
@@ -396,6 +399,17 @@ impl Cluster {
             .wait_until("the job to end", 1, JOB_PATIENCE, |l| {
                 l.contains(&job_line) && ran_to_an_end(l)
             });
+    }
+
+    /// Waits until job `id` has ended, echoes its log lines and asserts
+    /// that it succeeded; returns it as `jobs show --json` gives it, and
+    /// those lines.
+    pub fn wait_until_succeeded(&self, id: u64) -> (serde_json::Value, Vec<String>) {
+        self.wait_until_ended(id);
+        let log = self.job_log(id);
+        let job = self.coord.job(id);
+        assert_eq!(job["state"], "succeeded", "{job:#}");
+        (job, log)
     }
 
     /// The coordinator's log lines about job `id`, also echoed to stderr so
