@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod rogue;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
