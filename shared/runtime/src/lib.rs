@@ -15,5 +15,6 @@ pub mod metrics;
 pub mod notify;
 pub mod probe;
 pub mod quic;
+pub mod secrets;
 pub mod sqlite;
 pub mod tls;
