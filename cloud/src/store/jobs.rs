@@ -7,7 +7,7 @@ use tidemill_proto::{NodeForecast, TaskStatus};
 use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
-use super::{IdleWindowView, Store, StoreError, event, json_column, ms_to_time, tidal};
+use super::{IdleWindowView, Store, StoreError, event, json_column, ms_to_time, secrets, tidal};
 use crate::job::{JobFile, JobPhase, JobRecord, PlanView, ProgressSource, StartWindow};
 use crate::lifecycle;
 
@@ -18,7 +18,8 @@ impl Store {
     }
 
     /// Stores a new job owned by the API token `owner` (empty: none), so
-    /// that a submit-scoped token may cancel it; returns its id.
+    /// that a submit-scoped token may cancel it; returns its id. Its
+    /// `secret_env` is sealed under the secrets key, apart from the spec.
     pub fn submit_as(
         &mut self,
         spec: &JobFile,
@@ -26,24 +27,30 @@ impl Store {
         now_ms: i64,
     ) -> Result<u64, StoreError> {
         let err = self.sql_err();
-        let json = serde_json::to_string(spec).expect("job specs serialise");
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms, owner)
-                 VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4, ?5)",
-                params![
-                    spec.name,
-                    json,
-                    spec.deadline.timestamp_millis(),
-                    now_ms,
-                    owner
-                ],
-            )
-            .map_err(&err)?;
-            let id = tx.last_insert_rowid();
-            event(tx, now_ms, None, Some(id), "job-submitted", &spec.name).map_err(&err)?;
-            Ok(id as u64)
-        })
+        let mut public = spec.clone();
+        let secret_env = std::mem::take(&mut public.secret_env);
+        let json = serde_json::to_string(&public).expect("job specs serialise");
+        let names =
+            serde_json::to_string(&secret_env.keys().collect::<Vec<_>>()).expect("names serialise");
+        let tx = self.conn.transaction().map_err(&err)?;
+        tx.execute(
+            "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms, owner, secret_names)
+             VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4, ?5, ?6)",
+            params![
+                spec.name,
+                json,
+                spec.deadline.timestamp_millis(),
+                now_ms,
+                owner,
+                names
+            ],
+        )
+        .map_err(&err)?;
+        let id = tx.last_insert_rowid();
+        secrets::store(&tx, &self.secrets, id, &secret_env).map_err(&err)?;
+        event(&tx, now_ms, None, Some(id), "job-submitted", &spec.name).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(id as u64)
     }
 
     /// One job.
@@ -259,7 +266,7 @@ impl Store {
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window,
-    reported_iters IS NOT NULL, measured_ips FROM jobs";
+    reported_iters IS NOT NULL, measured_ips, secret_names FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
@@ -282,7 +289,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         reason: r.get(7)?,
         command: spec.command,
         env: spec.env,
-        secret_env: spec.secret_env.into_keys().collect(),
+        secret_env: json_column(r, 18)?,
         deadline: spec.deadline,
         submitted_at: ms_to_time(r.get(9)?),
         started_at: r.get::<_, Option<i64>>(10)?.map(ms_to_time),

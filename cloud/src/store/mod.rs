@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Row, Transaction, params};
+use tidemill_runtime::secrets::{SecretError, SecretKey};
 use tidemill_runtime::sqlite::{self, DbError};
 
 mod capacity;
@@ -19,6 +20,7 @@ mod outbox;
 mod probes;
 mod reports;
 mod schema;
+mod secrets;
 #[cfg(test)]
 mod testkit;
 mod tidal;
@@ -65,6 +67,10 @@ pub enum StoreError {
         /// The file.
         path: PathBuf,
     },
+    /// The secrets key is missing, unreadable or not the one the stored
+    /// secrets were sealed with.
+    #[error(transparent)]
+    Secrets(#[from] SecretError),
     /// A report came from a node that never said hello.
     #[error("node {0:?} sent a report before registering")]
     UnknownNode(String),
@@ -91,6 +97,8 @@ pub struct Store {
     /// The opened file's device and inode, to tell when the path stops
     /// naming it.
     file_id: Option<(u64, u64)>,
+    /// Seals and opens the jobs' `secret_env`.
+    secrets: SecretKey,
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -98,15 +106,18 @@ fn ms_to_time(ms: i64) -> DateTime<Utc> {
 }
 
 impl Store {
-    /// Opens the database in `data_dir`, creating and migrating it as needed.
+    /// Opens the database in `data_dir`, creating and migrating it as needed,
+    /// with the secrets key beside it (made on first start).
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_FILE);
-        let conn = sqlite::open(&path, schema::MIGRATIONS)?;
+        let mut conn = sqlite::open(&path, schema::MIGRATIONS)?;
+        let secrets = secrets::load_key(&mut conn, data_dir)?;
         let file_id = file_id(&path);
         Ok(Store {
             conn,
             path,
             file_id,
+            secrets,
         })
     }
 

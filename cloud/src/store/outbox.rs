@@ -3,7 +3,7 @@
 
 use tidemill_proto::TaskAssignment;
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, secrets};
 use crate::job::JobFile;
 use crate::rendezvous;
 
@@ -20,14 +20,14 @@ impl Store {
     /// Commands that `node_id` has not yet acknowledged: assignments of its
     /// tasks, and cancels of its running tasks.
     /// Assignments carry the rendezvous of their job, with rank 0 listening on
-    /// `master_port`.
+    /// `master_port`, and its secrets, opened here for the mutual-TLS link.
     pub fn owed(&self, node_id: &str, master_port: u16) -> Result<Vec<Owed>, StoreError> {
         let err = self.sql_err();
         let mut out = Vec::new();
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT t.id, t.job_id, j.spec, t.rank, t.world, t.workers, t.master_addr
+                "SELECT t.id, t.job_id, j.spec, t.rank, t.world, t.workers, t.master_addr, j.secret_env
                  FROM tasks t JOIN jobs j ON j.id = t.job_id
                  WHERE t.node_id = ?1 AND t.state = 'assigned' AND t.dispatched = 0
                    AND j.cancel_requested = 0 AND t.yield_requested = 0
@@ -46,15 +46,17 @@ impl Store {
                         r.get::<_, u32>(5)?,
                     ),
                     r.get::<_, String>(6)?,
+                    r.get::<_, Option<Vec<u8>>>(7)?,
                 ))
             })
             .map_err(&err)?;
         for row in assigns {
-            let (task_id, job_id, spec, (rank, world, workers), master_addr) = row.map_err(&err)?;
+            let (task_id, job_id, spec, (rank, world, workers), master_addr, sealed) =
+                row.map_err(&err)?;
             let spec: JobFile =
                 serde_json::from_str(&spec).expect("stored specs were serialised by this build");
             let mut env = spec.env;
-            env.extend(spec.secret_env);
+            env.extend(secrets::open(&self.secrets, job_id, sealed.as_deref())?);
             rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
             out.push(Owed::Assign(TaskAssignment {
                 task_id: task_id as u64,

@@ -155,4 +155,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN rate_base_iters REAL;
     ALTER TABLE jobs ADD COLUMN measured_ips REAL;
 ",
+    // secret_env leaves the spec's JSON: sealed under secrets.key (see
+    // store::secrets, which moves the values of older rows on start), with
+    // the names kept apart for listings, and cleared when the job ends.
+    "
+    ALTER TABLE jobs ADD COLUMN secret_env BLOB;
+    ALTER TABLE jobs ADD COLUMN secret_names TEXT NOT NULL DEFAULT '[]';
+    UPDATE jobs SET secret_names = (SELECT json_group_array(key) FROM json_each(jobs.spec, '$.secret_env'))
+    WHERE json_extract(spec, '$.secret_env') IS NOT NULL;
+    CREATE TRIGGER jobs_purge_secrets AFTER UPDATE OF state ON jobs
+    WHEN NEW.state IN ('succeeded', 'failed', 'cancelled', 'rejected') AND NEW.secret_env IS NOT NULL
+    BEGIN
+        UPDATE jobs SET secret_env = NULL WHERE id = NEW.id;
+    END;
+",
 ];

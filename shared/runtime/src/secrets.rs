@@ -198,7 +198,9 @@ impl SecretKey {
             path: self.path.clone(),
             what: what.to_string(),
         };
-        let [FORMAT, rest @ ..] = sealed else { return Err(refused()) };
+        let [FORMAT, rest @ ..] = sealed else {
+            return Err(refused());
+        };
         if rest.len() < NONCE_LEN {
             return Err(refused());
         }
@@ -226,10 +228,17 @@ mod tests {
         assert_eq!(mode, 0o600);
         let blob = key.seal(b"hunter2", "job 1");
         assert!(!blob.windows(7).any(|w| w == b"hunter2"));
-        assert_ne!(blob, key.seal(b"hunter2", "job 1"), "a fresh nonce each time");
+        assert_ne!(
+            blob,
+            key.seal(b"hunter2", "job 1"),
+            "a fresh nonce each time"
+        );
         assert_eq!(key.open(&blob, "job 1", "job 1").unwrap(), b"hunter2");
         let moved = key.open(&blob, "job 2", "job 2").unwrap_err();
-        assert!(matches!(moved, SecretError::Undecryptable { .. }), "{moved}");
+        assert!(
+            matches!(moved, SecretError::Undecryptable { .. }),
+            "{moved}"
+        );
 
         let again = SecretKey::load_or_create(dir.path(), "job 1").unwrap();
         assert_eq!(again.open(&blob, "job 1", "job 1").unwrap(), b"hunter2");
@@ -259,6 +268,9 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, b"short").unwrap();
         let err = SecretKey::load_or_create(dir.path(), "").unwrap_err();
-        assert!(matches!(err, SecretError::Malformed { len: 5, .. }), "{err}");
+        assert!(
+            matches!(err, SecretError::Malformed { len: 5, .. }),
+            "{err}"
+        );
     }
 }

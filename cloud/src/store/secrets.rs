@@ -1,0 +1,367 @@
+//! A job's `secret_env` at rest: sealed under the coordinator's key
+//! (`<data_dir>/secrets.key`) in `jobs.secret_env`, bound to its job id,
+//! opened only to build an assignment, and cleared by the schema's
+//! `jobs_purge_secrets` trigger the moment the job ends.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{Connection, Transaction, params};
+use tidemill_runtime::secrets::{SecretError, SecretKey};
+
+use super::StoreError;
+
+/// Secret values by variable name.
+pub(super) type SecretEnv = BTreeMap<String, String>;
+
+/// The associated data that binds a sealed blob to job `id`'s row.
+fn row(id: i64) -> String {
+    format!("tidemill-cloud jobs.secret_env {id}")
+}
+
+/// Seals `secrets` into job `id`'s row; nothing is stored for none.
+pub(super) fn store(
+    tx: &Transaction<'_>,
+    key: &SecretKey,
+    id: i64,
+    secrets: &SecretEnv,
+) -> rusqlite::Result<()> {
+    if secrets.is_empty() {
+        return Ok(());
+    }
+    let plain = serde_json::to_vec(secrets).expect("strings serialise");
+    tx.execute(
+        "UPDATE jobs SET secret_env = ?2 WHERE id = ?1",
+        params![id, key.seal(&plain, &row(id))],
+    )?;
+    Ok(())
+}
+
+/// Opens job `id`'s sealed secrets (none when `sealed` is `None`: the job
+/// had none, or they were purged).
+pub(super) fn open(
+    key: &SecretKey,
+    id: i64,
+    sealed: Option<&[u8]>,
+) -> Result<SecretEnv, SecretError> {
+    let Some(sealed) = sealed else {
+        return Ok(SecretEnv::new());
+    };
+    let what = format!("job {id}");
+    let plain = key.open(sealed, &row(id), &what)?;
+    Ok(
+        serde_json::from_slice(&plain).map_err(|_| SecretError::Undecryptable {
+            path: key.path().to_path_buf(),
+            what,
+        })?,
+    )
+}
+
+/// Loads (or, when no job holds sealed secrets, makes) the key in
+/// `data_dir`, proves that every sealed row opens with it, so a lost or
+/// replaced key stops the start with the jobs it strands named, and seals
+/// the plain-text secrets a database from before encryption still holds.
+pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretKey, StoreError> {
+    let db = data_dir.join(super::DB_FILE);
+    let err = |source| StoreError::Sql {
+        path: db.clone(),
+        source,
+    };
+    let sealed: Vec<(i64, Vec<u8>)> = conn
+        .prepare("SELECT id, secret_env FROM jobs WHERE secret_env IS NOT NULL ORDER BY id")
+        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(err)?;
+    let what = match sealed.len() {
+        0 => String::new(),
+        1 => format!("job {}", sealed[0].0),
+        _ => {
+            let ids: Vec<String> = sealed.iter().map(|(id, _)| id.to_string()).collect();
+            format!("jobs {}", ids.join(", "))
+        }
+    };
+    let key = SecretKey::load_or_create(data_dir, &what)?;
+    for (id, blob) in &sealed {
+        open(&key, *id, Some(blob))?;
+    }
+    seal_plain(conn, &key).map_err(err)?;
+    Ok(key)
+}
+
+/// Moves the secrets an older build kept in the spec's JSON into the sealed
+/// column (jobs still live) or drops them (jobs ended), with freed pages
+/// zeroed and the WAL emptied, so no plain copy stays on disk.
+fn seal_plain(conn: &mut Connection, key: &SecretKey) -> rusqlite::Result<()> {
+    let plain: Vec<(i64, bool, String)> = conn
+        .prepare(
+            "SELECT id, state IN ('succeeded', 'failed', 'cancelled', 'rejected'),
+                    json_extract(spec, '$.secret_env')
+             FROM jobs WHERE json_extract(spec, '$.secret_env') IS NOT NULL",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    if plain.is_empty() {
+        return Ok(());
+    }
+    conn.pragma_update(None, "secure_delete", true)?;
+    let tx = conn.transaction()?;
+    for (id, ended, json) in &plain {
+        let secrets: SecretEnv = serde_json::from_str(json).unwrap_or_default();
+        tx.execute(
+            "UPDATE jobs SET spec = json_remove(spec, '$.secret_env') WHERE id = ?1",
+            [id],
+        )?;
+        if !ended {
+            store(&tx, key, *id, &secrets)?;
+        }
+    }
+    tx.commit()?;
+    conn.pragma_update(None, "secure_delete", false)?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    tracing::info!(
+        jobs = plain.len(),
+        "sealed the plain-text secret_env an older build stored"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use tidemill_proto::TaskEvent;
+    use tidemill_runtime::secrets::KEY_FILE;
+    use tidemill_sched::{FirstFitLimits, first_fit};
+
+    use super::*;
+    use crate::job::JobPhase;
+    use crate::store::testkit::{hello, samples, spec, task};
+    use crate::store::{Owed, Store};
+
+    const SECRET: &str = "hf_s3cr3t_value";
+
+    fn secret_spec() -> crate::job::JobFile {
+        let mut s = spec();
+        s.secret_env.insert("HF_TOKEN".into(), SECRET.into());
+        s
+    }
+
+    /// A store with node n1 idle and `jobs` secret-bearing jobs submitted.
+    fn store_with_jobs(dir: &Path, jobs: usize) -> (Store, Vec<u64>) {
+        let mut store = Store::open(dir).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+        let ids = (0..jobs)
+            .map(|_| store.submit(&secret_spec(), 2).unwrap())
+            .collect();
+        (store, ids)
+    }
+
+    /// Places the queued jobs first-fit and returns what n1 is owed.
+    fn dispatch(store: &mut Store) -> Result<Vec<Owed>, StoreError> {
+        let policy = FirstFitLimits {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 4,
+        };
+        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+        store.apply_plan(&plan, &policy, 3).unwrap();
+        store.owed("n1", 29500)
+    }
+
+    /// Dispatches the one queued job and checks its assignment carries the
+    /// secret in the clear, as the edge needs it.
+    fn assert_dispatched_with_secret(store: &mut Store) {
+        let owed = dispatch(store).unwrap();
+        let [Owed::Assign(a)] = &owed[..] else {
+            panic!("{owed:?}")
+        };
+        assert_eq!(a.env.get("HF_TOKEN").map(String::as_str), Some(SECRET));
+    }
+
+    fn stored_bytes(dir: &Path) -> Vec<u8> {
+        let mut all = Vec::new();
+        for file in [super::super::DB_FILE, "tidemill.db-wal"] {
+            all.extend(std::fs::read(dir.join(file)).unwrap_or_default());
+        }
+        all
+    }
+
+    fn contains(hay: &[u8], needle: &str) -> bool {
+        hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+    }
+
+    fn sealed(store: &Store, id: u64) -> Option<Vec<u8>> {
+        store
+            .conn
+            .query_row(
+                "SELECT secret_env FROM jobs WHERE id = ?1",
+                [id as i64],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn secrets_are_sealed_at_rest_and_opened_for_the_assignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, ids) = store_with_jobs(dir.path(), 1);
+        let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(
+            !contains(&stored_bytes(dir.path()), SECRET),
+            "plain text on disk"
+        );
+        assert!(sealed(&store, ids[0]).is_some());
+        assert_eq!(
+            store.job(ids[0]).unwrap().unwrap().secret_env,
+            vec!["HF_TOKEN"]
+        );
+
+        assert_dispatched_with_secret(&mut store);
+    }
+
+    #[test]
+    fn a_sealed_blob_moved_to_another_job_does_not_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, ids) = store_with_jobs(dir.path(), 2);
+        store
+            .conn
+            .execute(
+                "UPDATE jobs SET secret_env = (SELECT secret_env FROM jobs WHERE id = ?1) WHERE id = ?2",
+                [ids[0] as i64, ids[1] as i64],
+            )
+            .unwrap();
+        let err = dispatch(&mut store).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("job {}", ids[1])) && err.contains(KEY_FILE),
+            "{err}"
+        );
+        drop(store);
+        let err = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("job {}", ids[1])) && err.contains("restore"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn secrets_are_purged_when_the_job_ends_and_kept_through_a_yield() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, ids) = store_with_jobs(dir.path(), 2);
+        let owed = dispatch(&mut store).unwrap();
+        let [Owed::Assign(a), Owed::Assign(_)] = &owed[..] else {
+            panic!("{owed:?}")
+        };
+        for o in &owed {
+            store.acknowledged(o).unwrap();
+        }
+        store
+            .apply_report(
+                "n1",
+                &task(2, a.task_id, ids[0], TaskEvent::Started { pid: 7 }),
+                4,
+            )
+            .unwrap();
+        // A yield hands the job back to the queue: it still needs its secrets.
+        store
+            .conn
+            .execute(
+                "UPDATE tasks SET yield_requested = 1 WHERE id = ?1",
+                [a.task_id as i64],
+            )
+            .unwrap();
+        let stopped = TaskEvent::Exited {
+            exit_code: None,
+            signal: Some(15),
+            cancelled: true,
+        };
+        store
+            .apply_report("n1", &task(3, a.task_id, ids[0], stopped), 5)
+            .unwrap();
+        assert_eq!(store.job(ids[0]).unwrap().unwrap().state, JobPhase::Queued);
+        assert!(
+            sealed(&store, ids[0]).is_some(),
+            "a yielded job keeps its secrets"
+        );
+
+        store.request_cancel(ids[0], 6).unwrap();
+        assert_eq!(
+            store.job(ids[0]).unwrap().unwrap().state,
+            JobPhase::Cancelled
+        );
+        assert_eq!(sealed(&store, ids[0]), None, "purged on cancel");
+        let Owed::Assign(b) = &owed[1] else {
+            unreachable!()
+        };
+        let exit = TaskEvent::Exited {
+            exit_code: Some(0),
+            signal: None,
+            cancelled: false,
+        };
+        store
+            .apply_report("n1", &task(4, b.task_id, ids[1], exit), 7)
+            .unwrap();
+        assert_eq!(
+            store.job(ids[1]).unwrap().unwrap().state,
+            JobPhase::Succeeded
+        );
+        assert_eq!(sealed(&store, ids[1]), None, "purged on success");
+        assert_eq!(
+            store.job(ids[1]).unwrap().unwrap().secret_env,
+            vec!["HF_TOKEN"],
+            "the names stay listed"
+        );
+    }
+
+    #[test]
+    fn plain_secrets_of_an_older_database_are_sealed_or_dropped_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(super::super::DB_FILE);
+        let before = super::super::schema::MIGRATIONS.len() - 1;
+        {
+            let conn =
+                tidemill_runtime::sqlite::open(&db, &super::super::schema::MIGRATIONS[..before])
+                    .unwrap();
+            let json = serde_json::to_string(&secret_spec()).unwrap();
+            for state in ["queued", "succeeded"] {
+                conn.execute(
+                    "INSERT INTO jobs (name, spec, state, deadline_ms, submitted_ms) VALUES ('j', ?1, ?2, 0, 0)",
+                    params![json, state],
+                )
+                .unwrap();
+            }
+        }
+        assert!(contains(&stored_bytes(dir.path()), SECRET));
+        let mut store = Store::open(dir.path()).unwrap();
+        assert!(
+            !contains(&stored_bytes(dir.path()), SECRET),
+            "a plain copy stayed on disk"
+        );
+        assert!(sealed(&store, 1).is_some() && sealed(&store, 2).is_none());
+        for id in [1, 2] {
+            assert_eq!(store.job(id).unwrap().unwrap().secret_env, vec!["HF_TOKEN"]);
+        }
+        store.register(&hello("n1"), 0).unwrap();
+        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+        assert_dispatched_with_secret(&mut store);
+    }
+
+    #[test]
+    fn a_lost_key_with_sealed_secrets_stops_the_start_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, ids) = store_with_jobs(dir.path(), 2);
+        drop(store);
+        std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
+        let err = Store::open(dir.path()).unwrap_err().to_string();
+        let key = dir.path().join(KEY_FILE).display().to_string();
+        assert!(
+            err.contains(&key)
+                && err.contains(&format!("jobs {}, {}", ids[0], ids[1]))
+                && err.contains("restore the file from the backup"),
+            "{err}"
+        );
+        assert!(
+            !dir.path().join(KEY_FILE).exists(),
+            "no new key over sealed rows"
+        );
+    }
+}
