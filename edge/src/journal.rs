@@ -10,9 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemill_proto::{NodeForecast, Report, ReportBody, Sample, TaskAssignment};
+use tidemill_proto::{NodeForecast, Report, ReportBody, Sample};
 use tidemill_runtime::clock::{Clock, SystemClock};
+use tidemill_runtime::secrets::{self, SecretError, SecretKey};
 use tidemill_runtime::sqlite::{self, DbError};
+
+mod tasks;
 
 const MIGRATIONS: &[&str] = &[
     "
@@ -33,6 +36,12 @@ const MIGRATIONS: &[&str] = &[
     "
     INSERT INTO meta (key, value) VALUES ('last_ack_ms', 0);
     CREATE TABLE latest_forecast (id INTEGER PRIMARY KEY CHECK (id = 1), body BLOB NOT NULL);
+",
+    // Assignments (their env holds the job's secrets) are sealed under
+    // secrets.key; rows an older build wrote plain are sealed or purged on
+    // open (see `seal_plain`).
+    "
+    ALTER TABLE tasks ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
 ",
 ];
 
@@ -70,6 +79,17 @@ pub enum JournalError {
         /// The decoder's complaint.
         detail: String,
     },
+    /// The secrets key is missing, unreadable or not the one the stored
+    /// assignments were sealed with.
+    #[error(transparent)]
+    Secrets(#[from] SecretError),
+    /// The journal was opened read-only, without the secrets key, and the
+    /// caller asked for sealed assignments.
+    #[error("journal {path} was opened read-only: its assignments are sealed")]
+    Sealed {
+        /// The journal file.
+        path: PathBuf,
+    },
     /// The journal predates this build and only the daemon migrates it.
     #[error(
         "journal {path} was written by an older tidemill-edge; start the daemon once to upgrade it, then ask again"
@@ -85,14 +105,34 @@ pub enum JournalError {
 pub struct Journal {
     conn: Connection,
     path: PathBuf,
+    /// Seals and opens the assignments; `None` when opened read-only.
+    key: Option<SecretKey>,
 }
 
 impl Journal {
-    /// Opens the journal in `data_dir`, creating it if needed.
+    /// Opens the journal in `data_dir`, creating it if needed, with the
+    /// secrets key beside it (made on first start).
     pub fn open(data_dir: &Path) -> Result<Self, JournalError> {
         let path = data_dir.join(JOURNAL_FILE);
-        let conn = sqlite::open(&path, MIGRATIONS)?;
-        Ok(Journal { conn, path })
+        let mut conn = sqlite::open(&path, MIGRATIONS)?;
+        let sql = |source| JournalError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let sealed: Vec<i64> = conn
+            .prepare("SELECT task_id FROM tasks WHERE sealed = 1 AND finished = 0 ORDER BY task_id")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(sql)?;
+        let what = secrets::holders("task", &sealed);
+        let key = SecretKey::load_or_create(data_dir, &what, tasks::LOST)?;
+        tasks::seal_plain(&mut conn, &key).map_err(sql)?;
+        let journal = Journal {
+            conn,
+            path,
+            key: Some(key),
+        };
+        journal.unfinished_tasks()?;
+        Ok(journal)
     }
 
     fn sql(&self) -> impl Fn(rusqlite::Error) -> JournalError + '_ {
@@ -234,7 +274,11 @@ impl Journal {
         if version < MIGRATIONS.len() as i64 {
             return Err(JournalError::Stale { path });
         }
-        Ok(Journal { conn, path })
+        Ok(Journal {
+            conn,
+            path,
+            key: None,
+        })
     }
 
     /// When the coordinator last acknowledged reports (or welcomed this
@@ -301,99 +345,6 @@ impl Journal {
             Ok(())
         })
     }
-
-    /// Records an accepted task; returns false if it was already known, which
-    /// makes a repeated assignment a no-op.
-    pub fn accept_task(&mut self, a: &TaskAssignment) -> Result<bool, JournalError> {
-        let blob = rmp_serde::to_vec_named(a).expect("assignments always serialise");
-        let n = self
-            .conn
-            .execute(
-                "INSERT OR IGNORE INTO tasks (task_id, job_id, assignment) VALUES (?1, ?2, ?3)",
-                params![a.task_id as i64, a.job_id as i64, blob],
-            )
-            .map_err(self.sql())?;
-        Ok(n == 1)
-    }
-
-    /// Records the process id of a started task.
-    pub fn task_started(&mut self, task_id: u64, pid: u32) -> Result<(), JournalError> {
-        self.conn
-            .execute(
-                "UPDATE tasks SET pid = ?2 WHERE task_id = ?1",
-                params![task_id as i64, pid],
-            )
-            .map_err(self.sql())?;
-        Ok(())
-    }
-
-    /// Journals a task's last report and marks it finished, atomically, so a
-    /// crash cannot leave the task both finished and unreported.
-    pub fn finish_task(&mut self, task_id: u64, last: &ReportBody) -> Result<u64, JournalError> {
-        self.in_transaction(|tx| {
-            let seq = append_in(tx, last)?;
-            tx.execute(
-                "UPDATE tasks SET finished = 1 WHERE task_id = ?1",
-                [task_id as i64],
-            )?;
-            Ok(seq)
-        })
-    }
-
-    /// Tasks accepted but not finished, with their process ids if they started.
-    pub fn unfinished_tasks(&self) -> Result<Vec<(TaskAssignment, Option<u32>)>, JournalError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT task_id, assignment, pid FROM tasks WHERE finished = 0 ORDER BY task_id",
-            )
-            .map_err(self.sql())?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    r.get::<_, Vec<u8>>(1)?,
-                    r.get::<_, Option<u32>>(2)?,
-                ))
-            })
-            .map_err(self.sql())?;
-        rows.map(|row| {
-            let (task_id, blob, pid) = row.map_err(self.sql())?;
-            let a = rmp_serde::from_slice(&blob).map_err(|e| JournalError::Corrupt {
-                path: self.path.clone(),
-                seq: task_id,
-                detail: e.to_string(),
-            })?;
-            Ok((a, pid))
-        })
-        .collect()
-    }
-
-    /// The process ids of the unfinished tasks that have started.
-    pub fn running_pids(&self) -> Result<Vec<u32>, JournalError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT pid FROM tasks WHERE finished = 0 AND pid IS NOT NULL")
-            .map_err(self.sql())?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, u32>(0))
-            .map_err(self.sql())?;
-        rows.map(|r| r.map_err(self.sql())).collect()
-    }
-
-    /// Whether a task is known and unfinished.
-    pub fn task_running(&self, task_id: u64) -> Result<bool, JournalError> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT finished FROM tasks WHERE task_id = ?1",
-                [task_id as i64],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()
-            .map_err(self.sql())?
-            == Some(0))
-    }
 }
 
 fn append_in(tx: &rusqlite::Transaction<'_>, body: &ReportBody) -> rusqlite::Result<u64> {
@@ -444,7 +395,8 @@ mod tests {
         assert!(missing.to_string().contains(JOURNAL_FILE), "{missing}");
     }
 
-    fn body(n: i64) -> ReportBody {
+    /// A task report stamped `n`, as the journal's tests append.
+    pub(super) fn body(n: i64) -> ReportBody {
         ReportBody::Task(TaskStatus {
             task_id: 1,
             job_id: 1,
@@ -529,33 +481,5 @@ mod tests {
             "order kept"
         );
         assert_eq!(j.append(&body(12)).unwrap(), 53);
-    }
-
-    #[test]
-    fn tasks_are_accepted_once_and_tracked_until_finished() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut j = Journal::open(dir.path()).unwrap();
-        let a = TaskAssignment {
-            task_id: 9,
-            job_id: 4,
-            command: vec!["true".into()],
-            env: Default::default(),
-            memory_bytes: None,
-        };
-        assert!(j.accept_task(&a).unwrap());
-        assert!(!j.accept_task(&a).unwrap());
-        assert!(
-            j.running_pids().unwrap().is_empty(),
-            "accepted, not started"
-        );
-        j.task_started(9, 1234).unwrap();
-        assert_eq!(j.unfinished_tasks().unwrap(), vec![(a, Some(1234))]);
-        assert_eq!(j.running_pids().unwrap(), vec![1234]);
-        assert!(j.task_running(9).unwrap());
-        j.finish_task(9, &body(5)).unwrap();
-        assert!(j.unfinished_tasks().unwrap().is_empty());
-        assert!(j.running_pids().unwrap().is_empty());
-        assert!(!j.task_running(9).unwrap());
-        assert_eq!(j.pending_count().unwrap(), 1);
     }
 }

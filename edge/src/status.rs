@@ -234,11 +234,11 @@ impl Snapshot {
         connection: Connection,
     ) -> Result<Self, JournalError> {
         let tasks = journal
-            .unfinished_tasks()?
+            .unfinished_task_ids()?
             .into_iter()
-            .map(|(a, pid)| TaskView {
-                task_id: a.task_id,
-                job_id: a.job_id,
+            .map(|(task_id, job_id, pid)| TaskView {
+                task_id,
+                job_id,
                 pid,
             })
             .collect();

@@ -7,9 +7,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use rusqlite::{Connection, Transaction, params};
-use tidemill_runtime::secrets::{SecretError, SecretKey};
+use tidemill_runtime::secrets::{self, SecretError, SecretKey};
+use tidemill_runtime::sqlite;
 
 use super::StoreError;
+
+/// What a lost key costs the coordinator, and the way on.
+const LOST: &str =
+    "without it the secrets of those jobs are lost: those jobs must be submitted again";
 
 /// Secret values by variable name.
 pub(super) type SecretEnv = BTreeMap<String, String>;
@@ -71,15 +76,9 @@ pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretK
         .prepare("SELECT id, secret_env FROM jobs WHERE secret_env IS NOT NULL ORDER BY id")
         .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(err)?;
-    let what = match sealed.len() {
-        0 => String::new(),
-        1 => format!("job {}", sealed[0].0),
-        _ => {
-            let ids: Vec<String> = sealed.iter().map(|(id, _)| id.to_string()).collect();
-            format!("jobs {}", ids.join(", "))
-        }
-    };
-    let key = SecretKey::load_or_create(data_dir, &what)?;
+    let ids: Vec<i64> = sealed.iter().map(|(id, _)| *id).collect();
+    let what = secrets::holders("job", &ids);
+    let key = SecretKey::load_or_create(data_dir, &what, LOST)?;
     for (id, blob) in &sealed {
         open(&key, *id, Some(blob))?;
     }
@@ -102,21 +101,19 @@ fn seal_plain(conn: &mut Connection, key: &SecretKey) -> rusqlite::Result<()> {
     if plain.is_empty() {
         return Ok(());
     }
-    conn.pragma_update(None, "secure_delete", true)?;
-    let tx = conn.transaction()?;
-    for (id, ended, json) in &plain {
-        let secrets: SecretEnv = serde_json::from_str(json).unwrap_or_default();
-        tx.execute(
-            "UPDATE jobs SET spec = json_remove(spec, '$.secret_env') WHERE id = ?1",
-            [id],
-        )?;
-        if !ended {
-            store(&tx, key, *id, &secrets)?;
+    sqlite::scrubbing(conn, |tx| {
+        for (id, ended, json) in &plain {
+            let secrets: SecretEnv = serde_json::from_str(json).unwrap_or_default();
+            tx.execute(
+                "UPDATE jobs SET spec = json_remove(spec, '$.secret_env') WHERE id = ?1",
+                [id],
+            )?;
+            if !ended {
+                store(tx, key, *id, &secrets)?;
+            }
         }
-    }
-    tx.commit()?;
-    conn.pragma_update(None, "secure_delete", false)?;
-    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    })?;
     tracing::info!(
         jobs = plain.len(),
         "sealed the plain-text secret_env an older build stored"

@@ -7,7 +7,7 @@
 //! another row does not open.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -56,13 +56,15 @@ pub enum SecretError {
     },
     /// The key file is gone but secrets sealed with it are still stored.
     #[error(
-        "secrets key {path} is missing, but {what} hold secrets encrypted with it: restore the file from the backup of this data dir (mode 0600) and start again; without it those secrets are lost, and those jobs must be cancelled and submitted again"
+        "secrets key {path} is missing, but {what} hold secrets encrypted with it: restore the file from the backup of this data dir (mode 0600) and start again; {lost}"
     )]
     Missing {
         /// The key file.
         path: PathBuf,
         /// What holds sealed secrets, for people ("jobs 3, 7").
         what: String,
+        /// What is lost without the key, and the way on.
+        lost: String,
     },
     /// A sealed blob does not open with this key.
     #[error(
@@ -74,6 +76,17 @@ pub enum SecretError {
         /// The row, for people ("job 3").
         what: String,
     },
+}
+
+/// Names, for people, the rows that hold sealed secrets: "" for none,
+/// "job 3", or "jobs 3, 7" (`noun` is the singular).
+pub fn holders(noun: &str, ids: &[i64]) -> String {
+    let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+    match ids {
+        [] => String::new(),
+        [_] => format!("{noun} {}", list[0]),
+        _ => format!("{noun}s {}", list.join(", ")),
+    }
 }
 
 /// A daemon's secrets key. Its `Debug` shows the file, never the key.
@@ -94,8 +107,9 @@ impl SecretKey {
     /// Loads the key in `data_dir`, or makes one when there is none and
     /// nothing sealed is stored. `sealed` names what holds sealed secrets
     /// ("jobs 3, 7"), empty when nothing does: with a missing key, that is an
-    /// error, never a fresh key that would leave them unreadable.
-    pub fn load_or_create(data_dir: &Path, sealed: &str) -> Result<Self, SecretError> {
+    /// error saying what is `lost` without it, never a fresh key that would
+    /// leave them unreadable.
+    pub fn load_or_create(data_dir: &Path, sealed: &str, lost: &str) -> Result<Self, SecretError> {
         let path = data_dir.join(KEY_FILE);
         match OpenOptions::new()
             .read(true)
@@ -109,6 +123,7 @@ impl SecretKey {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SecretError::Missing {
                 path,
                 what: sealed.to_string(),
+                lost: lost.to_string(),
             }),
             Err(source) => Err(SecretError::Io { path, source }),
         }
@@ -134,24 +149,23 @@ impl SecretKey {
         Ok(Self::from_bytes(&bytes, path))
     }
 
+    /// Writes a fresh random key, owner-only and atomically (a crash leaves
+    /// no half-written key).
     fn create(path: PathBuf) -> Result<Self, SecretError> {
-        let io = |source| SecretError::Io {
-            path: path.clone(),
-            source,
-        };
         let mut bytes = [0u8; KEY_LEN];
         SystemRandom::new()
             .fill(&mut bytes)
-            .map_err(|_| io(std::io::Error::other("the system random source failed")))?;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io)?;
-        file.write_all(&bytes).map_err(io)?;
-        file.sync_all().map_err(io)?;
+            .map_err(|_| SecretError::Io {
+                path: path.clone(),
+                source: std::io::Error::other("the system random source failed"),
+            })?;
+        crate::tls::write_private(&path, &bytes).map_err(|e| SecretError::Io {
+            path: path.clone(),
+            source: match e {
+                crate::tls::TlsError::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            },
+        })?;
         tracing::info!(key = %path.display(), "made a new secrets key; back it up with the data dir");
         Ok(Self::from_bytes(&bytes, path))
     }
@@ -223,7 +237,7 @@ mod tests {
     #[test]
     fn a_sealed_blob_opens_only_for_its_row_and_its_key() {
         let dir = tempfile::tempdir().unwrap();
-        let key = SecretKey::load_or_create(dir.path(), "").unwrap();
+        let key = SecretKey::load_or_create(dir.path(), "", "").unwrap();
         let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let blob = key.seal(b"hunter2", "job 1");
@@ -240,10 +254,10 @@ mod tests {
             "{moved}"
         );
 
-        let again = SecretKey::load_or_create(dir.path(), "job 1").unwrap();
+        let again = SecretKey::load_or_create(dir.path(), "job 1", "").unwrap();
         assert_eq!(again.open(&blob, "job 1", "job 1").unwrap(), b"hunter2");
         let other = tempfile::tempdir().unwrap();
-        let other = SecretKey::load_or_create(other.path(), "").unwrap();
+        let other = SecretKey::load_or_create(other.path(), "", "").unwrap();
         let err = other.open(&blob, "job 1", "job 1").unwrap_err().to_string();
         assert!(err.contains(KEY_FILE) && err.contains("restore"), "{err}");
     }
@@ -252,7 +266,7 @@ mod tests {
     fn a_missing_exposed_or_short_key_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(KEY_FILE);
-        let err = SecretKey::load_or_create(dir.path(), "jobs 3, 7").unwrap_err();
+        let err = SecretKey::load_or_create(dir.path(), "jobs 3, 7", "they are lost").unwrap_err();
         let text = err.to_string();
         assert!(
             text.contains(&path.display().to_string()) && text.contains("jobs 3, 7"),
@@ -260,14 +274,14 @@ mod tests {
         );
         assert!(!path.exists(), "no fresh key over sealed secrets");
 
-        SecretKey::load_or_create(dir.path(), "").unwrap();
+        SecretKey::load_or_create(dir.path(), "", "").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = SecretKey::load_or_create(dir.path(), "").unwrap_err();
+        let err = SecretKey::load_or_create(dir.path(), "", "").unwrap_err();
         assert!(err.to_string().contains("chmod 600"), "{err}");
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, b"short").unwrap();
-        let err = SecretKey::load_or_create(dir.path(), "").unwrap_err();
+        let err = SecretKey::load_or_create(dir.path(), "", "").unwrap_err();
         assert!(
             matches!(err, SecretError::Malformed { len: 5, .. }),
             "{err}"

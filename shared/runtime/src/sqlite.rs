@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction};
 
 /// Why a database could not be opened or migrated.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,22 @@ pub enum DbError {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+}
+
+/// Runs `f` in one transaction with SQLite's `secure_delete` on, then
+/// checkpoints and truncates the WAL, so what `f` overwrote or deleted (a
+/// plain-text secret) is zeroed in the file and gone from the WAL.
+pub fn scrubbing<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.pragma_update(None, "secure_delete", true)?;
+    let tx = conn.transaction()?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    conn.pragma_update(None, "secure_delete", false)?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    Ok(out)
 }
 
 /// Opens (creating if needed) the database at `path` and applies every migration
