@@ -109,6 +109,12 @@ struct ServeArgs {
     /// `tidemill-cloud policies` lists them).
     #[arg(long)]
     policy: Option<PolicyName>,
+    /// Start although <data_dir>/secrets.key is lost or replaced and no
+    /// backup restores it: the jobs whose sealed secrets no longer decrypt
+    /// are cancelled (submit them again), and a new key is made if none is
+    /// left.
+    #[arg(long)]
+    forget_lost_secrets: bool,
 }
 
 #[derive(Debug, Args)]
@@ -892,6 +898,7 @@ fn serve(args: ServeArgs) -> Outcome {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    cfg.forget_lost_secrets = args.forget_lost_secrets;
     cfg.validate()?;
     // quinn's endpoint logs, at debug, each datagram it refuses (garbage, unknown
     // connections, unsupported versions): operators should see those.

@@ -30,6 +30,11 @@ pub struct CloudConfig {
     pub api: ApiConfig,
     /// Database and PKI directory.
     pub data_dir: PathBuf,
+    /// `serve --forget-lost-secrets` (no config key): start although
+    /// `secrets.key` is lost or replaced, cancelling the jobs whose sealed
+    /// secrets no longer decrypt.
+    #[serde(skip)]
+    pub forget_lost_secrets: bool,
     /// Names the server certificate covers.
     pub tls_names: Vec<String>,
     /// Seconds of disconnection before a node is offline.

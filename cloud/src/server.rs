@@ -119,7 +119,11 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     let lock = lock_data_dir(&cfg.data_dir)?;
     let throughput = cfg.scheduler.throughput_tables()?;
     let policy = cfg.scheduler.policy;
-    let mut store = Store::open(&cfg.data_dir)?;
+    let mut store = if cfg.forget_lost_secrets {
+        Store::open_forgetting_lost_secrets(&cfg.data_dir, SystemClock.now_ms())?.0
+    } else {
+        Store::open(&cfg.data_dir)?
+    };
     crate::auth::bootstrap(&mut store, &cfg.data_dir)?;
     // Certificates are checked against real time, whatever the plans' clock.
     let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names, SystemClock.now_ms())?;

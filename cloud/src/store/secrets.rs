@@ -10,11 +10,10 @@ use rusqlite::{Connection, Transaction, params};
 use tidemill_runtime::secrets::{self, SecretError, SecretKey};
 use tidemill_runtime::sqlite;
 
-use super::StoreError;
+use super::{Store, StoreError};
 
 /// What a lost key costs the coordinator, and the way on.
-const LOST: &str =
-    "without it the secrets of those jobs are lost: those jobs must be submitted again";
+const LOST: &str = "if no backup has it, the secrets of those jobs are lost: start once with `tidemill-cloud serve --forget-lost-secrets`, which cancels them, and submit them again";
 
 /// Secret values by variable name.
 pub(super) type SecretEnv = BTreeMap<String, String>;
@@ -54,12 +53,7 @@ pub(super) fn open(
     };
     let what = format!("job {id}");
     let plain = key.open(sealed, &row(id), &what)?;
-    Ok(
-        serde_json::from_slice(&plain).map_err(|_| SecretError::Undecryptable {
-            path: key.path().to_path_buf(),
-            what,
-        })?,
-    )
+    serde_json::from_slice(&plain).map_err(|_| key.refused(&what))
 }
 
 /// Loads (or, when no job holds sealed secrets, makes) the key in
@@ -72,10 +66,7 @@ pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretK
         path: db.clone(),
         source,
     };
-    let sealed: Vec<(i64, Vec<u8>)> = conn
-        .prepare("SELECT id, secret_env FROM jobs WHERE secret_env IS NOT NULL ORDER BY id")
-        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-        .map_err(err)?;
+    let sealed = sealed_rows(conn).map_err(err)?;
     let ids: Vec<i64> = sealed.iter().map(|(id, _)| *id).collect();
     let what = secrets::holders("job", &ids);
     let key = SecretKey::load_or_create(data_dir, &what, LOST)?;
@@ -84,6 +75,65 @@ pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretK
     }
     seal_plain(conn, &key).map_err(err)?;
     Ok(key)
+}
+
+/// Every job holding sealed secrets, as (job id, sealed blob), by id.
+fn sealed_rows(conn: &Connection) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+    conn.prepare("SELECT id, secret_env FROM jobs WHERE secret_env IS NOT NULL ORDER BY id")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
+}
+
+impl Store {
+    /// [`Store::open`] for `serve --forget-lost-secrets`, when the key is lost
+    /// or replaced and no backup restores it: the sealed secrets it cannot
+    /// open are cleared and their jobs cancelled (they must be submitted
+    /// again), then the store opens with the key there is, or a new one.
+    /// Returns the store and the jobs cancelled.
+    pub fn open_forgetting_lost_secrets(
+        data_dir: &Path,
+        now_ms: i64,
+    ) -> Result<(Store, Vec<u64>), StoreError> {
+        let db = data_dir.join(super::DB_FILE);
+        let err = |source| StoreError::Sql {
+            path: db.clone(),
+            source,
+        };
+        let mut conn = sqlite::open(&db, super::schema::MIGRATIONS)?;
+        let key = SecretKey::load_or_create(data_dir, "", LOST)?;
+        let lost: Vec<i64> = sealed_rows(&conn)
+            .map_err(err)?
+            .into_iter()
+            .filter(|(id, blob)| open(&key, *id, Some(blob)).is_err())
+            .map(|(id, _)| id)
+            .collect();
+        let tx = conn.transaction().map_err(err)?;
+        for id in &lost {
+            tx.execute("UPDATE jobs SET secret_env = NULL WHERE id = ?1", [id])
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        drop(conn);
+        let mut store = Store::open(data_dir)?;
+        let reason = format!(
+            "its secrets were lost with {} (serve --forget-lost-secrets): submit it again",
+            key.path().display()
+        );
+        for &id in &lost {
+            store.request_cancel(id as u64, now_ms)?;
+            let err = store.sql_err();
+            store.write(|tx| {
+                tx.execute(
+                    "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'cancelled'",
+                    params![id, reason],
+                )
+                .map_err(&err)?;
+                super::event(tx, now_ms, None, Some(id), "secrets-lost", &reason).map_err(&err)
+            })?;
+            tracing::warn!(job_id = id, %reason, "job cancelled");
+        }
+        Ok((store, lost.into_iter().map(|id| id as u64).collect()))
+    }
 }
 
 /// Moves the secrets an older build kept in the spec's JSON into the sealed
@@ -343,7 +393,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_key_with_sealed_secrets_stops_the_start_with_the_fix() {
+    fn a_lost_key_stops_the_start_until_its_jobs_are_given_up() {
         let dir = tempfile::tempdir().unwrap();
         let (store, ids) = store_with_jobs(dir.path(), 2);
         drop(store);
@@ -360,5 +410,21 @@ mod tests {
             !dir.path().join(KEY_FILE).exists(),
             "no new key over sealed rows"
         );
+        assert!(err.contains("--forget-lost-secrets"), "{err}");
+
+        // With no backup, the operator gives those jobs up and goes on.
+        let (mut store, lost) = Store::open_forgetting_lost_secrets(dir.path(), 9).unwrap();
+        assert_eq!(lost, ids);
+        for id in ids {
+            let job = store.job(id).unwrap().unwrap();
+            assert_eq!(job.state, JobPhase::Cancelled);
+            assert!(job.reason.unwrap().contains("submit it again"));
+            assert_eq!(sealed(&store, id), None);
+        }
+        let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a new key");
+        store.submit(&secret_spec(), 10).unwrap();
+        drop(store);
+        Store::open(dir.path()).unwrap();
     }
 }

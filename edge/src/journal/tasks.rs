@@ -11,7 +11,7 @@ use tidemill_runtime::sqlite;
 use super::{Journal, JournalError, append_in};
 
 /// What a lost key costs the edge, and the way on.
-pub(super) const LOST: &str = "without it those tasks cannot be read back: `tidemill-edge reset` empties this data dir (the node joins again with a new token, and the coordinator runs the jobs elsewhere)";
+pub(super) const LOST: &str = "if no backup has it, those tasks cannot be read back: `tidemill-edge reset` empties this data dir (the node joins again with a new token, and the coordinator runs the jobs elsewhere)";
 
 /// The associated data that binds a sealed assignment to its task's row.
 fn row(task_id: u64) -> String {

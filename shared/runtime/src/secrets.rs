@@ -68,13 +68,15 @@ pub enum SecretError {
     },
     /// A sealed blob does not open with this key.
     #[error(
-        "{what}: its secrets do not decrypt with {path} (the key was replaced, or the blob was moved from another row): restore the key from the backup taken with this database; otherwise those secrets are lost, and the job must be submitted again"
+        "{what}: its secrets do not decrypt with {path} (the key was replaced, or the value was moved from another row): restore the key from the backup taken with this database; {lost}"
     )]
     Undecryptable {
         /// The key file.
         path: PathBuf,
         /// The row, for people ("job 3").
         what: String,
+        /// What is lost without the right key, and the way on.
+        lost: String,
     },
 }
 
@@ -93,6 +95,8 @@ pub fn holders(noun: &str, ids: &[i64]) -> String {
 pub struct SecretKey {
     key: LessSafeKey,
     path: PathBuf,
+    /// What is lost when a blob does not open, and the way on.
+    lost: String,
 }
 
 impl std::fmt::Debug for SecretKey {
@@ -107,8 +111,8 @@ impl SecretKey {
     /// Loads the key in `data_dir`, or makes one when there is none and
     /// nothing sealed is stored. `sealed` names what holds sealed secrets
     /// ("jobs 3, 7"), empty when nothing does: with a missing key, that is an
-    /// error saying what is `lost` without it, never a fresh key that would
-    /// leave them unreadable.
+    /// error saying what is `lost` without it (as is a blob that does not
+    /// open later), never a fresh key that would leave them unreadable.
     pub fn load_or_create(data_dir: &Path, sealed: &str, lost: &str) -> Result<Self, SecretError> {
         let path = data_dir.join(KEY_FILE);
         match OpenOptions::new()
@@ -116,9 +120,9 @@ impl SecretKey {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
         {
-            Ok(file) => Self::read(file, path),
+            Ok(file) => Self::read(file, path, lost),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && sealed.is_empty() => {
-                Self::create(path)
+                Self::create(path, lost)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SecretError::Missing {
                 path,
@@ -129,7 +133,7 @@ impl SecretKey {
         }
     }
 
-    fn read(mut file: File, path: PathBuf) -> Result<Self, SecretError> {
+    fn read(mut file: File, path: PathBuf, lost: &str) -> Result<Self, SecretError> {
         let io = |source| SecretError::Io {
             path: path.clone(),
             source,
@@ -146,12 +150,12 @@ impl SecretKey {
                 len: bytes.len(),
             });
         }
-        Ok(Self::from_bytes(&bytes, path))
+        Ok(Self::from_bytes(&bytes, path, lost))
     }
 
     /// Writes a fresh random key, owner-only and atomically (a crash leaves
     /// no half-written key).
-    fn create(path: PathBuf) -> Result<Self, SecretError> {
+    fn create(path: PathBuf, lost: &str) -> Result<Self, SecretError> {
         let mut bytes = [0u8; KEY_LEN];
         SystemRandom::new()
             .fill(&mut bytes)
@@ -167,20 +171,31 @@ impl SecretKey {
             },
         })?;
         tracing::info!(key = %path.display(), "made a new secrets key; back it up with the data dir");
-        Ok(Self::from_bytes(&bytes, path))
+        Ok(Self::from_bytes(&bytes, path, lost))
     }
 
-    fn from_bytes(bytes: &[u8], path: PathBuf) -> Self {
+    fn from_bytes(bytes: &[u8], path: PathBuf, lost: &str) -> Self {
         let key = UnboundKey::new(&CHACHA20_POLY1305, bytes).expect("a 32-byte ChaCha20 key");
         SecretKey {
             key: LessSafeKey::new(key),
             path,
+            lost: lost.to_string(),
         }
     }
 
     /// The key file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The error for a sealed value of `what` that opened but is not what
+    /// was sealed there.
+    pub fn refused(&self, what: &str) -> SecretError {
+        SecretError::Undecryptable {
+            path: self.path.clone(),
+            what: what.to_string(),
+            lost: self.lost.clone(),
+        }
     }
 
     /// Encrypts `plain` for the row `row` names: format byte, nonce, then
@@ -206,12 +221,9 @@ impl SecretKey {
     }
 
     /// Decrypts a blob [`SecretKey::seal`] made for the same `row`; `what`
-    /// names that row for people in the error.
+    /// names that row for people in the error, which says what is lost.
     pub fn open(&self, sealed: &[u8], row: &str, what: &str) -> Result<Vec<u8>, SecretError> {
-        let refused = || SecretError::Undecryptable {
-            path: self.path.clone(),
-            what: what.to_string(),
-        };
+        let refused = || self.refused(what);
         let [FORMAT, rest @ ..] = sealed else {
             return Err(refused());
         };
