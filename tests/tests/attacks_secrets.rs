@@ -83,7 +83,7 @@ deadline = "2099-01-01T00:00:00Z"
 [secret_env]
 TM_SECRET = "{secret}"
 "#,
-            release = release.display().to_string()
+            release = release.display()
         ),
     )
     .unwrap();
