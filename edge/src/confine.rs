@@ -171,7 +171,7 @@ impl Confinement {
     }
 
     /// What task processes of this data dir carry as [`MARKER_VAR`]: a
-    /// digest of its absolute path, so a copy elsewhere has another.
+    /// digest of its canonical path, so a copy elsewhere has another.
     pub fn marker(&self) -> &str {
         &self.marker
     }
@@ -305,9 +305,11 @@ fn task_dirs(cfg: &TaskConfig, data_dir: &Path, users: TaskUsers) -> TaskDirs {
     }
 }
 
-/// The marker of `data_dir`: the start of the digest of its absolute path.
+/// The marker of `data_dir`: the start of the digest of its canonical path.
 fn marker(data_dir: &Path) -> String {
-    let abs = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let abs = std::fs::canonicalize(data_dir)
+        .or_else(|_| std::path::absolute(data_dir))
+        .unwrap_or_else(|_| data_dir.to_path_buf());
     tidemill_runtime::identity::sha256_hex(abs.to_string_lossy().as_bytes())[..16].to_string()
 }
 

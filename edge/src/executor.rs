@@ -331,9 +331,13 @@ impl Executor {
                 self.confine.marker().to_string(),
             ),
         ]);
-        // A task with no peers on other nodes may live in a network of its own.
+        // A task with no peers on other nodes may live in a network of its
+        // own, where rank 0 (itself) listens on its own loopback.
         let alone = a.env.get("WORLD_SIZE").is_none_or(|w| w.trim() == "1");
         let private_net = self.confine.private_net(alone);
+        if private_net && a.env.contains_key("MASTER_ADDR") {
+            env.push(("MASTER_ADDR".to_string(), "127.0.0.1".to_string()));
+        }
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .current_dir(&dirs.work)
