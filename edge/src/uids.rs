@@ -71,7 +71,7 @@ impl UidRange {
                     .split_whitespace()
                     .filter_map(|x| x.parse().ok())
                     .collect();
-                n.len() == 3 && n[0] <= self.first as u64 && self.last as u64 <= n[0] + n[2] - 1
+                n.len() == 3 && n[0] <= self.first as u64 && (self.last as u64) < n[0] + n[2]
             });
             if !mapped {
                 return Err(UidRangeError::Unmapped { range });
