@@ -169,6 +169,16 @@ pub enum JobSpecError {
         /// What it must satisfy.
         rule: &'static str,
     },
+    /// The job sets a variable that tidemill sets itself.
+    #[error(
+        "job variable {name} (in {field}) is reserved: the edge or the coordinator sets it for every task (the edge alone decides a task's checkpoint dir); remove it from the job file"
+    )]
+    Reserved {
+        /// `env` or `secret_env`.
+        field: &'static str,
+        /// The variable.
+        name: String,
+    },
 }
 
 impl JobFile {
@@ -223,6 +233,14 @@ impl JobFile {
                 "env",
                 "env and secret_env together must be at most 64 KiB; pass large data as a file",
             );
+        }
+        for (field, vars) in [("env", &self.env), ("secret_env", &self.secret_env)] {
+            if let Some(name) = vars.keys().find(|k| tidemill_proto::is_reserved_env(k)) {
+                return Err(JobSpecError::Reserved {
+                    field,
+                    name: name.clone(),
+                });
+            }
         }
         if self.env.keys().any(|k| self.secret_env.contains_key(k)) {
             return invalid(
@@ -578,5 +596,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("prio"), "{err}");
+    }
+
+    #[test]
+    fn a_job_may_not_set_the_checkpoint_dir_or_other_reserved_variables() {
+        for table in ["env", "secret_env"] {
+            let err = JobFile::from_toml(
+                &format!("name = \"x\"\ncommand = [\"a\"]\ndeadline = \"2026-11-23T06:00:00Z\"\n[{table}]\nTIDEMILL_CHECKPOINT_DIR = \"/etc\""),
+                "j.toml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("TIDEMILL_CHECKPOINT_DIR")
+                    && err.contains(table)
+                    && err.contains("the edge"),
+                "{err}"
+            );
+        }
     }
 }

@@ -132,9 +132,15 @@ pub struct RunArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// A join token (`tidemill-cloud token create`), used when the data dir
-    /// holds no certificate yet.
+    /// holds no certificate yet. On a command line it shows in
+    /// /proc/PID/cmdline to every local user: prefer --token-file or the
+    /// TIDEMILL_TOKEN variable.
     #[arg(long, env = "TIDEMILL_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the join token (`-` for stdin), kept off the command
+    /// line; used as --token is.
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// A CA certificate to trust instead of the one received at join.
     #[arg(long)]
     ca: Option<PathBuf>,
@@ -156,10 +162,34 @@ pub struct RunArgs {
     clock_anchor: Option<i64>,
 }
 
+/// Why `run` or `join` cannot start from their flags.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// The config file or environment is unusable.
+    #[error(transparent)]
+    Config(#[from] tidemill_runtime::config_file::ConfigError),
+    /// The token file cannot be read.
+    #[error(
+        "cannot read the join token from --token-file {path}: {source}; give a readable file holding the token, or - for stdin"
+    )]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
 impl RunArgs {
     /// The config file overlaid with the `TIDEMILL_*` environment, then the flags.
-    pub fn resolve(&self) -> Result<EdgeConfig, tidemill_runtime::config_file::ConfigError> {
+    pub fn resolve(&self) -> Result<EdgeConfig, ArgsError> {
         let mut cfg = EdgeConfig::load(self.config.as_deref())?;
+        if let Some(path) = &self.token_file {
+            cfg.token = read_token(path).map_err(|source| ArgsError::TokenFile {
+                path: path.clone(),
+                source,
+            })?;
+        }
         if let Some(v) = &self.coordinator {
             cfg.coordinator = v.clone();
         }
@@ -201,6 +231,16 @@ impl RunArgs {
         }
         Ok(cfg)
     }
+}
+
+/// The token in file `path` (`-`: stdin), trimmed.
+fn read_token(path: &std::path::Path) -> std::io::Result<String> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path)?
+    };
+    Ok(text.trim().to_string())
 }
 
 /// Parses the command line, runs it, and reports any error without a panic.

@@ -156,6 +156,26 @@ pub struct TaskConfig {
     /// Days a job's checkpoint dir under the data dir is kept after it was
     /// last written, once no task of the job runs here.
     pub checkpoint_retention_days: u64,
+    /// The uids (`FIRST-LAST`) a root daemon runs tasks as, one per job, so
+    /// that one tenant's task cannot read another's files; empty: every task
+    /// runs as `user`.
+    pub uid_range: String,
+    /// Where the jobs' checkpoint dirs (`job-<id>`) are made; empty means
+    /// `<data_dir>/checkpoints`. The operator's choice, never the job's.
+    pub checkpoint_dir: PathBuf,
+    /// Whether single-node tasks get a network namespace of their own.
+    pub network: TaskNetwork,
+}
+
+/// The network a single-node task gets (`[tasks] network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskNetwork {
+    /// Its own namespace with only its own loopback, where the host allows
+    /// it (the daemon is root); else the host's, with a warning.
+    Private,
+    /// The host's network, 127.0.0.1 included.
+    Host,
 }
 
 /// How accelerators are found.
@@ -310,6 +330,15 @@ impl EdgeConfig {
                 "link.keep_alive_secs",
                 self.link.keep_alive_secs.to_string(),
                 "must be at least 1 and below link.idle_timeout_secs",
+            );
+        }
+        if !self.tasks.uid_range.trim().is_empty()
+            && crate::uids::UidRange::parse(&self.tasks.uid_range).is_none()
+        {
+            return invalid(
+                "tasks.uid_range",
+                format!("{:?}", self.tasks.uid_range),
+                "must be FIRST-LAST with 0 < FIRST <= LAST < 4294967295, such as \"60600-61099\", or empty to run every task as [tasks] user",
             );
         }
         if self.probe.interval_secs == 0 {

@@ -1,21 +1,30 @@
-//! Confines tasks: an unprivileged user when the daemon is root, a clean
-//! environment, and a cgroup (v2) per task where the host lets the daemon make
-//! one, so that the whole process tree can be killed (`cgroup.kill`) and, where
-//! the memory controller is on, held to the job's memory need.
+//! Confines tasks: a uid per job from `[tasks] uid_range` (or one shared
+//! unprivileged user) when the daemon is root, a clean environment, a
+//! network namespace of its own for a single-node task where the host
+//! allows it, and a cgroup (v2) per task where the host lets the daemon make
+//! one, so that the whole process tree can be killed (`cgroup.kill`) and,
+//! where the memory controller is on, held to the job's memory need.
 //!
-//! What this does not give: no namespaces (a task sees the host's processes,
-//! network and files its user may read), no seccomp, no CPU or GPU limits, and
-//! no confinement at all beyond the process group where cgroup v2 is missing.
+//! What this does not give: no mount or PID namespaces (a task sees the
+//! host's processes and the files its uid may read), no seccomp, no CPU or
+//! GPU limits, and no confinement beyond the process group where cgroup v2
+//! is missing.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Uid, User};
 
-use crate::config::TaskConfig;
+use crate::config::{TaskConfig, TaskNetwork};
+use crate::taskdirs::{Prepared, TaskDirError, TaskDirs, TaskUsers};
+use crate::uids::{UidRange, UidRangeError};
 
 /// The PATH a task gets unless its job sets one.
 pub const TASK_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The variable that marks a task's processes as this edge's: the
+/// [`Confinement::marker`] of its data dir.
+pub const MARKER_VAR: &str = "TIDEMILL_EDGE";
 
 /// Why tasks cannot be confined as configured.
 #[derive(Debug, thiserror::Error)]
@@ -30,19 +39,32 @@ pub enum ConfineError {
         "[tasks] user is {0:?}, but tasks must not run as root; set an unprivileged user such as \"nobody\""
     )]
     Root(String),
+    /// The uid range clashes with this host.
+    #[error(transparent)]
+    UidRange(#[from] UidRangeError),
+    /// The data dir cannot be made passable for task users.
+    #[error("cannot let task users pass through data dir {path}: {source}; check its permissions")]
+    DataDir {
+        /// The data dir.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// How this host confines tasks.
 #[derive(Debug)]
 pub struct Confinement {
-    /// The user tasks run as, when the daemon can switch to it.
-    user: Option<(Uid, Gid, String)>,
+    /// Where task dirs go and whom they belong to.
+    dirs: TaskDirs,
     /// This daemon's cgroup for its tasks, if cgroup v2 is writable here.
     cgroups: Option<PathBuf>,
     /// Whether the memory controller is on for task cgroups.
     memory: bool,
-    /// The daemon's data dir, which task users pass through.
-    data_dir: PathBuf,
+    /// Whether single-node tasks get their own network namespace.
+    private_net: bool,
+    /// What marks this data dir's task processes ([`MARKER_VAR`]).
+    marker: String,
 }
 
 /// A task's cgroup, made before it starts.
@@ -52,15 +74,22 @@ pub struct TaskCgroup {
 }
 
 impl Confinement {
-    /// Finds out what this host allows: the task user from `cfg` when the
-    /// daemon is root, and a cgroup v2 subtree named after `data_dir` (so
-    /// that the next start of the same edge finds its tasks' cgroups).
+    /// Finds out what this host allows: the task users from `cfg` when the
+    /// daemon is root, a private network where it may make one, and a
+    /// cgroup v2 subtree named after `data_dir` (so that the next start of
+    /// the same edge finds its tasks' cgroups).
     pub fn detect(
         cfg: &TaskConfig,
         data_dir: &Path,
         node_id: &str,
     ) -> Result<Confinement, ConfineError> {
-        let user = if Uid::effective().is_root() {
+        let root = Uid::effective().is_root();
+        let users = if !root {
+            TaskUsers::Daemon
+        } else if let Some(range) = UidRange::parse(&cfg.uid_range) {
+            range.check_host()?;
+            TaskUsers::Range(range)
+        } else {
             let name = cfg.user.trim();
             let user = User::from_name(name)
                 .ok()
@@ -69,10 +98,14 @@ impl Confinement {
             if user.uid.is_root() {
                 return Err(ConfineError::Root(name.to_string()));
             }
-            Some((user.uid, user.gid, name.to_string()))
-        } else {
-            None
+            TaskUsers::Shared(user.uid, user.gid)
         };
+        if !matches!(users, TaskUsers::Daemon) {
+            passable(data_dir).map_err(|source| ConfineError::DataDir {
+                path: data_dir.to_path_buf(),
+                source,
+            })?;
+        }
         let key = tidemill_runtime::identity::sha256_hex(data_dir.to_string_lossy().as_bytes());
         let cgroups = cgroup2_mount().and_then(|mount| {
             let dir = mount
@@ -91,50 +124,76 @@ impl Confinement {
                 "cgroup v2 is not writable here: tasks are killed by process group only, and have no memory limit"
             ),
         }
+        let private_net = cfg.network == TaskNetwork::Private
+            && match crate::netns::available() {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(node_id, error = %e, "[tasks] network = \"private\", but this host does not let the daemon make a network namespace (it must be root): tasks share the host's network, 127.0.0.1 included");
+                    false
+                }
+            };
+        match &users {
+            TaskUsers::Range(range) => {
+                tracing::info!(node_id, uid_range = %range, private_net, "each job's tasks run as a uid of their own")
+            }
+            TaskUsers::Shared(uid, _) => tracing::warn!(
+                node_id,
+                uid = uid.as_raw(),
+                private_net,
+                "[tasks] uid_range is empty: every task runs as the same user and may read the others' files"
+            ),
+            TaskUsers::Daemon => tracing::warn!(
+                node_id,
+                private_net,
+                "the daemon is not root: every task runs as the daemon's user and may read the others' files and the daemon's"
+            ),
+        }
         Ok(Confinement {
-            user,
+            dirs: task_dirs(cfg, data_dir, users),
             cgroups,
             memory,
-            data_dir: data_dir.to_path_buf(),
+            private_net,
+            marker: marker(data_dir),
         })
     }
 
-    /// No confinement beyond a clean environment: the daemon's own user and
-    /// no cgroups (tests of the executor itself).
-    pub fn none() -> Confinement {
+    /// No confinement beyond a clean environment: the daemon's own user, its
+    /// task dirs under `data_dir`, the host's network and no cgroups (tests
+    /// of the executor itself).
+    pub fn none(cfg: &TaskConfig, data_dir: &Path) -> Confinement {
         Confinement {
-            user: None,
+            dirs: task_dirs(cfg, data_dir, TaskUsers::Daemon),
             cgroups: None,
             memory: false,
-            data_dir: PathBuf::new(),
+            private_net: false,
+            marker: marker(data_dir),
         }
     }
 
-    /// Creates a task's work or checkpoint directory. With a task user, the
-    /// directory is given to it, and each directory made on the way, and the
-    /// data dir and those under it on the way, become passable (0711 at
-    /// most) so that the user can reach it without listing them.
-    pub fn task_dir(&self, dir: &Path) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        let missing: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(dir)?;
-        if self.user.is_none() {
-            return Ok(());
-        }
-        for d in dir.ancestors().skip(1) {
-            let ours = missing.iter().any(|m| m == d);
-            let inside = !self.data_dir.as_os_str().is_empty() && d.starts_with(&self.data_dir);
-            if ours || inside {
-                let mode = std::fs::metadata(d)?.permissions().mode();
-                std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode | 0o111))?;
-            }
-        }
-        self.hand_over(dir);
-        Ok(())
+    /// What task processes of this data dir carry as [`MARKER_VAR`]: a
+    /// digest of its canonical path, so a copy elsewhere has another.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    /// Makes task `task_id`'s work dir and job `job_id`'s checkpoint dir,
+    /// each 0700 and owned by the user the task will run as.
+    pub fn prepare(&self, task_id: u64, job_id: u64) -> Result<Prepared, TaskDirError> {
+        self.dirs.prepare(task_id, job_id)
+    }
+
+    /// Whether process `pid` is the one this data dir's edge started for
+    /// `task_id`: its environment carries both the task id and this data
+    /// dir's marker. A copied data dir's journal names the real edge's pids;
+    /// they carry the other marker and are left alone.
+    pub fn runs_task(&self, pid: u32, task_id: u64) -> bool {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            return false;
+        };
+        let task = format!("TIDEMILL_TASK_ID={task_id}");
+        let edge = format!("{MARKER_VAR}={}", self.marker);
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        vars.contains(&task.as_bytes()) && vars.contains(&edge.as_bytes())
     }
 
     /// Makes task `task_id`'s cgroup with `memory_bytes` as its limit;
@@ -164,20 +223,28 @@ impl Confinement {
         }
     }
 
+    /// Whether a task that has no peers elsewhere (`alone`) gets a network
+    /// namespace of its own.
+    pub fn private_net(&self, alone: bool) -> bool {
+        alone && self.private_net
+    }
+
     /// Prepares `cmd` for a task: a clean environment holding only `env`
     /// (and PATH and HOME, unless `env` sets them), then, in the child before
     /// its program starts, a move into `cgroup` (while still root, so that
-    /// nothing it forks starts outside) and the switch to the task user.
+    /// nothing it forks starts outside), into a network namespace of its own
+    /// with `private_net`, and the switch to `user`.
     pub fn command(
         &self,
         cmd: &mut tokio::process::Command,
         env: &[(String, String)],
-        home: &Path,
+        dirs: &Prepared,
         cgroup: Option<&TaskCgroup>,
+        private_net: bool,
     ) -> std::io::Result<()> {
         cmd.env_clear()
             .env("PATH", TASK_PATH)
-            .env("HOME", home)
+            .env("HOME", &dirs.work)
             .envs(env.iter().map(|(k, v)| (k, v)));
         let procs = cgroup
             .map(|c| {
@@ -190,13 +257,13 @@ impl Confinement {
             })
             .transpose()
             .map_err(std::io::Error::other)?;
-        let user = self.user.as_ref().map(|(u, g, _)| (*u, *g));
-        if procs.is_none() && user.is_none() {
+        let user = dirs.user;
+        if procs.is_none() && user.is_none() && !private_net {
             return Ok(());
         }
         // SAFETY: between fork and exec the closure makes only
-        // async-signal-safe system calls (open, write, close, setgroups,
-        // setgid, setuid) and allocates nothing.
+        // async-signal-safe system calls (open, write, close, unshare,
+        // socket, ioctl, setgroups, setgid, setuid) and allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
                 if let Some(procs) = &procs {
@@ -206,6 +273,9 @@ impl Confinement {
                         nix::sys::stat::Mode::empty(),
                     )?;
                     nix::unistd::write(&fd, b"0")?;
+                }
+                if private_net {
+                    crate::netns::enter_private()?;
                 }
                 if let Some((uid, gid)) = user {
                     nix::unistd::setgroups(&[gid])?;
@@ -217,16 +287,37 @@ impl Confinement {
         }
         Ok(())
     }
+}
 
-    /// Gives `dir` to the task user, so a task may write its work and
-    /// checkpoints there.
-    fn hand_over(&self, dir: &Path) {
-        if let Some((uid, gid, name)) = &self.user
-            && let Err(e) = nix::unistd::chown(dir, Some(*uid), Some(*gid))
-        {
-            tracing::warn!(dir = %dir.display(), user = %name, error = %e, "cannot give the directory to the task user");
+/// Where `cfg` puts task dirs under `data_dir`, and whom they belong to.
+fn task_dirs(cfg: &TaskConfig, data_dir: &Path, users: TaskUsers) -> TaskDirs {
+    let or_under = |set: &Path, default: &str| {
+        if set.as_os_str().is_empty() {
+            data_dir.join(default)
+        } else {
+            set.to_path_buf()
         }
+    };
+    TaskDirs {
+        work_root: or_under(&cfg.work_dir, crate::executor::TASKS_DIR),
+        checkpoint_root: or_under(&cfg.checkpoint_dir, crate::executor::CHECKPOINTS_DIR),
+        users,
     }
+}
+
+/// The marker of `data_dir`: the start of the digest of its canonical path.
+fn marker(data_dir: &Path) -> String {
+    let abs = std::fs::canonicalize(data_dir)
+        .or_else(|_| std::path::absolute(data_dir))
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    tidemill_runtime::identity::sha256_hex(abs.to_string_lossy().as_bytes())[..16].to_string()
+}
+
+/// Lets task users pass through `dir` (o+x) without listing it.
+fn passable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::symlink_metadata(dir)?.permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o111))
 }
 
 impl TaskCgroup {

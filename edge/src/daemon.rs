@@ -157,6 +157,8 @@ pub async fn join_only(cfg: &EdgeConfig) -> Result<String, EdgeError> {
     cfg.validate()?;
     let node_id = cfg.resolved_node_id();
     data_dir(cfg)?;
+    // Not while a daemon (or another join) uses the data dir.
+    let _lock = tidemill_runtime::datadir::lock(&cfg.data_dir)?;
     let token = cfg.join_token().ok_or_else(|| JoinError::NoIdentity {
         dir: cfg.data_dir.clone(),
     })?;

@@ -301,10 +301,25 @@ async fn accelerators(report: &mut Report, cfg: &EdgeConfig) {
     }
 }
 
-/// Whether tasks can be confined: root to drop them to the task user, and a
-/// writable cgroup v2 hierarchy.
+/// Whether tasks can be confined: root to drop them to their job's uid (or
+/// the task user) and give them a network of their own, and a writable
+/// cgroup v2 hierarchy.
 fn confinement(report: &mut Report, cfg: &EdgeConfig) {
-    if nix::unistd::Uid::effective().is_root() {
+    let root = nix::unistd::Uid::effective().is_root();
+    let range = crate::uids::UidRange::parse(&cfg.tasks.uid_range);
+    if let (true, Some(range)) = (root, range) {
+        match range.check_host() {
+            Ok(()) => report.ok(
+                "privileges",
+                format!("root: each job's tasks run as a uid of its own from {range}"),
+            ),
+            Err(e) => report.fail(
+                "privileges",
+                e.to_string(),
+                "set [tasks] uid_range to uids no user of this host has",
+            ),
+        }
+    } else if root {
         let name = cfg.tasks.user.trim();
         match nix::unistd::User::from_name(name) {
             Ok(Some(u)) if !u.uid.is_root() => report.ok(
@@ -324,8 +339,23 @@ fn confinement(report: &mut Report, cfg: &EdgeConfig) {
                 "not root (uid {}): tasks run as this user, with its access to the data dir and credentials",
                 nix::unistd::Uid::effective()
             ),
-            "run the daemon as root (the systemd unit does) so tasks run as [tasks] user",
+            "run the daemon as root (the systemd unit does) so tasks run as uids of their own",
         );
+    }
+    if cfg.tasks.network == crate::config::TaskNetwork::Private {
+        match crate::netns::available() {
+            Ok(()) => report.ok(
+                "task network",
+                "single-node tasks get a network namespace of their own (no host 127.0.0.1)",
+            ),
+            Err(e) => report.warn(
+                "task network",
+                format!(
+                    "no private network for tasks ({e}): they share the host's, 127.0.0.1 included"
+                ),
+                "run the daemon as root, or set [tasks] network = \"host\" to accept this",
+            ),
+        }
     }
     match crate::confine::cgroup2_mount() {
         Some(mount) if nix::unistd::access(&mount, nix::unistd::AccessFlags::W_OK).is_ok() => {

@@ -21,6 +21,7 @@ use tokio::sync::{Notify, watch};
 use crate::config::TaskConfig;
 use crate::confine::Confinement;
 use crate::journal::{Journal, JournalError};
+use crate::taskdirs::job_dir;
 
 /// Longest output line kept, in bytes; longer lines are cut.
 const MAX_LINE: usize = 1000;
@@ -43,15 +44,11 @@ pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
 const PROGRESS_EVERY_MS: i64 = 1_800_000;
 
 /// Under the data dir, a directory per task, unless `[tasks] work_dir` is set.
-const TASKS_DIR: &str = "tasks";
+pub const TASKS_DIR: &str = "tasks";
 
-/// Under the data dir, a checkpoint directory per job, named by [`job_dir`].
-const CHECKPOINTS_DIR: &str = "checkpoints";
-
-/// The name of a job's checkpoint directory under [`CHECKPOINTS_DIR`].
-fn job_dir(job_id: u64) -> String {
-    format!("job-{job_id}")
-}
+/// Under the data dir, a checkpoint directory per job, named by [`job_dir`],
+/// unless `[tasks] checkpoint_dir` is set.
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
 
 /// Why a task yields while its daemon stops.
 const STOPPING: &str = "its edge daemon is stopping";
@@ -299,27 +296,27 @@ impl Executor {
             let reason = "the job's command is empty; give at least the program to run".to_string();
             return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
         };
-        let work_dir = if self.cfg.work_dir.as_os_str().is_empty() {
-            self.data_dir.join(TASKS_DIR).join(a.task_id.to_string())
-        } else {
-            self.cfg.work_dir.clone()
-        };
+        if let Some(name) = a
+            .env
+            .keys()
+            .find(|k| tidemill_proto::EDGE_SET_ENV.contains(&k.as_str()))
+        {
+            let reason = format!(
+                "the assignment sets {name}, which the edge sets itself (the edge alone decides a task's checkpoint dir); the coordinator should have refused the job: upgrade it"
+            );
+            tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+        }
         // Checkpoints outlive a task, so the same job started again resumes
-        // from them: the job's own TIDEMILL_CHECKPOINT_DIR (shared storage, say),
-        // else a directory per job under the edge's data dir.
-        let checkpoints = a.env.get("TIDEMILL_CHECKPOINT_DIR").map_or_else(
-            || self.data_dir.join(CHECKPOINTS_DIR).join(job_dir(a.job_id)),
-            PathBuf::from,
-        );
-        for dir in [&work_dir, &checkpoints] {
-            if let Err(e) = self.confine.task_dir(dir) {
-                let reason = format!(
-                    "cannot create {}: {e}; check the edge's data_dir",
-                    dir.display()
-                );
+        // from them: a directory per job under the checkpoint root the
+        // operator chose, never a path the job names.
+        let dirs = match self.confine.prepare(a.task_id, a.job_id) {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                let reason = format!("cannot prepare the task's directories: {e}");
                 return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
             }
-        }
+        };
         let mut env: Vec<(String, String)> = a.env.clone().into_iter().collect();
         env.extend([
             ("TIDEMILL_NODE_ID".to_string(), self.node_id.clone()),
@@ -327,12 +324,23 @@ impl Executor {
             ("TIDEMILL_TASK_ID".to_string(), a.task_id.to_string()),
             (
                 "TIDEMILL_CHECKPOINT_DIR".to_string(),
-                checkpoints.display().to_string(),
+                dirs.checkpoints.display().to_string(),
+            ),
+            (
+                crate::confine::MARKER_VAR.to_string(),
+                self.confine.marker().to_string(),
             ),
         ]);
+        // A task with no peers on other nodes may live in a network of its
+        // own, where rank 0 (itself) listens on its own loopback.
+        let alone = a.env.get("WORLD_SIZE").is_none_or(|w| w.trim() == "1");
+        let private_net = self.confine.private_net(alone);
+        if private_net && a.env.contains_key("MASTER_ADDR") {
+            env.push(("MASTER_ADDR".to_string(), "127.0.0.1".to_string()));
+        }
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
-            .current_dir(&work_dir)
+            .current_dir(&dirs.work)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -341,7 +349,7 @@ impl Executor {
         let cgroup = self.confine.cgroup(a.task_id, a.memory_bytes);
         if let Err(e) = self
             .confine
-            .command(&mut cmd, &env, &work_dir, cgroup.as_ref())
+            .command(&mut cmd, &env, &dirs, cgroup.as_ref(), private_net)
         {
             let reason = format!("cannot confine the task: {e}");
             return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
@@ -358,7 +366,7 @@ impl Executor {
             }
         };
         let pid = child.id().expect("a just-spawned child has a pid");
-        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, "task started");
+        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
         self.journal.lock().unwrap().task_started(a.task_id, pid)?;
         self.journal_event(&a, TaskEvent::Started { pid })?;
 
@@ -438,15 +446,17 @@ impl Executor {
 /// `journal` (their process groups and, where they have one, their
 /// cgroups), and returns those tasks with their pids; the journal still
 /// holds them as unfinished, for the next start to report. A pid is killed
-/// only if it still belongs to its task: after a reboot the number may name
-/// an unrelated process.
+/// only if it provably runs this data dir's task
+/// ([`Confinement::runs_task`]): after a reboot the number may name an
+/// unrelated process, and a copied data dir's journal names the pids of the
+/// real edge's tasks.
 pub fn kill_leftovers(
     journal: &Journal,
     confine: &Confinement,
 ) -> Result<Vec<(TaskAssignment, Option<u32>)>, JournalError> {
     let tasks = journal.unfinished_tasks()?;
     for (a, pid) in &tasks {
-        if let Some(pid) = pid.filter(|pid| runs_task(*pid, a.task_id)) {
+        if let Some(pid) = pid.filter(|pid| confine.runs_task(*pid, a.task_id)) {
             let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
         confine.kill(a.task_id);
@@ -456,7 +466,9 @@ pub fn kill_leftovers(
 
 /// When `dir` or anything directly in it was last written.
 fn last_written(dir: &std::path::Path) -> Option<std::time::SystemTime> {
-    let own = std::fs::metadata(dir).and_then(|m| m.modified()).ok();
+    let own = std::fs::symlink_metadata(dir)
+        .and_then(|m| m.modified())
+        .ok();
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -464,18 +476,6 @@ fn last_written(dir: &std::path::Path) -> Option<std::time::SystemTime> {
         .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
         .chain(own)
         .max()
-}
-
-/// Whether process `pid` is the one started for `task_id`: its environment
-/// carries the `TIDEMILL_TASK_ID` the executor gave it.
-fn runs_task(pid: u32, task_id: u64) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    let marker = format!("TIDEMILL_TASK_ID={task_id}");
-    environ
-        .split(|b| *b == 0)
-        .any(|var| var == marker.as_bytes())
 }
 
 /// The iterations a `TIDEMILL_PROGRESS iter=N` line reports: exactly that
@@ -626,7 +626,11 @@ mod tests {
             user: "nobody".into(),
             keep_ended_hours: 1,
             checkpoint_retention_days: 1,
+            uid_range: String::new(),
+            checkpoint_dir: PathBuf::new(),
+            network: crate::config::TaskNetwork::Host,
         };
+        let confine = Confinement::none(&cfg, dir.path());
         let exec = Executor::new(
             journal.clone(),
             Arc::new(Notify::new()),
@@ -634,7 +638,7 @@ mod tests {
             dir.path().to_owned(),
             "n1".into(),
             (clock, Arc::new(SystemClock)),
-            Confinement::none(),
+            confine,
         );
         Harness { dir, journal, exec }
     }
@@ -892,9 +896,13 @@ mod tests {
         // The child prints once it runs its own program, so its environment is
         // its own and not the parent's copy from before exec.
         use std::os::unix::process::CommandExt;
+        let h = harness(1);
+        let copy = tempfile::tempdir().unwrap();
+        let copied = Confinement::none(&h.exec.cfg, copy.path());
         let mut child = std::process::Command::new("sh")
             .args(["-c", "echo ready; sleep 30"])
             .env("TIDEMILL_TASK_ID", "77")
+            .env(crate::confine::MARKER_VAR, h.exec.confine.marker())
             .stdout(Stdio::piped())
             .process_group(0)
             .spawn()
@@ -906,15 +914,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ready, "ready\n");
-        assert!(runs_task(child.id(), 77));
-        assert!(!runs_task(child.id(), 7), "another task's id");
+        let ours = &h.exec.confine;
+        assert!(ours.runs_task(child.id(), 77));
+        assert!(!ours.runs_task(child.id(), 7), "another task's id");
         assert!(
-            !runs_task(std::process::id(), 77),
+            !copied.runs_task(child.id(), 77),
+            "a copy of the data dir elsewhere does not own it"
+        );
+        assert!(
+            !ours.runs_task(std::process::id(), 77),
             "a process without the marker"
         );
         killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
         child.wait().unwrap();
-        assert!(!runs_task(child.id(), 77), "a process that is gone");
+        assert!(!ours.runs_task(child.id(), 77), "a process that is gone");
+    }
+
+    #[tokio::test]
+    async fn an_assignment_that_sets_the_checkpoint_dir_fails_untouched() {
+        let h = harness(5);
+        let target = tempfile::tempdir().unwrap();
+        let victim = target.path().join("victim");
+        h.exec
+            .handle(Command::Assign(TaskAssignment {
+                task_id: 13,
+                job_id: 113,
+                command: vec!["true".into()],
+                env: [(
+                    "TIDEMILL_CHECKPOINT_DIR".to_string(),
+                    victim.display().to_string(),
+                )]
+                .into(),
+                memory_bytes: None,
+            }))
+            .unwrap();
+        let events = finished(&h).await;
+        let TaskEvent::Failed { reason } = &events[0].event else {
+            panic!("{events:?}")
+        };
+        assert!(
+            reason.contains("TIDEMILL_CHECKPOINT_DIR") && reason.contains("the edge sets itself"),
+            "{reason}"
+        );
+        assert!(!victim.exists(), "nothing made at the job's path");
     }
 
     #[tokio::test]

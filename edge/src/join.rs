@@ -18,7 +18,7 @@ use tidemill_runtime::tls::TlsError;
 pub enum JoinError {
     /// No certificate in the data dir and no token to get one with.
     #[error(
-        "{dir} holds no node certificate; give a join token (`--token`, or `token` in the config) from `tidemill-cloud token create`"
+        "{dir} holds no node certificate; give a join token (`--token-file F`, the TIDEMILL_TOKEN variable, or `token` in the config) from `tidemill-cloud token create`"
     )]
     NoIdentity {
         /// The data dir.

@@ -1,5 +1,6 @@
-//! Tasks are confined: they run as the configured unprivileged user when the
-//! edge is root, with a clean environment, and in their own cgroup where
+//! Tasks are confined: they run as a uid of their job's own from
+//! `[tasks] uid_range` when the edge is root, with a clean environment, and
+//! in their own cgroup where
 //! cgroup v2 is writable, so that a child that leaves the task's process group
 //! still dies on cancel and on the edge's next start after a `kill -9`.
 
@@ -55,14 +56,8 @@ fn gone(pid: u32) -> bool {
 /// checkpoint dir, and waits.
 const ESCAPER: &str = r#"setsid sh -c 'echo $$ > "$TIDEMILL_CHECKPOINT_DIR/escaped.pid"; exec sleep 1000' & sleep 1000"#;
 
-fn checkpoint_dir(dir: &Path, node: &str, job: u64) -> PathBuf {
-    dir.join(format!("edge-{node}"))
-        .join("checkpoints")
-        .join(format!("job-{job}"))
-}
-
 #[test]
-fn a_task_runs_as_the_task_user_with_a_clean_environment() {
+fn a_task_runs_as_its_jobs_uid_with_a_clean_environment() {
     let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let cloud = coord.start();
@@ -75,23 +70,27 @@ fn a_task_runs_as_the_task_user_with_a_clean_environment() {
         &[
             "sh",
             "-c",
-            "id -un; env | cut -d= -f1 | sort | tr '\\n' ' '",
+            "echo uid=$(id -u); env | cut -d= -f1 | sort | tr '\\n' ' '",
         ],
     );
     cloud.wait_for(&format!("job_id={id} state=succeeded"), 1, PATIENCE);
     let tail = coord.job(id)["output_tail"].to_string();
     let root = nix::unistd::Uid::effective().is_root();
-    let expected_user = if root {
-        "nobody".to_string()
-    } else {
-        std::env::var("USER").unwrap_or_default()
-    };
     eprintln!("task output: {tail}");
-    if root || !expected_user.is_empty() {
+    let uid: u32 = tail
+        .split("uid=")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the task said its uid: {tail}"));
+    if root {
+        // The default [tasks] uid_range.
         assert!(
-            tail.contains(&expected_user),
-            "the task runs as {expected_user}: {tail}"
+            (60600..=61099).contains(&uid),
+            "the task runs as its job's uid: {tail}"
         );
+    } else {
+        assert_eq!(uid, nix::unistd::Uid::effective().as_raw(), "{tail}");
     }
     for var in [
         "PATH",
@@ -100,6 +99,7 @@ fn a_task_runs_as_the_task_user_with_a_clean_environment() {
         "TIDEMILL_JOB_ID",
         "TIDEMILL_TASK_ID",
         "TIDEMILL_CHECKPOINT_DIR",
+        "TIDEMILL_EDGE",
     ] {
         assert!(tail.contains(var), "{var} is set: {tail}");
     }
@@ -142,7 +142,7 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
     // Cancel: the task and its escaped child die.
     let id = coord.submit(dir.path(), "escaper", &["sh", "-c", ESCAPER]);
     let child = pid_in(
-        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &support::checkpoint_dir(dir.path(), id).join("escaped.pid"),
         &cloud,
     );
     assert!(running(child));
@@ -153,7 +153,7 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
     // kill -9 of the edge: its next start kills what is left.
     let id = coord.submit(dir.path(), "escaper-2", &["sh", "-c", ESCAPER]);
     let child = pid_in(
-        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &support::checkpoint_dir(dir.path(), id).join("escaped.pid"),
         &cloud,
     );
     e1.kill9();
@@ -178,7 +178,7 @@ fn reap_kills_what_a_killed_edge_left_and_waits_while_it_runs() {
     // once; the next start still reports the task as yielded.
     let id = coord.submit(dir.path(), "escaper", &["sh", "-c", ESCAPER]);
     let child = pid_in(
-        &checkpoint_dir(dir.path(), "e1", id).join("escaped.pid"),
+        &support::checkpoint_dir(dir.path(), id).join("escaped.pid"),
         &cloud,
     );
     e1.kill9();

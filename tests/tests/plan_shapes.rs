@@ -51,7 +51,6 @@ fn submit(
         iterations,
         workers,
         now_ms + (deadline_h * 3.6e6) as i64,
-        &dir.join("checkpoints").join(name),
         extra,
     );
     cluster.coord.submit_file(&file)
@@ -91,7 +90,9 @@ fn a_job_grows_from_one_cloud_node_to_two_when_the_other_frees() {
         "it was checkpointed to resize"
     );
     // One task with world 1, then two ranks with world 2 on both nodes.
-    let ranks = std::fs::read_to_string(dir.path().join("checkpoints/grower/ranks.log")).unwrap();
+    let ranks =
+        std::fs::read_to_string(support::checkpoint_dir(dir.path(), grower).join("ranks.log"))
+            .unwrap();
     let lines: Vec<&str> = ranks.lines().collect();
     assert_eq!(lines.len(), 3, "{ranks}");
     assert!(lines[0].starts_with("rank=0 world=1 "), "{ranks}");

@@ -146,9 +146,9 @@ struct TorchJob<'a> {
     own_rate: bool,
 }
 
-/// Writes job `j`'s file under `dir`, its checkpoints in `checkpoints`, and
-/// submits it; returns its id.
-fn submit(cluster: &Cluster, dir: &Path, j: &TorchJob, checkpoints: &Path) -> u64 {
+/// Writes job `j`'s file under `dir` and submits it; returns its id. Its
+/// checkpoints go where the edges put them ([`support::checkpoint_dir`]).
+fn submit(cluster: &Cluster, dir: &Path, j: &TorchJob) -> u64 {
     let deadline = chrono::DateTime::from_timestamp_millis(cluster.tide_now() + j.deadline_in_ms)
         .unwrap()
         .to_rfc3339();
@@ -161,7 +161,6 @@ command = [{python:?}, {trainer:?}]
 deadline = "{deadline}"
 on_infeasible = "{on_infeasible}"
 [env]
-TIDEMILL_CHECKPOINT_DIR = {checkpoints:?}
 TIDEMILL_ITERATIONS = "{iters}"
 TIDEMILL_BATCH_SIZE = "{BATCH}"
 TIDEMILL_LOG_EVERY = "25"
@@ -179,7 +178,6 @@ max_workers = {max}
             on_infeasible = j.on_infeasible,
             python = python().display().to_string(),
             trainer = trainer().display().to_string(),
-            checkpoints = checkpoints.display().to_string(),
             iters = j.iterations,
             bytes = 4 * MODEL_PARAMS,
             // Model and Adam's two moments.
@@ -280,7 +278,7 @@ fn scenario_1_a_single_edge_job_trains_to_completion_by_its_deadline() {
         on_infeasible: "reject",
         own_rate: true,
     };
-    let id = submit(&cluster, dir.path(), &job, &dir.path().join("ck-single"));
+    let id = submit(&cluster, dir.path(), &job);
     let (shown, _) = cluster.wait_until_succeeded(id);
     assert_eq!(
         shown["plan"]["verdict"]["verdict"], "guaranteed",
@@ -314,8 +312,7 @@ fn scenario_2_a_job_runs_data_parallel_on_two_edges() {
         on_infeasible: "reject",
         own_rate: false,
     };
-    let checkpoints = dir.path().join("ck-ddp");
-    let id = submit(&cluster, dir.path(), &job, &checkpoints);
+    let id = submit(&cluster, dir.path(), &job);
     let (shown, _) = cluster.wait_until_succeeded(id);
     let plan = &shown["plan"];
     assert_eq!(plan["shape"], "multi-edge", "{shown:#}");
@@ -374,8 +371,8 @@ fn scenario_3_a_drained_edge_yields_and_the_job_resumes_elsewhere_from_its_check
         on_infeasible: "reject",
         own_rate: true,
     };
-    let checkpoints = dir.path().join("ck-moved");
-    let id = submit(&cluster, dir.path(), &job, &checkpoints);
+    let id = submit(&cluster, dir.path(), &job);
+    let checkpoints = support::checkpoint_dir(dir.path(), id);
     wait_for_checkpoint(&cluster, id, &checkpoints.join("checkpoint.pt"));
     let first = cluster.coord.job(id)["node"].as_str().unwrap().to_string();
     let said = cluster.coord.cli(&["nodes", "drain", &first]);
@@ -423,8 +420,8 @@ fn scenario_4_a_job_on_two_edges_resizes_to_one_when_an_edge_is_drained() {
         on_infeasible: "best-effort",
         own_rate: false,
     };
-    let checkpoints = dir.path().join("ck-resized");
-    let id = submit(&cluster, dir.path(), &job, &checkpoints);
+    let id = submit(&cluster, dir.path(), &job);
+    let checkpoints = support::checkpoint_dir(dir.path(), id);
     wait_for_checkpoint(&cluster, id, &checkpoints.join("checkpoint.pt"));
     let plan = cluster.coord.job(id)["plan"].clone();
     assert_eq!(plan["shape"], "multi-edge", "{plan:#}");
@@ -559,7 +556,7 @@ fn scenario_5_data_parallel_over_an_impaired_link_against_the_cost_model() {
         on_infeasible: "reject",
         own_rate: false,
     };
-    let id = submit(&cluster, dir.path(), &job, &dir.path().join("ck-wan"));
+    let id = submit(&cluster, dir.path(), &job);
     let (shown, _) = cluster.wait_until_succeeded(id);
     assert_eq!(shown["plan"]["shape"], "multi-edge", "{shown:#}");
     let tail = shown["output_tail"].to_string();

@@ -217,7 +217,6 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
     // 24 iterations: 2.2 h on one worker, 1.2 h on two; the deadline is 1.8 h.
     let trainer = dir.path().join("trainer.sh");
     std::fs::write(&trainer, TRAINER).unwrap();
-    let checkpoints = dir.path().join("checkpoints");
     let file = write_ddp_job(
         dir.path(),
         "ddp",
@@ -225,10 +224,10 @@ fn a_job_spans_two_edges_when_one_is_too_slow() {
         24,
         2,
         cluster.tide_now() + 6_480_000,
-        &checkpoints,
         "",
     );
     let id = cluster.coord.submit_file(&file);
+    let checkpoints = support::checkpoint_dir(dir.path(), id);
     let (job, _) = cluster.wait_until_succeeded(id);
     let plan = &job["plan"];
     assert_eq!(plan["verdict"]["verdict"], "guaranteed", "{job:#}");
@@ -281,11 +280,7 @@ fn a_job_on_an_edge_that_dies_resumes_elsewhere() {
         from_first,
     );
     // The box dies: its daemon and the job's processes with it.
-    let ranks = dir
-        .path()
-        .join("checkpoints")
-        .join("sturdy")
-        .join("ranks.log");
+    let ranks = support::checkpoint_dir(dir.path(), id).join("ranks.log");
     let pid: i32 = std::fs::read_to_string(&ranks)
         .unwrap()
         .trim()

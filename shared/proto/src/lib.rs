@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod codec;
+mod env;
 mod msg;
 mod version;
 
@@ -11,6 +12,7 @@ mod version;
 pub mod fuzzing;
 
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
+pub use env::{COORDINATOR_SET_ENV, EDGE_SET_ENV, is_reserved_env};
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
     Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,

@@ -73,7 +73,6 @@ pub fn now_ms() -> i64 {
 pub fn write_job(dir: &Path, j: &Job, trainer: &Path, tide_now_ms: i64) -> PathBuf {
     let deadline = rfc3339(tide_now_ms + (j.deadline_h * 3.6e6) as i64);
     let file = dir.join(format!("{}.toml", j.name));
-    let checkpoints = dir.join("checkpoints").join(j.name);
     std::fs::write(
         &file,
         format!(
@@ -82,8 +81,6 @@ command = ["sh", "{trainer}", "{iters}", "{step}"]
 deadline = "{deadline}"
 class = "{class}"
 on_infeasible = "{on_infeasible}"
-[env]
-TIDEMILL_CHECKPOINT_DIR = "{checkpoints}"
 [work]
 model = "trainer"
 iterations = {iters}
@@ -99,7 +96,6 @@ cpu = {rate}
             step = STEP_WALL_S,
             class = j.class,
             on_infeasible = j.on_infeasible,
-            checkpoints = checkpoints.display(),
             rate = DECLARED_IPS,
         ),
     )
@@ -133,10 +129,10 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// Writes job `name` of the `ddp` model ([`write_ddp_table`]): `iterations`
-/// of `trainer`, on 1 to `max_workers` workers, due at `deadline_ms`, its
-/// checkpoints in `checkpoints`, with `extra_work` lines appended to its
-/// `[work]` table; returns the job file's path.
-#[allow(clippy::too_many_arguments)]
+/// of `trainer`, on 1 to `max_workers` workers, due at `deadline_ms`, with
+/// `extra_work` lines appended to its `[work]` table; returns the job file's
+/// path. Its checkpoints go where the edges put them
+/// ([`super::checkpoint_dir`]).
 pub fn write_ddp_job(
     dir: &Path,
     name: &str,
@@ -144,7 +140,6 @@ pub fn write_ddp_job(
     iterations: u32,
     max_workers: u32,
     deadline_ms: i64,
-    checkpoints: &Path,
     extra_work: &str,
 ) -> PathBuf {
     let deadline = rfc3339(deadline_ms);
@@ -154,11 +149,9 @@ pub fn write_ddp_job(
         format!(
             "name = \"{name}\"\ncommand = [\"sh\", {trainer:?}, \"{iterations}\", \"{STEP_WALL_S}\"]\n\
              deadline = \"{deadline}\"\non_infeasible = \"reject\"\n\
-             [env]\nTIDEMILL_CHECKPOINT_DIR = {checkpoints:?}\n\
              [work]\nmodel = \"ddp\"\niterations = {iterations}\nglobal_batch = 32\n\
              model_bytes = 97500000\ncheckpoint_bytes = 1000000\nmin_workers = 1\nmax_workers = {max_workers}\n{extra_work}",
             trainer = trainer.display().to_string(),
-            checkpoints = checkpoints.display().to_string(),
         ),
     )
     .unwrap();

@@ -369,6 +369,33 @@ pub fn tempdir() -> tempfile::TempDir {
     dir
 }
 
+/// Where the edges of a test under `dir` make their jobs' checkpoint dirs
+/// (`[tasks] checkpoint_dir`): one root for all, as operators point their
+/// nodes at shared storage, so that a job moved between edges resumes.
+pub fn checkpoint_root(dir: &Path) -> PathBuf {
+    dir.join("checkpoints")
+}
+
+/// Job `id`'s checkpoint dir, which the edge chose, under [`checkpoint_root`].
+pub fn checkpoint_dir(dir: &Path, id: u64) -> PathBuf {
+    checkpoint_root(dir).join(format!("job-{id}"))
+}
+
+/// Waits (bounded by [`PATIENCE`]) until `path` exists, panicking with
+/// `proc`'s log if it does not.
+pub fn wait_until_path(path: &Path, proc: &Proc) {
+    let deadline = Instant::now() + PATIENCE;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no {} within {PATIENCE:?}: {:#?}",
+            path.display(),
+            proc.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Starts an edge. With `replay`, it replays that node of `trace` at 60×.
 pub fn start_edge(coord: &Coordinator, dir: &Path, node: &str, replay: Option<&Path>) -> Proc {
     Proc::spawn(node, edge_command(coord, dir, node, replay))
@@ -390,6 +417,7 @@ pub fn edge_command(coord: &Coordinator, dir: &Path, node: &str, replay: Option<
     .arg("--data-dir")
     .arg(dir.join(format!("edge-{node}")))
     .args(["--sample-interval", "0.2"])
+    .env("TIDEMILL_TASKS__CHECKPOINT_DIR", checkpoint_root(dir))
     .env("RUST_LOG", "info");
     if let Some(trace) = replay {
         cmd.arg("--replay")
@@ -418,6 +446,7 @@ pub fn replaying_edge(
         .arg(coord.token())
         .arg("--data-dir")
         .arg(dir.join(node))
+        .env("TIDEMILL_TASKS__CHECKPOINT_DIR", checkpoint_root(dir))
         .arg("--replay")
         .arg(trace)
         .args(["--replay-node", series]);
