@@ -34,7 +34,13 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, coord: Arc<Coordinator>) {
             }
             Err(why) => {
                 coord.metrics.refused_admission.inc();
-                tracing::debug!(%remote, %why, "refused a connection before its handshake");
+                let refused = coord.metrics.refused_admission.get();
+                // At the 1st, 2nd, 4th, 8th... refusal: a flood logs a few lines.
+                if refused.is_power_of_two() {
+                    tracing::warn!(%remote, %why, refused, "refused a connection before its handshake (logged at powers of two)");
+                } else {
+                    tracing::debug!(%remote, %why, "refused a connection before its handshake");
+                }
                 incoming.refuse();
             }
         }
@@ -470,8 +476,10 @@ async fn serve_stream(
             return;
         }
         Ok(Ok(Some(EdgeMsg::Reports(reports)))) => 'reports: {
-            if let Some(why) = budget::refusal(&coord, &node_id, reports.len(), frame_bytes) {
-                break 'reports refuse(ErrorCode::Internal, why);
+            if let Some(message) = budget::refusal(&coord, &node_id, reports.len(), frame_bytes) {
+                // Logged once an hour and counted by the budget, not per frame.
+                let code = ErrorCode::Internal;
+                break 'reports (None, Some(CloudMsg::Error(WireError { code, message })));
             }
             let now = coord.clock.now_ms();
             let ingest = coord.metrics.ingest_seconds.start_timer();

@@ -231,7 +231,7 @@ fn a_report_flood_is_held_to_the_nodes_hourly_budget() {
     const BUDGET: u64 = 1 << 20;
     let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
-    let _cloud = coord.start_with(&[(
+    let cloud = coord.start_with(&[(
         "report_bytes_per_hour = 8388608",
         "report_bytes_per_hour = 1048576",
     )]);
@@ -284,6 +284,15 @@ fn a_report_flood_is_held_to_the_nodes_hourly_budget() {
     assert!(
         refused > 0 && over >= refused as f64,
         "the excess was not refused and counted"
+    );
+    let logged = cloud
+        .log()
+        .iter()
+        .filter(|l| l.contains("over its report budget") && l.contains("node_id=flood"))
+        .count() as u64;
+    assert!(
+        (1..=hours).contains(&logged),
+        "logged {logged} times, not once an hour"
     );
     // Each stored sample took at least 20 bytes of an accepted frame.
     assert!(
