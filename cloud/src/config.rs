@@ -54,6 +54,10 @@ pub struct CloudConfig {
     pub ended_job_retention_days: u64,
     /// Connection settings.
     pub link: LinkConfig,
+    /// Bounds on QUIC connections, before and after admission.
+    pub quic: QuicConfig,
+    /// What one node may have stored, and renewed, per hour.
+    pub ingest: IngestConfig,
     /// The coordinator's clock: real or accelerated time.
     pub clock: ClockConfig,
     /// Placement settings.
@@ -112,6 +116,39 @@ pub struct LinkConfig {
     pub idle_timeout_secs: u64,
     /// Seconds a stream has to deliver its frame or answer.
     pub stream_timeout_secs: u64,
+}
+
+/// Bounds on QUIC connections: what an unauthenticated peer may hold, and
+/// what an admitted edge's connection may.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuicConfig {
+    /// Connections at once, admitted or not.
+    pub max_connections: usize,
+    /// Connections not yet admitted (handshaking, joining or before their
+    /// hello), all source addresses together.
+    pub max_unadmitted: usize,
+    /// Connections not yet admitted from one source address.
+    pub max_unadmitted_per_address: usize,
+    /// Streams an admitted edge may have open at once.
+    pub max_streams_per_connection: u32,
+    /// Bytes an admitted edge may have in flight unread, all its streams together.
+    pub receive_window_bytes: u32,
+    /// Frame bytes being read from every connection together.
+    pub frame_bytes_total: usize,
+}
+
+/// Per-node budgets, so that one node cannot fill the coordinator's disk or
+/// mint certificates.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Reports one node may have stored per hour (coordinator clock).
+    pub reports_per_hour: u64,
+    /// Report frame bytes one node may have stored per hour (coordinator clock).
+    pub report_bytes_per_hour: u64,
+    /// Certificate renewals one node may have per hour (wall clock).
+    pub renewals_per_hour: u64,
 }
 
 /// Placement settings.
@@ -268,6 +305,37 @@ impl CloudConfig {
                     self.api.max_connections
                 ),
                 "each must be at least 1",
+            );
+        }
+        let q = &self.quic;
+        let i = &self.ingest;
+        if [
+            q.max_connections,
+            q.max_unadmitted,
+            q.max_unadmitted_per_address,
+            q.max_streams_per_connection as usize,
+            q.frame_bytes_total,
+        ]
+        .contains(&0)
+            || [
+                i.reports_per_hour,
+                i.report_bytes_per_hour,
+                i.renewals_per_hour,
+            ]
+            .contains(&0)
+        {
+            return invalid(
+                "quic, ingest",
+                format!("{q:?}, {i:?}"),
+                "each must be at least 1",
+            );
+        }
+        let frame = (tidemill_proto::MAX_FRAME_LEN + tidemill_proto::HEADER_LEN) as u64;
+        if u64::from(q.receive_window_bytes) < frame || (q.frame_bytes_total as u64) < frame {
+            return invalid(
+                "quic.receive_window_bytes, quic.frame_bytes_total",
+                format!("{}, {}", q.receive_window_bytes, q.frame_bytes_total),
+                "each must hold one largest frame: at least 1048580",
             );
         }
         if self.tls_names.is_empty() {

@@ -13,6 +13,8 @@ use tidemill_sched::ThroughputTables;
 use tidemill_sched::policies::SnapshotDriver;
 use tokio::sync::Notify;
 
+use crate::admission::Admission;
+use crate::budget::ReportBudget;
 use crate::config::CloudConfig;
 use crate::metrics::Metrics;
 use crate::probing;
@@ -54,6 +56,10 @@ pub struct Coordinator {
     last_round: Mutex<Option<std::time::Instant>>,
     /// When this coordinator started, on its clock, for the restart grace.
     pub started_ms: i64,
+    /// The caps on QUIC connections and frame bytes (`[quic]`).
+    pub admission: Admission,
+    /// Each node's hourly report budget (`[ingest]`).
+    pub report_budget: ReportBudget,
 }
 
 impl Coordinator {
@@ -74,6 +80,11 @@ impl Coordinator {
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
             wake: Notify::new(),
+            admission: Admission::new(&cfg.quic),
+            report_budget: ReportBudget::new(
+                cfg.ingest.reports_per_hour,
+                cfg.ingest.report_bytes_per_hour,
+            ),
             metrics: Metrics::new(cfg.metrics.max_node_series),
             cfg,
             started_ms: clock.now_ms(),
@@ -166,6 +177,19 @@ impl Coordinator {
             sessions.remove(node_id);
         }
         current
+    }
+
+    /// The node's live connection, if it has one.
+    pub fn session_of(&self, node_id: &str) -> Option<quinn::Connection> {
+        let sessions = self.sessions.lock().unwrap();
+        sessions.get(node_id).map(|s| s.conn.clone())
+    }
+
+    /// SHA-256 of the certificate the node's live connection uses, if it
+    /// has one.
+    pub fn session_cert(&self, node_id: &str) -> Option<String> {
+        let sessions = self.sessions.lock().unwrap();
+        sessions.get(node_id).map(|s| s.cert_sha256.clone())
     }
 
     /// Notes that a scheduling round succeeded just now.

@@ -16,8 +16,10 @@ use tidemill_runtime::identity::sha256_hex;
 use tidemill_runtime::probe;
 use tidemill_runtime::quic;
 
+use crate::admission::{Ticket, UNADMITTED_FRAME};
 use crate::coordinator::Coordinator;
 use crate::store::{CertRecord, CertStatus, ReportKind};
+use crate::{budget, duplicate};
 
 /// Longest node id accepted.
 const MAX_NODE_ID: usize = 128;
@@ -25,7 +27,23 @@ const MAX_NODE_ID: usize = 128;
 /// Accepts connections until the endpoint closes.
 pub async fn accept_loop(endpoint: quinn::Endpoint, coord: Arc<Coordinator>) {
     while let Some(incoming) = endpoint.accept().await {
-        tokio::spawn(serve_connection(incoming, coord.clone()));
+        let remote = incoming.remote_address();
+        match coord.admission.admit(remote, endpoint.open_connections()) {
+            Ok(ticket) => {
+                tokio::spawn(serve_connection(incoming, ticket, coord.clone()));
+            }
+            Err(why) => {
+                coord.metrics.refused_admission.inc();
+                let refused = coord.metrics.refused_admission.get();
+                // At the 1st, 2nd, 4th, 8th... refusal: a flood logs a few lines.
+                if refused.is_power_of_two() {
+                    tracing::warn!(%remote, %why, refused, "refused a connection before its handshake (logged at powers of two)");
+                } else {
+                    tracing::debug!(%remote, %why, "refused a connection before its handshake");
+                }
+                incoming.refuse();
+            }
+        }
     }
 }
 
@@ -33,7 +51,7 @@ fn stream_timeout(coord: &Coordinator) -> Duration {
     Duration::from_secs(coord.cfg.link.stream_timeout_secs)
 }
 
-async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
+async fn serve_connection(incoming: quinn::Incoming, ticket: Ticket, coord: Arc<Coordinator>) {
     let remote = incoming.remote_address();
     let conn = match incoming.await {
         Ok(conn) => conn,
@@ -55,9 +73,12 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     };
     let first = clock::timeout(&SystemClock, stream_timeout(&coord), async {
         let (send, mut recv) = conn.accept_bi().await?;
-        let hello = coord
-            .metrics
-            .received(frames::read_msg_sized::<EdgeMsg>(&mut recv).await);
+        let hello = coord.metrics.received(
+            coord
+                .admission
+                .read_frame::<EdgeMsg>(&mut recv, UNADMITTED_FRAME)
+                .await,
+        );
         Ok::<_, quinn::ConnectionError>((send, hello))
     })
     .await;
@@ -70,6 +91,16 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
         Ok(Err(e)) => return refuse(&coord, &conn, remote, &e.to_string()),
         Err(_) => return refuse(&coord, &conn, remote, "no hello within the stream timeout"),
     };
+    let duplicate = match (&first, certified.as_ref()) {
+        (Ok(Some(EdgeMsg::Hello(h))), Some((node, _))) if &h.node_id == node => {
+            duplicate::refusal(&coord, node, &conn, remote).await
+        }
+        _ => None,
+    };
+    if let Some(why) = duplicate {
+        return refuse_with_answer(&coord, &conn, remote, send, ErrorCode::Unauthorized, &why)
+            .await;
+    }
     let outcome = match (first, certified.as_ref()) {
         (Ok(Some(EdgeMsg::Join(j))), None) => {
             return join(&coord, &conn, send, j, remote).await;
@@ -121,6 +152,8 @@ async fn serve_connection(incoming: quinn::Incoming, coord: Arc<Coordinator>) {
     let fingerprint = certified.as_ref().map_or("", |(_, f)| f.as_str());
     tracing::info!(node_id = %node_id, %remote, cert = %&fingerprint[..fingerprint.len().min(16)], "edge connected");
     coord.connect(&node_id, conn.clone(), probe_port, fingerprint);
+    drop(ticket);
+    quic::raise_to_admitted(&conn, coord.admission.admitted_bounds());
     let trains = probe::Trains::watch(&conn);
     let reason = loop {
         match conn.accept_bi().await {
@@ -305,18 +338,20 @@ fn renew(
     public_key: &[u8],
 ) -> Result<CloudMsg, (ErrorCode, String)> {
     let now = SystemClock.now_ms();
+    budget::renewal_allowed(coord, node_id, now)?;
     let issued = issue(coord, node_id, public_key, now)?;
     let fingerprint = sha256_hex(&issued.cert);
+    let in_use = coord.session_cert(node_id).unwrap_or_default();
     let record = CertRecord {
         fingerprint: &fingerprint,
         not_after_ms: issued.not_after_ms,
         issuer_sha256: &issued.issuer_sha256,
     };
-    coord
+    let revoked = coord
         .store
         .lock()
         .unwrap()
-        .renew(node_id, record, now)
+        .renew(node_id, record, &in_use, now)
         .map_err(|e| {
             tracing::error!(node_id = %node_id, error = %e, "cannot record a renewal");
             (
@@ -324,7 +359,7 @@ fn renew(
                 "the coordinator cannot record the renewal".to_string(),
             )
         })?;
-    tracing::info!(node_id = %node_id, issuer = %&issued.issuer_sha256[..16], "certificate renewed");
+    tracing::info!(node_id = %node_id, issuer = %&issued.issuer_sha256[..16], revoked, "certificate renewed; older ones but the one in use revoked");
     Ok(CloudMsg::Renewed(issued))
 }
 
@@ -409,13 +444,21 @@ async fn serve_stream(
     coord: Arc<Coordinator>,
     trains: Arc<probe::Trains>,
 ) {
+    let mut frame_bytes = 0;
     let read = clock::timeout(
         &SystemClock,
         stream_timeout(&coord),
-        frames::read_msg_sized::<EdgeMsg>(&mut recv),
+        coord
+            .admission
+            .read_frame::<EdgeMsg>(&mut recv, tidemill_proto::MAX_FRAME_LEN),
     )
     .await
-    .map(|read| coord.metrics.received(read));
+    .map(|read| {
+        frame_bytes = read
+            .as_ref()
+            .map_or(0, |r| r.as_ref().map_or(0, |(_, b)| *b));
+        coord.metrics.received(read)
+    });
     let arrived = std::time::Instant::now();
     let refuse = |code, msg: String| (Some((code, msg)), None);
     let (refusal, reply) = match read {
@@ -432,7 +475,12 @@ async fn serve_stream(
             tracing::debug!(node_id = %node_id, error = %e, "stream failed");
             return;
         }
-        Ok(Ok(Some(EdgeMsg::Reports(reports)))) => {
+        Ok(Ok(Some(EdgeMsg::Reports(reports)))) => 'reports: {
+            if let Some(message) = budget::refusal(&coord, &node_id, reports.len(), frame_bytes) {
+                // Logged once an hour and counted by the budget, not per frame.
+                let code = ErrorCode::Internal;
+                break 'reports (None, Some(CloudMsg::Error(WireError { code, message })));
+            }
             let now = coord.clock.now_ms();
             let ingest = coord.metrics.ingest_seconds.start_timer();
             let applied = coord

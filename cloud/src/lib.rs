@@ -3,14 +3,17 @@
 //! API that its own CLI uses.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod budget;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod coordinator;
 mod dispatch;
 pub mod doctor;
+pub mod duplicate;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

@@ -95,6 +95,14 @@ pub struct Metrics {
     pub refused_identity: IntCounter,
     /// Certificates issued to joining nodes.
     pub joins: IntCounter,
+    /// Connections refused before their handshake, over a `[quic]` cap.
+    pub refused_admission: IntCounter,
+    /// Second connections of a node whose first one still answers.
+    pub refused_duplicates: IntCounter,
+    /// Report batches refused over their node's `[ingest]` budget.
+    pub reports_over_budget: IntCounter,
+    /// Renewals refused over `[ingest] renewals_per_hour`.
+    pub refused_renewals: IntCounter,
     /// Scheduling rounds' wall time, failed ones included.
     pub round_seconds: Histogram,
     /// Time to store a report batch (the store write alone).
@@ -165,6 +173,22 @@ impl Metrics {
             joins: counter(
                 "tidemill_joins_total",
                 "Certificates issued to joining nodes.",
+            ),
+            refused_admission: counter(
+                "tidemill_refused_admission_total",
+                "QUIC connections refused before their handshake, over a [quic] cap on connections.",
+            ),
+            refused_duplicates: counter(
+                "tidemill_refused_duplicates_total",
+                "Connections refused because their node is connected already and its connection answers (a second process with the same credentials).",
+            ),
+            reports_over_budget: counter(
+                "tidemill_reports_over_budget_total",
+                "Report batches refused because their node was over its [ingest] budget for the hour.",
+            ),
+            refused_renewals: counter(
+                "tidemill_refused_renewals_total",
+                "Certificate renewals refused over [ingest] renewals_per_hour.",
             ),
             round_seconds: exposition::latency(
                 &registry,

@@ -84,6 +84,10 @@ pub struct Server {
     _lock: datadir::DataDirLock,
 }
 
+/// Bytes of first packets quinn holds for connections not yet accepted, all
+/// together (its default is 100 MB).
+const INCOMING_BUFFER_TOTAL: u64 = 4 << 20;
+
 /// Connections the kernel holds for the API beyond those being served
 /// (`[api] max_connections`): they cost this process no memory while they
 /// wait. The kernel caps it at net.core.somaxconn.
@@ -139,7 +143,11 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
         keep_alive: Duration::from_secs(cfg.link.keep_alive_secs),
         idle_timeout: Duration::from_secs(cfg.link.idle_timeout_secs),
     };
-    let config = quic::server_config(identity, quic::Clients::CertifiedOrJoining, timing)?;
+    let mut config = quic::server_config(identity, quic::Clients::CertifiedOrJoining, timing)?;
+    config
+        .transport_config(quic::bounded_transport(timing)?)
+        .max_incoming(cfg.quic.max_unadmitted)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL);
     let endpoint = quic::server(cfg.quic_listen, config, &reset_key)?;
     let quic_addr = endpoint.local_addr().map_err(|source| {
         CloudError::Endpoint(EndpointError::Bind {

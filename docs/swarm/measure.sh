@@ -16,6 +16,9 @@ SETTLE=$(( RAMP + 2 * ${S%.*} + 10 ))
 W=$(mktemp -d)
 trap 'kill -9 $CP $SP 2>/dev/null || true; rm -rf "$W"' EXIT
 
+# The whole fleet shares one source address here, which [quic]
+# max_unadmitted_per_address (32) caps for real deployments.
+TIDEMILL_QUIC__MAX_UNADMITTED_PER_ADDRESS=512 \
 RUST_LOG=info,tidemill_cloud::round=debug "$B/tidemill-cloud" serve --data-dir "$W/cloud" \
     --quic-listen 127.0.0.1:7900 --api-listen 127.0.0.1:7980 > "$W/cloud.log" 2>&1 &
 CP=$!

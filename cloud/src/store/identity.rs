@@ -243,16 +243,27 @@ impl Store {
         })
     }
 
-    /// Records a renewed certificate for `node_id`; the old one stays valid
-    /// until it expires, so a reconnect in between still works.
+    /// Records a renewed certificate for `node_id` and revokes every other
+    /// one but `in_use` (the certificate of the connection that asked), so a
+    /// node holds at most two valid certificates: the one it is connected
+    /// with, which a reconnect before the new one is stored still uses, and
+    /// the new one. Returns how many were revoked.
     pub fn renew(
         &mut self,
         node_id: &str,
         cert: CertRecord<'_>,
+        in_use: &str,
         now_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         let err = self.sql_err();
         self.write(|tx| {
+            let revoked = tx
+                .execute(
+                    "UPDATE node_certs SET revoked_ms = ?3
+                     WHERE node_id = ?1 AND fingerprint != ?2 AND revoked_ms IS NULL",
+                    params![node_id, in_use, now_ms],
+                )
+                .map_err(&err)?;
             insert_cert(tx, cert, node_id, "renewal", now_ms).map_err(&err)?;
             event(
                 tx,
@@ -263,8 +274,34 @@ impl Store {
                 cert.fingerprint,
             )
             .map_err(&err)?;
-            Ok(())
+            Ok(revoked)
         })
+    }
+
+    /// How many certificates `node_id` was issued by renewal since `since_ms`.
+    pub fn renewals_since(&self, node_id: &str, since_ms: i64) -> Result<u64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM node_certs
+                 WHERE node_id = ?1 AND token_id = 'renewal' AND issued_ms > ?2",
+                params![node_id, since_ms],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(self.sql_err())
+    }
+
+    /// How many valid (unrevoked, unexpired) certificates `node_id` holds.
+    pub fn valid_certs(&self, node_id: &str, now_ms: i64) -> Result<u64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM node_certs
+                 WHERE node_id = ?1 AND revoked_ms IS NULL AND not_after_ms > ?2",
+                params![node_id, now_ms],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(self.sql_err())
     }
 
     /// For a CA rotation: how many nodes with a live certificate there are,
@@ -481,5 +518,31 @@ mod tests {
             store.join(&u.id, &u.secret, "e4", issue("f7"), 7).unwrap(),
             Err(JoinRefusal::Revoked(u.id.clone()))
         );
+    }
+
+    #[test]
+    fn a_renewal_keeps_the_certificate_in_use_and_the_new_one_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let t = JoinToken::generate(&"0".repeat(64));
+        store.create_token(&t, "", 0, None, None).unwrap();
+        store
+            .join(&t.id, &t.secret, "e1", issue("a"), 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.renew("e1", issue("b"), "a", 2).unwrap(), 0);
+        // A node that lost "b" before storing it renews again over "a".
+        assert_eq!(store.renew("e1", issue("c"), "a", 3).unwrap(), 1);
+        assert_eq!(
+            store.cert_status("b").unwrap(),
+            CertStatus::Revoked("e1".into())
+        );
+        assert_eq!(store.renew("e1", issue("d"), "c", 4).unwrap(), 1);
+        assert_eq!(
+            store.cert_status("c").unwrap(),
+            CertStatus::Node("e1".into())
+        );
+        assert_eq!(store.valid_certs("e1", 5).unwrap(), 2);
+        assert_eq!(store.renewals_since("e1", 2).unwrap(), 2);
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tidemill_proto::{CodecError, HEADER_LEN, decode, encode, payload_len};
+use tidemill_proto::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -62,18 +62,55 @@ pub async fn read_msg<T: DeserializeOwned>(
 pub async fn read_msg_sized<T: DeserializeOwned>(
     recv: &mut quinn::RecvStream,
 ) -> Result<Option<(T, usize)>, FrameError> {
+    let Some(len) = read_header(recv, MAX_FRAME_LEN).await? else {
+        return Ok(None);
+    };
+    read_payload(recv, len).await.map(Some)
+}
+
+/// Reads a frame's header; `Ok(None)` when the stream ended cleanly before
+/// one. Returns the payload length it declares, refused as oversized above
+/// `max_len` (at most [`MAX_FRAME_LEN`]), so that a reader can cap frames
+/// by what the peer may send (a peer still joining only sends small ones).
+pub async fn read_header(
+    recv: &mut quinn::RecvStream,
+    max_len: usize,
+) -> Result<Option<usize>, FrameError> {
     let mut header = [0u8; HEADER_LEN];
     if !read_exact(recv, &mut header).await? {
         return Ok(None);
     }
-    let mut payload = vec![0u8; payload_len(header)?];
-    if !read_exact(recv, &mut payload).await? && !payload.is_empty() {
-        return Err(FrameError::Truncated {
-            got: HEADER_LEN,
-            want: HEADER_LEN + payload.len(),
-        });
+    let len = payload_len(header)?;
+    if len > max_len {
+        return Err(CodecError::Oversized { len, max: max_len }.into());
     }
-    Ok(Some((decode(&payload)?, HEADER_LEN + payload.len())))
+    Ok(Some(len))
+}
+
+/// Bytes read from a stream at a time: a frame's payload grows as its bytes
+/// arrive, never allocated whole from the length its header declares.
+const CHUNK: usize = 64 * 1024;
+
+/// Reads and decodes the `len`-byte payload after a header; returns the
+/// message and the bytes its frame took.
+pub async fn read_payload<T: DeserializeOwned>(
+    recv: &mut quinn::RecvStream,
+    len: usize,
+) -> Result<(T, usize), FrameError> {
+    let mut payload = Vec::with_capacity(len.min(CHUNK));
+    while payload.len() < len {
+        let want = (len - payload.len()).min(CHUNK);
+        match recv.read_chunk(want, true).await? {
+            Some(chunk) => payload.extend_from_slice(&chunk.bytes),
+            None => {
+                return Err(FrameError::Truncated {
+                    got: HEADER_LEN + payload.len(),
+                    want: HEADER_LEN + len,
+                });
+            }
+        }
+    }
+    Ok((decode(&payload)?, HEADER_LEN + len))
 }
 
 /// Writes one message; returns the bytes its frame took.

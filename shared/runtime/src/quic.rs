@@ -64,6 +64,75 @@ fn transport(timing: Timing) -> Result<Arc<quinn::TransportConfig>, EndpointErro
     Ok(Arc::new(t))
 }
 
+/// What a server lets one connection hold before the peer has proven who it
+/// is; [`raise_to_admitted`] lifts a connection to its admitted bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionBounds {
+    /// Streams the peer may have open at once.
+    pub streams: u32,
+    /// Bytes the peer may have in flight on the connection, unread by the
+    /// server, all streams together (the connection's receive window).
+    pub receive_window: u32,
+}
+
+/// Streams a connection gets before it is admitted: a hello or a join, and
+/// a handshake check.
+pub const UNADMITTED_STREAMS: u32 = 2;
+
+/// Receive window of a connection before it is admitted: a join or a hello
+/// takes a few hundred bytes.
+pub const UNADMITTED_WINDOW: u32 = 64 * 1024;
+
+/// Bytes of unread datagrams a connection may buffer: four of the probes'
+/// packet trains; older datagrams are dropped past it.
+pub const DATAGRAM_BUFFER: usize = 4 * crate::probe::TRAIN_LEN * crate::probe::TRAIN_DATAGRAM;
+
+/// A server's transport: [`Timing`], and every connection starts bounded as
+/// an unadmitted one ([`UNADMITTED_STREAMS`], [`UNADMITTED_WINDOW`]), with no
+/// streams one way, and [`DATAGRAM_BUFFER`] for datagrams.
+pub fn bounded_transport(timing: Timing) -> Result<Arc<quinn::TransportConfig>, EndpointError> {
+    let mut t = Arc::into_inner(transport(timing)?).expect("a fresh transport config");
+    t.max_concurrent_bidi_streams(UNADMITTED_STREAMS.into())
+        .max_concurrent_uni_streams(0u32.into())
+        .receive_window(UNADMITTED_WINDOW.into())
+        .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
+    Ok(Arc::new(t))
+}
+
+/// Lifts a connection started under [`bounded_transport`] to `bounds`, once
+/// its peer is admitted.
+pub fn raise_to_admitted(conn: &quinn::Connection, bounds: ConnectionBounds) {
+    conn.set_max_concurrent_bi_streams(bounds.streams.into());
+    conn.set_receive_window(bounds.receive_window.into());
+}
+
+/// Whether the peer of `conn` still answers: a datagram, which its QUIC
+/// stack acknowledges within its ack delay, draws a packet back within
+/// `within`. A peer that crashed, or whose path is gone, sends nothing.
+pub async fn answers(conn: &quinn::Connection, within: Duration) -> bool {
+    let heard = |c: &quinn::Connection| c.stats().udp_rx.datagrams;
+    let before = heard(conn);
+    if conn.close_reason().is_some() {
+        return false;
+    }
+    if conn.send_datagram(bytes::Bytes::from_static(&[0])).is_err() {
+        // A peer that takes no datagrams cannot be asked: it stays live
+        // until its idle timeout says otherwise.
+        return true;
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if conn.close_reason().is_some() {
+            return false;
+        }
+        if heard(conn) > before {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
