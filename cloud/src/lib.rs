@@ -4,7 +4,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod api;
+pub mod api_trust;
 pub mod auth;
+pub mod claims;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -20,8 +22,10 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod probing;
 pub mod rendezvous;
+pub mod report_checks;
 pub mod rotation;
 pub mod round;
 pub mod server;
 pub mod store;
+pub mod trust;
 pub mod world;

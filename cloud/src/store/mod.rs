@@ -11,6 +11,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Row, Transaction, params};
 use tidemill_runtime::sqlite::{self, DbError};
 
+use crate::report_checks::ReportBounds;
+
 mod capacity;
 mod identity;
 mod jobs;
@@ -22,6 +24,7 @@ mod schema;
 #[cfg(test)]
 mod testkit;
 mod tidal;
+mod trust;
 
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
@@ -29,6 +32,7 @@ pub use outbox::Owed;
 pub use probes::ProbeBytes;
 pub use reports::{Applied, ReportKind};
 pub use tidal::{Addresses, PlannedJob};
+pub use trust::{Acceptance, ClaimRefusal, NodeTrust, TakenBack};
 
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
@@ -91,6 +95,8 @@ pub struct Store {
     /// The opened file's device and inode, to tell when the path stops
     /// naming it.
     file_id: Option<(u64, u64)>,
+    /// The range checks reports go through.
+    bounds: ReportBounds,
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -107,7 +113,13 @@ impl Store {
             conn,
             path,
             file_id,
+            bounds: ReportBounds::default(),
         })
+    }
+
+    /// Sets the bounds reports are range-checked against (`[trust]`).
+    pub fn set_report_bounds(&mut self, bounds: ReportBounds) {
+        self.bounds = bounds;
     }
 
     fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<> {

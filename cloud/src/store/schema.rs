@@ -155,4 +155,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN rate_base_iters REAL;
     ALTER TABLE jobs ADD COLUMN measured_ips REAL;
 ",
+    "
+    ALTER TABLE nodes ADD COLUMN joined_capabilities TEXT;
+    UPDATE nodes SET joined_capabilities = capabilities;
+    ALTER TABLE nodes ADD COLUMN claimed_capabilities TEXT;
+    ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE nodes ADD COLUMN unstarted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE nodes ADD COLUMN cordon_reason TEXT;
+    ALTER TABLE tasks ADD COLUMN dispatched_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN taken_back INTEGER NOT NULL DEFAULT 0;
+",
 ];
