@@ -26,6 +26,7 @@ pub fn excess(claimed: &Capabilities, recorded: &Capabilities) -> Vec<String> {
     // Every claimed accelerator must match a recorded one of the same model
     // and kind with at least its memory, each recorded one used once.
     let mut left: Vec<_> = recorded.accelerators.iter().collect();
+    let mut extra: Vec<&str> = Vec::new();
     for a in &claimed.accelerators {
         let found = left.iter().position(|r| {
             r.model == a.model
@@ -36,13 +37,17 @@ pub fn excess(claimed: &Capabilities, recorded: &Capabilities) -> Vec<String> {
             Some(i) => {
                 left.swap_remove(i);
             }
-            None => over.push(format!(
-                "accelerator {:?} ({} bytes) not among the {} recorded",
-                a.model,
-                a.mem_bytes.unwrap_or(0),
-                recorded.accelerators.len()
-            )),
+            None => extra.push(&a.model),
         }
+    }
+    if !extra.is_empty() {
+        let count = extra.len();
+        extra.dedup();
+        over.push(format!(
+            "{count} accelerator(s) beyond the {} recorded ({})",
+            recorded.accelerators.len(),
+            extra.join(", ")
+        ));
     }
     over
 }

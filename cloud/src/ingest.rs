@@ -365,6 +365,8 @@ async fn welcome(
             tracing::warn!(node_id = %id, claimed = ?hello.capabilities, refused = %refusal.over.join("; "),
                 "refused a hello claiming more than the node joined with");
             reply_error(&mut send, ErrorCode::Unauthorized, &msg).await;
+            // The connection closes once the edge has the reason.
+            let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
             return Err(msg);
         }
         Err(e) => {

@@ -91,16 +91,17 @@ impl Store {
     /// on, an assignment's task has the start bound to start in.
     pub fn acknowledged(&mut self, owed: &Owed, now_ms: i64) -> Result<(), StoreError> {
         let err = self.sql_err();
-        let (sql, id) = match owed {
-            Owed::Assign(a) => (
+        match owed {
+            Owed::Assign(a) => self.conn.execute(
                 "UPDATE tasks SET dispatched = 1, dispatched_ms = ?2 WHERE id = ?1",
-                a.task_id,
+                params![a.task_id as i64, now_ms],
             ),
-            Owed::Cancel(id) => ("UPDATE tasks SET cancel_sent = 1 WHERE id = ?1", *id),
-        };
-        self.conn
-            .execute(sql, params![id as i64, now_ms])
-            .map_err(err)?;
+            Owed::Cancel(id) => self.conn.execute(
+                "UPDATE tasks SET cancel_sent = 1 WHERE id = ?1",
+                [*id as i64],
+            ),
+        }
+        .map_err(err)?;
         Ok(())
     }
 }

@@ -76,8 +76,8 @@ pub struct TakenBack {
 
 impl Store {
     /// Registers a hello whose capabilities are within those the node joined
-    /// with (the first hello records them); a larger claim is kept for an
-    /// admin to accept and refused. Returns, as [`Store::register`], the
+    /// with (the first hello records them); a larger claim is refused and
+    /// kept, until an admin accepts it, for `nodes` to show. Returns, as [`Store::register`], the
     /// highest sequence number stored.
     pub fn hello(
         &mut self,
@@ -128,8 +128,8 @@ impl Store {
         let seq = self.register(hello, now_ms)?;
         self.conn
             .execute(
-                "UPDATE nodes SET joined_capabilities = COALESCE(joined_capabilities, capabilities),
-                        claimed_capabilities = NULL WHERE id = ?1",
+                "UPDATE nodes SET joined_capabilities = COALESCE(joined_capabilities, capabilities)
+                 WHERE id = ?1",
                 [&hello.node_id],
             )
             .map_err(&err)?;
