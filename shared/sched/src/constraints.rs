@@ -105,3 +105,65 @@ impl Constraints {
         plan
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::JobDecision;
+    use crate::world::Assignment;
+
+    fn start(job_id: u64, node: &str) -> JobDecision {
+        JobDecision {
+            job_id,
+            verdict: Verdict::Guaranteed { since_ms: 0 },
+            action: Action::Start {
+                on: vec![Assignment {
+                    node_id: node.into(),
+                    workers: 1,
+                }],
+            },
+            segments: Vec::new(),
+            ahead: None,
+            explanation: Explanation {
+                shape: Shape::Edge,
+                nodes: vec![node.into()],
+                expected_start_ms: Some(0),
+                expected_finish_ms: Some(1),
+                step: None,
+                staging_s: 0.0,
+                cloud_cost: 0.0,
+                reason: "planned".into(),
+                why: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_guard_turns_a_start_on_an_unlabelled_node_into_a_wait_that_says_why() {
+        let mut c = Constraints::default();
+        c.requires.insert(1, ["trusted".to_string()].into());
+        c.labels
+            .insert("vetted".into(), ["trusted".to_string()].into());
+        let plan = RoundPlan {
+            now_ms: 0,
+            decisions: vec![start(1, "rogue"), start(1, "vetted"), start(2, "rogue")],
+        };
+        let guarded = c.guard(plan);
+        let d = &guarded.decisions;
+        assert_eq!(d[0].action, Action::Wait);
+        assert_eq!(d[0].verdict, Verdict::BestEffort);
+        assert!(
+            d[0].explanation.reason.contains("rogue lacks [trusted]"),
+            "{}",
+            d[0].explanation.reason
+        );
+        assert!(
+            matches!(d[1].action, Action::Start { .. }),
+            "a labelled node"
+        );
+        assert!(
+            matches!(d[2].action, Action::Start { .. }),
+            "a job with no needs"
+        );
+    }
+}
