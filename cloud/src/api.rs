@@ -37,6 +37,18 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/v1/nodes/{id}/drain", post(drain_node))
         .route("/v1/nodes/{id}/uncordon", post(uncordon_node))
         .route(
+            "/v1/nodes/{id}/accept-capabilities",
+            post(crate::api_trust::accept_capabilities),
+        )
+        .route(
+            "/v1/nodes/{id}/label/{label}",
+            post(crate::api_trust::label),
+        )
+        .route(
+            "/v1/nodes/{id}/unlabel/{label}",
+            post(crate::api_trust::unlabel),
+        )
+        .route(
             "/v1/api-tokens",
             get(list_api_tokens).post(create_api_token),
         )
@@ -108,7 +120,7 @@ pub struct Removed {
     pub revoked: usize,
 }
 
-struct Failure(StatusCode, String);
+pub(crate) struct Failure(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
@@ -373,7 +385,7 @@ pub struct Cordon {
     pub moving: Vec<u64>,
 }
 
-fn no_such_node(id: &str) -> Failure {
+pub(crate) fn no_such_node(id: &str) -> Failure {
     Failure(
         StatusCode::NOT_FOUND,
         format!("no node {id:?}; `tidemill-cloud nodes` lists the nodes"),

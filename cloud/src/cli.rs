@@ -14,6 +14,8 @@ use crate::config::{CloudConfig, DEFAULT_CONFIG};
 use crate::job::{JobFile, JobPhase, JobRecord};
 use tidemill_sched::policies::PolicyName;
 
+mod trust;
+
 /// tidemill-cloud: schedules deadline-bound training onto idle edge capacity.
 #[derive(Debug, Parser)]
 #[command(version = tidemill_runtime::version_line!(), about)]
@@ -213,6 +215,33 @@ enum NodesCmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Accept the larger capabilities a node's refused hello claimed (new
+    /// hardware you trust); its next hello is welcomed.
+    AcceptCapabilities {
+        /// The node id.
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Give a node a label, e.g. `trusted`: jobs that `requires` it may run
+    /// there. Only an admin sets labels; a node never does.
+    Label {
+        /// The node id.
+        id: String,
+        /// The label.
+        label: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Take a label from a node; jobs already running there stay.
+    Unlabel {
+        /// The node id.
+        id: String,
+        /// The label.
+        label: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -388,6 +417,18 @@ fn run(cli: Cli) -> Outcome {
             Ok(())
         }
         Cmd::Nodes {
+            cmd: Some(NodesCmd::AcceptCapabilities { id, api }),
+            ..
+        } => trust::accept_capabilities(&id, &api),
+        Cmd::Nodes {
+            cmd: Some(NodesCmd::Label { id, label, api }),
+            ..
+        } => trust::label(&id, &label, true, &api),
+        Cmd::Nodes {
+            cmd: Some(NodesCmd::Unlabel { id, label, api }),
+            ..
+        } => trust::label(&id, &label, false, &api),
+        Cmd::Nodes {
             cmd: Some(NodesCmd::Uncordon { id, api }),
             ..
         } => {
@@ -499,6 +540,7 @@ fn run(cli: Cli) -> Outcome {
                     idle_24h,
                     summary
                 );
+                trust::print_standing(&n);
             }
             Ok(())
         }

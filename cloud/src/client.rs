@@ -8,8 +8,9 @@ use serde::de::DeserializeOwned;
 use crate::api::{
     ApiError, ApiTokenRequest, Cordon, NewApiToken, NewToken, Removed, Submitted, TokenRequest,
 };
+use crate::api_trust::Labels;
 use crate::job::{JobFile, JobRecord};
-use crate::store::{ApiTokenRecord, LinkRecord, NodeRecord, TokenRecord};
+use crate::store::{Acceptance, ApiTokenRecord, LinkRecord, NodeRecord, TokenRecord};
 use tidemill_proto::NodeForecast;
 
 /// Why an API call failed.
@@ -175,6 +176,25 @@ impl Client {
     /// Revokes a node's certificates and forgets its forecast and links.
     pub fn remove_node(&self, id: &str) -> Result<Removed, ClientError> {
         self.call("POST", &format!("/v1/nodes/{id}/remove"), None::<&()>)
+    }
+
+    /// Accepts the capabilities a node's refused hello claimed.
+    pub fn accept_capabilities(&self, id: &str) -> Result<Acceptance, ClientError> {
+        self.call(
+            "POST",
+            &format!("/v1/nodes/{id}/accept-capabilities"),
+            None::<&()>,
+        )
+    }
+
+    /// Gives a node a label (`on`) or takes it away.
+    pub fn label(&self, id: &str, label: &str, on: bool) -> Result<Labels, ClientError> {
+        let verb = if on { "label" } else { "unlabel" };
+        self.call(
+            "POST",
+            &format!("/v1/nodes/{id}/{verb}/{label}"),
+            None::<&()>,
+        )
     }
 
     /// Drains a node (`drain`) or lets the scheduler use it again.

@@ -64,6 +64,9 @@ pub struct CloudConfig {
     pub scheduler: SchedulerConfig,
     /// What `/metrics` exposes.
     pub metrics: MetricsConfig,
+    /// How far what edges say is trusted.
+    #[serde(default)]
+    pub trust: crate::trust::TrustConfig,
     /// How log lines are written: text or json.
     #[serde(default)]
     pub log_format: tidemill_runtime::lifecycle::LogFormat,
@@ -370,6 +373,14 @@ impl CloudConfig {
         }
         if self.retention_hours == 0 {
             return invalid("retention_hours", "0".into(), "must be at least 1");
+        }
+        if let Some((key, value, rule)) = self.trust.invalid() {
+            return Err(ConfigError::InvalidInTable {
+                table: "trust",
+                key,
+                value,
+                rule,
+            });
         }
         if self.ended_job_retention_days == 0 {
             return invalid("ended_job_retention_days", "0".into(), "must be at least 1");

@@ -44,7 +44,11 @@ pub(crate) async fn deliver(
         });
         match reply {
             Ok(Ok(EdgeMsg::CommandAck { task_id: acked })) if acked == task_id => {
-                coord.store.lock().unwrap().acknowledged(&item)?;
+                coord
+                    .store
+                    .lock()
+                    .unwrap()
+                    .acknowledged(&item, coord.clock.now_ms())?;
                 tracing::info!(node_id = %node_id, task_id, command = ?kind(&item), "command delivered");
             }
             Ok(Ok(other)) => {

@@ -391,9 +391,19 @@ async fn welcome(
         return Err(msg);
     }
     let now = coord.clock.now_ms();
-    let registered = coord.store.lock().unwrap().register(&hello, now);
+    let registered = coord.store.lock().unwrap().hello(&hello, now);
     let acked_seq = match registered {
-        Ok(seq) => seq,
+        Ok(Ok(seq)) => seq,
+        Ok(Err(refusal)) => {
+            coord.metrics.refused_claims.inc();
+            let msg = refusal.to_string();
+            tracing::warn!(node_id = %id, claimed = ?hello.capabilities, refused = %refusal.over.join("; "),
+                "refused a hello claiming more than the node joined with");
+            reply_error(&mut send, ErrorCode::Unauthorized, &msg).await;
+            // The connection closes once the edge has the reason.
+            let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
+            return Err(msg);
+        }
         Err(e) => {
             tracing::error!(node_id = %id, error = %e, "cannot register node");
             reply_error(
@@ -491,6 +501,15 @@ async fn serve_stream(
             ingest.observe_duration();
             match applied {
                 Ok(a) => {
+                    for d in &a.dropped {
+                        coord
+                            .metrics
+                            .dropped_values
+                            .with_label_values(&[d.field])
+                            .inc();
+                        tracing::warn!(node_id = %node_id, seq = d.seq, field = d.field, value = %d.value,
+                            "dropped a report value out of range");
+                    }
                     for (seq, kind) in &a.stored {
                         tracing::debug!(node_id = %node_id, seq, kind = %kind.as_str(), "report stored");
                         if *kind == ReportKind::Forecast {

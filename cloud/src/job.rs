@@ -42,6 +42,11 @@ pub struct JobFile {
     /// Accept a deadline already past (the job then runs best-effort).
     #[serde(default)]
     pub allow_past_deadline: bool,
+    /// Node labels the job needs: it is placed only on nodes an admin gave
+    /// every one of them (`tidemill-cloud nodes label`), e.g. `["trusted"]`
+    /// for a job whose secrets must not reach unvetted boxes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
 }
 
 /// Longest job name, in bytes.
@@ -246,6 +251,16 @@ impl JobFile {
             return invalid(
                 "secret_env",
                 "a variable may be in env or in secret_env, not both",
+            );
+        }
+        if self
+            .requires
+            .iter()
+            .any(|l| crate::trust::label_problem(l).is_some())
+        {
+            return invalid(
+                "requires",
+                "labels must be 1 to 64 lower-case letters, digits, '.', '_' or '-', e.g. [\"trusted\"]",
             );
         }
         if let Some(w) = &self.work {

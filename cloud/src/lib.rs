@@ -5,8 +5,10 @@
 
 pub mod admission;
 pub mod api;
+pub mod api_trust;
 pub mod auth;
 pub mod budget;
+pub mod claims;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -23,8 +25,10 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod probing;
 pub mod rendezvous;
+pub mod report_checks;
 pub mod rotation;
 pub mod round;
 pub mod server;
 pub mod store;
+pub mod trust;
 pub mod world;

@@ -103,6 +103,14 @@ pub struct Metrics {
     pub reports_over_budget: IntCounter,
     /// Renewals refused over `[ingest] renewals_per_hour`.
     pub refused_renewals: IntCounter,
+    /// Hellos refused for claiming more than the node joined with.
+    pub refused_claims: IntCounter,
+    /// Report values dropped as out of range, by field.
+    pub dropped_values: IntCounterVec,
+    /// Assignments acknowledged and not started in time, taken back.
+    pub unstarted_assignments: IntCounter,
+    /// Nodes cordoned for assignments they did not start.
+    pub trust_cordons: IntCounter,
     /// Scheduling rounds' wall time, failed ones included.
     pub round_seconds: Histogram,
     /// Time to store a report batch (the store write alone).
@@ -189,6 +197,29 @@ impl Metrics {
             refused_renewals: counter(
                 "tidemill_refused_renewals_total",
                 "Certificate renewals refused over [ingest] renewals_per_hour.",
+            ),
+            refused_claims: counter(
+                "tidemill_refused_capability_claims_total",
+                "Hellos refused for claiming more cores, memory or accelerators than the node joined with.",
+            ),
+            dropped_values: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "tidemill_report_values_dropped_total",
+                        "Report values dropped as out of range (utilisation outside 0-100, RTT or bandwidth not positive and finite, loss outside 0-1, timestamp beyond the skew bound), by field.",
+                    ),
+                    &["field"],
+                )
+                .expect("a valid metric name"),
+            ),
+            unstarted_assignments: counter(
+                "tidemill_unstarted_assignments_total",
+                "Assignments an edge acknowledged and did not start within [trust] start_timeout_secs, taken back.",
+            ),
+            trust_cordons: counter(
+                "tidemill_trust_cordons_total",
+                "Nodes cordoned after [trust] cordon_after_unstarted assignments they did not start.",
             ),
             round_seconds: exposition::latency(
                 &registry,

@@ -55,6 +55,7 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             let gone = store.prune(before, jobs_before)?;
             tracing::info!(rows = gone, "pruned history past the retention period");
         }
+        take_back_unstarted(coord, &mut store, now)?;
         planned_round(coord, &mut store, now)?;
         let snapshot = store.snapshot(now, true)?;
         let policy = FirstFitLimits {
@@ -86,6 +87,11 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
         &store.forecasts()?,
         &store.links()?,
         &jobs,
+        world::Trusted {
+            config: &coord.cfg.trust,
+            seen_hours: &store.seen_hours(now)?,
+            constraints: store.constraints()?,
+        },
     );
     let policy = coord.cfg.scheduler.policy.as_str();
     // A policy that panics must not take the coordinator with it (the store
@@ -108,6 +114,24 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
             .decision(job_id)
             .map_or("", |d| d.explanation.reason.as_str());
         tracing::info!(job_id, policy, action = %what, %reason, "plan");
+    }
+    Ok(())
+}
+
+/// Takes back the assignments acknowledged and not started within
+/// `[trust] start_timeout_secs`, counting them against their nodes.
+fn take_back_unstarted(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
+    let t = &coord.cfg.trust;
+    let before = now - t.start_timeout_ms(coord.cfg.clock.speed);
+    for b in store.take_back_unstarted(before, t.cordon_after_unstarted, now)? {
+        coord.metrics.unstarted_assignments.inc();
+        tracing::warn!(node_id = %b.node_id, job_id = b.job_id, task_id = b.task_id,
+            start_timeout_secs = t.start_timeout_secs,
+            "assignment taken back: acknowledged and not started in time; the job is queued again");
+        if let Some(reason) = b.cordoned {
+            coord.metrics.trust_cordons.inc();
+            tracing::warn!(node_id = %b.node_id, %reason, "node cordoned");
+        }
     }
     Ok(())
 }

@@ -128,6 +128,10 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     } else {
         Store::open(&cfg.data_dir)?
     };
+    store.set_report_bounds(
+        cfg.trust
+            .report_bounds(cfg.clock.speed, cfg.retention_hours),
+    );
     crate::auth::bootstrap(&mut store, &cfg.data_dir)?;
     // Certificates are checked against real time, whatever the plans' clock.
     let identity = tls::load_or_create(&cfg.data_dir, &cfg.tls_names, SystemClock.now_ms())?;

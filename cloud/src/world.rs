@@ -8,12 +8,13 @@ use tidemill_forecast::{Quantiles, Resource};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::cost::LinkSpec;
 use tidemill_sched::{
-    EdgeAvailability, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind, NodeSpec, Progress,
-    TableSource, ThroughputTables, WorldSnapshot,
+    Constraints, EdgeAvailability, JobState, LinkTable, MeasuredLink, ModelTable, NodeKind,
+    NodeSpec, Progress, TableSource, ThroughputTables, WorldSnapshot,
 };
 
 use crate::config::SchedulerConfig;
 use crate::store::{LinkRecord, NodeRecord, PlannedJob, devices};
+use crate::trust::TrustConfig;
 
 /// A running job is never credited more than this share of its iterations
 /// from estimates alone: it keeps its reservation until its process exits.
@@ -22,7 +23,20 @@ const MAX_ESTIMATED_SHARE: f64 = 0.99;
 /// Resources whose forecast decides whether an edge is idle.
 const IDLE_RESOURCES: [Resource; 2] = [Resource::Cpu, Resource::Gpu];
 
+/// What the round knows of how far each node is trusted: the `[trust]`
+/// settings, the hours the coordinator has heard from each node, and the
+/// node labels and required labels.
+pub struct Trusted<'a> {
+    /// `[trust]`.
+    pub config: &'a TrustConfig,
+    /// Hours since each node's first stored report.
+    pub seen_hours: &'a HashMap<String, f64>,
+    /// Node labels and the labels jobs require.
+    pub constraints: Constraints,
+}
+
 /// The scheduler's input for one round at `now_ms`.
+#[allow(clippy::too_many_arguments)]
 pub fn snapshot(
     now_ms: i64,
     cfg: &SchedulerConfig,
@@ -31,11 +45,21 @@ pub fn snapshot(
     forecasts: &HashMap<String, NodeForecast>,
     links: &[LinkRecord],
     jobs: &[PlannedJob],
+    trusted: Trusted<'_>,
 ) -> WorldSnapshot {
     let mut throughput = tables.clone();
     let nodes: Vec<NodeSpec> = nodes
         .iter()
-        .map(|n| node_spec(cfg, n, forecasts.get(&n.id), now_ms))
+        .map(|n| {
+            let mut spec = node_spec(cfg, n, forecasts.get(&n.id), now_ms);
+            if let NodeKind::Edge(a) = &mut spec.kind {
+                let seen_h = trusted.seen_hours.get(&n.id).copied().unwrap_or(0.0);
+                *a = trusted
+                    .config
+                    .cap(std::mem::take(a), forecasts.get(&n.id), seen_h);
+            }
+            spec
+        })
         .collect();
     let classes: HashMap<&str, &str> = nodes
         .iter()
@@ -50,6 +74,7 @@ pub fn snapshot(
         links: link_table(cfg, links),
         jobs,
         throughput,
+        constraints: trusted.constraints,
     }
 }
 

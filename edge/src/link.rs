@@ -280,7 +280,11 @@ impl Link {
         });
         let (acked, issuing) = match self.ask(&conn, &hello, "the hello").await? {
             CloudMsg::Welcome(w) => (w.acked_seq, w.issuing_ca_sha256),
-            CloudMsg::Error(e) => return Err(refused("registration", e)),
+            CloudMsg::Error(e) => {
+                tracing::error!(node_id = %self.node_id, coordinator = %self.addr, reason = %e.message,
+                    "the coordinator refused this node's hello; retrying with backoff until the cause is fixed");
+                return Err(refused("registration", e));
+            }
             _ => return Err(SessionError::Unexpected("hello")),
         };
         self.journal.lock().unwrap().reconcile(acked)?;

@@ -579,6 +579,7 @@ fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobFile {
         env: Default::default(),
         secret_env: Default::default(),
         allow_past_deadline: false,
+        requires: Vec::new(),
         deadline: chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default()
             + chrono::Duration::hours(DEADLINE_HOURS),
         class: JobClass::Slo,

@@ -237,6 +237,13 @@ impl Store {
             )
             .map_err(&err)?;
             insert_cert(tx, cert, node_id, token_id, now_ms).map_err(&err)?;
+            // A node joined anew (after `nodes remove`) records its
+            // capabilities afresh at its first hello.
+            tx.execute(
+                "UPDATE nodes SET joined_capabilities = NULL, claimed_capabilities = NULL WHERE id = ?1",
+                [node_id],
+            )
+            .map_err(&err)?;
             event(tx, now_ms, Some(node_id), None, "node-joined", &format!("token {token_id}"))
                 .map_err(&err)?;
             Ok(Ok(()))

@@ -199,6 +199,7 @@ impl Store {
             now_ms,
             nodes,
             queued,
+            constraints: self.constraints()?,
         })
     }
 
@@ -361,7 +362,8 @@ pub(super) fn apply_task_status(
     let task = s.task_id as i64;
     let yielding: Option<bool> = tx
         .query_row(
-            "SELECT yield_requested FROM tasks WHERE id = ?1 AND job_id = ?2 AND node_id = ?3",
+            "SELECT yield_requested FROM tasks
+             WHERE id = ?1 AND job_id = ?2 AND node_id = ?3 AND taken_back = 0",
             params![task, job, node_id],
             |r| r.get(0),
         )
@@ -452,7 +454,7 @@ mod tests {
         let [Owed::Assign(a)] = &owed[..] else {
             panic!("{owed:?}")
         };
-        store.acknowledged(&owed[0]).unwrap();
+        store.acknowledged(&owed[0], 0).unwrap();
         assert!(store.owed("n1", 29500).unwrap().is_empty());
         store
             .apply_report(
@@ -567,7 +569,7 @@ mod tests {
             )
             .unwrap();
         let assign = store.owed("n1", 29500).unwrap().remove(0);
-        store.acknowledged(&assign).unwrap();
+        store.acknowledged(&assign, 0).unwrap();
         let job = store.request_cancel(id, 6).unwrap().unwrap();
         assert_eq!((job.state, job.cancel_requested), (JobPhase::Queued, true));
         let Owed::Assign(a) = assign else {

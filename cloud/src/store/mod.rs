@@ -12,6 +12,8 @@ use rusqlite::{Connection, Row, Transaction, params};
 use tidemill_runtime::secrets::{SecretError, SecretKey};
 use tidemill_runtime::sqlite::{self, DbError};
 
+use crate::report_checks::ReportBounds;
+
 mod capacity;
 mod identity;
 mod jobs;
@@ -24,6 +26,7 @@ mod secrets;
 #[cfg(test)]
 mod testkit;
 mod tidal;
+mod trust;
 
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
@@ -31,6 +34,7 @@ pub use outbox::Owed;
 pub use probes::ProbeBytes;
 pub use reports::{Applied, ReportKind};
 pub use tidal::{Addresses, PlannedJob};
+pub use trust::{Acceptance, ClaimRefusal, NodeTrust, TakenBack};
 
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
@@ -99,6 +103,8 @@ pub struct Store {
     file_id: Option<(u64, u64)>,
     /// Seals and opens the jobs' `secret_env`.
     secrets: SecretKey,
+    /// The range checks reports go through.
+    bounds: ReportBounds,
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -118,7 +124,13 @@ impl Store {
             path,
             file_id,
             secrets,
+            bounds: ReportBounds::default(),
         })
+    }
+
+    /// Sets the bounds reports are range-checked against (`[trust]`).
+    pub fn set_report_bounds(&mut self, bounds: ReportBounds) {
+        self.bounds = bounds;
     }
 
     fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<> {

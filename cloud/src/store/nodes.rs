@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tidemill_proto::{Accelerator, CLOUD_PEER, Capabilities, Hello, NodeForecast};
 use tidemill_sched::LinkClass;
 
+use super::trust::NodeTrust;
 use super::{Store, StoreError, event, ms_to_time, tidal};
 
 /// A node as the API shows it.
@@ -50,6 +51,9 @@ pub struct NodeRecord {
     pub registered_at: DateTime<Utc>,
     /// A summary of the node's latest forecast, if it has sent one.
     pub forecast: Option<ForecastView>,
+    /// Its labels, a cordon's reason and any refused claim.
+    #[serde(default)]
+    pub trust: NodeTrust,
 }
 
 /// The devices a node offers the tidal scheduler, each running one worker:
@@ -244,7 +248,10 @@ impl Store {
         let err = self.sql_err();
         self.write(|tx| {
             let known = tx
-                .execute("UPDATE nodes SET drained = 0 WHERE id = ?1", [node_id])
+                .execute(
+                    "UPDATE nodes SET drained = 0, unstarted = 0, cordon_reason = NULL WHERE id = ?1",
+                    [node_id],
+                )
                 .map_err(&err)?
                 > 0;
             if known {
@@ -288,7 +295,8 @@ impl Store {
             .conn
             .prepare(
                 "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
-                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast, n.drained
+                        n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast, n.drained,
+                        n.labels, n.cordon_reason, n.unstarted, n.claimed_capabilities
                  FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
             )
             .map_err(&err)?;
@@ -324,6 +332,14 @@ impl Store {
                         .and_then(|json| serde_json::from_str::<NodeForecast>(&json).ok())
                         .as_ref()
                         .map(ForecastView::from),
+                    trust: NodeTrust {
+                        labels: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+                        cordon_reason: r.get(13)?,
+                        unstarted: r.get(14)?,
+                        refused_claim: r
+                            .get::<_, Option<String>>(15)?
+                            .and_then(|json| serde_json::from_str(&json).ok()),
+                    },
                 })
             })
             .map_err(&err)?;

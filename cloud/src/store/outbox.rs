@@ -1,6 +1,7 @@
 //! The outbox: the commands each edge is owed (task assignments and cancels),
 //! kept until the edge acknowledges them.
 
+use rusqlite::params;
 use tidemill_proto::TaskAssignment;
 
 use super::{Store, StoreError, secrets};
@@ -18,7 +19,7 @@ pub enum Owed {
 
 impl Store {
     /// Commands that `node_id` has not yet acknowledged: assignments of its
-    /// tasks, and cancels of its running tasks.
+    /// tasks, and cancels of its running tasks and of those taken back.
     /// Assignments carry the rendezvous of their job, with rank 0 listening on
     /// `master_port`, and its secrets, opened here for the mutual-TLS link.
     pub fn owed(&self, node_id: &str, master_port: u16) -> Result<Vec<Owed>, StoreError> {
@@ -74,8 +75,9 @@ impl Store {
             .conn
             .prepare(
                 "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
-                 WHERE t.node_id = ?1 AND t.state != 'done' AND t.dispatched = 1
-                   AND (j.cancel_requested = 1 OR t.yield_requested = 1) AND t.cancel_sent = 0",
+                 WHERE t.node_id = ?1 AND t.dispatched = 1 AND t.cancel_sent = 0
+                   AND ((t.state != 'done' AND (j.cancel_requested = 1 OR t.yield_requested = 1))
+                        OR t.taken_back = 1)",
             )
             .map_err(&err)?;
         let cancels = stmt
@@ -87,14 +89,21 @@ impl Store {
         Ok(out)
     }
 
-    /// Records that the node acknowledged a command.
-    pub fn acknowledged(&mut self, owed: &Owed) -> Result<(), StoreError> {
+    /// Records that the node acknowledged a command at `now_ms`: from then
+    /// on, an assignment's task has the start bound to start in.
+    pub fn acknowledged(&mut self, owed: &Owed, now_ms: i64) -> Result<(), StoreError> {
         let err = self.sql_err();
-        let (sql, id) = match owed {
-            Owed::Assign(a) => ("UPDATE tasks SET dispatched = 1 WHERE id = ?1", a.task_id),
-            Owed::Cancel(id) => ("UPDATE tasks SET cancel_sent = 1 WHERE id = ?1", *id),
-        };
-        self.conn.execute(sql, [id as i64]).map_err(err)?;
+        match owed {
+            Owed::Assign(a) => self.conn.execute(
+                "UPDATE tasks SET dispatched = 1, dispatched_ms = ?2 WHERE id = ?1",
+                params![a.task_id as i64, now_ms],
+            ),
+            Owed::Cancel(id) => self.conn.execute(
+                "UPDATE tasks SET cancel_sent = 1 WHERE id = ?1",
+                [*id as i64],
+            ),
+        }
+        .map_err(err)?;
         Ok(())
     }
 }

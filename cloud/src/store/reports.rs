@@ -12,6 +12,7 @@ use tidemill_proto::{Report, ReportBody};
 use super::jobs::apply_task_status;
 use super::{Store, StoreError, event, tidal};
 use crate::job::JobPhase;
+use crate::report_checks::{Dropped, ReportBounds};
 
 /// What applying reports did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,8 @@ pub struct Applied {
     pub duplicates: usize,
     /// Jobs whose state the reports changed, with their new states.
     pub jobs: Vec<(u64, JobPhase)>,
+    /// Values out of range, dropped ([`crate::report_checks`]).
+    pub dropped: Vec<Dropped>,
 }
 
 /// What a report carried.
@@ -64,6 +67,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         let err = self.sql_err();
+        let bounds = self.bounds;
         self.write(|tx| {
             let last: Option<i64> = tx
                 .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {
@@ -77,6 +81,7 @@ impl Store {
                 stored: Vec::new(),
                 duplicates: 0,
                 jobs: Vec::new(),
+                dropped: Vec::new(),
             };
             for report in reports {
                 if report.seq <= last {
@@ -89,7 +94,12 @@ impl Store {
                     event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail)
                         .map_err(&err)?;
                 }
-                let (kind, job) = apply_body(tx, node_id, report, now_ms).map_err(&err)?;
+                let checked = Checked {
+                    bounds: &bounds,
+                    now_ms,
+                    dropped: &mut applied.dropped,
+                };
+                let (kind, job) = apply_body(tx, node_id, report, checked).map_err(&err)?;
                 tx.execute(
                     "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
                     params![node_id, report.seq as i64, kind.as_str(), now_ms],
@@ -150,23 +160,62 @@ impl Store {
     }
 }
 
-/// Applies one report's body; returns its kind and any job state change.
+/// The range checks a report's body goes through, and where what they drop
+/// is noted.
+struct Checked<'a> {
+    bounds: &'a ReportBounds,
+    now_ms: i64,
+    dropped: &'a mut Vec<Dropped>,
+}
+
+impl Checked<'_> {
+    fn drop(&mut self, seq: u64, (field, value): (&'static str, String)) {
+        self.dropped.push(Dropped { seq, field, value });
+    }
+
+    /// `t_ms`, or the coordinator's time in its place when it is out of
+    /// bounds (noted as dropped).
+    fn time(&mut self, seq: u64, field: &'static str, t_ms: i64) -> i64 {
+        match self.bounds.time_problem(t_ms, self.now_ms) {
+            Some(v) => {
+                self.drop(seq, (field, v));
+                self.now_ms
+            }
+            None => t_ms,
+        }
+    }
+
+    /// The latest timestamp a stored row may keep and still be replaced only
+    /// by a newer one: a row dated beyond it came from the future.
+    fn horizon(&self) -> i64 {
+        self.now_ms.saturating_add(self.bounds.skew_ms)
+    }
+}
+
+/// Applies one report's body, less its out-of-range values; returns its kind
+/// and any job state change.
 fn apply_body(
     tx: &Transaction<'_>,
     node_id: &str,
     report: &Report,
-    now_ms: i64,
+    mut c: Checked<'_>,
 ) -> rusqlite::Result<(ReportKind, Option<(u64, JobPhase)>)> {
+    let (seq, now_ms) = (report.seq, c.now_ms);
     match &report.body {
         ReportBody::Samples(samples) => {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO samples (node_id, seq, idx, t_ms, cpu, mem, gpu, net_rx, net_tx)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
+            let mut last = None;
             for (idx, s) in samples.iter().enumerate() {
+                if let Some(problem) = c.bounds.sample_problem(s, now_ms) {
+                    c.drop(seq, problem);
+                    continue;
+                }
                 insert.execute(params![
                     node_id,
-                    report.seq as i64,
+                    seq as i64,
                     idx as i64,
                     s.t_ms,
                     s.cpu_pct,
@@ -175,8 +224,9 @@ fn apply_body(
                     s.net_rx_bytes as i64,
                     s.net_tx_bytes as i64
                 ])?;
+                last = Some(s);
             }
-            if let Some(s) = samples.last() {
+            if let Some(s) = last {
                 tx.execute(
                     "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5 WHERE id = ?1",
                     params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms],
@@ -184,17 +234,25 @@ fn apply_body(
             }
             Ok((ReportKind::Samples, None))
         }
-        ReportBody::Task(status) => Ok((
-            ReportKind::Task,
-            apply_task_status(tx, node_id, status, now_ms)?,
-        )),
+        ReportBody::Task(status) => {
+            let mut status = status.clone();
+            status.t_ms = c.time(seq, "task.t_ms", status.t_ms);
+            Ok((
+                ReportKind::Task,
+                apply_task_status(tx, node_id, &status, now_ms)?,
+            ))
+        }
         ReportBody::Forecast(f) => {
+            if let Some(problem) = c.bounds.forecast_problem(f, now_ms) {
+                c.drop(seq, problem);
+                return Ok((ReportKind::Forecast, None));
+            }
             let json = serde_json::to_string(f).expect("forecasts serialise");
             tx.execute(
                 "INSERT INTO forecasts (node_id, issued_ms, forecast) VALUES (?1, ?2, ?3)
                  ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
-                 WHERE excluded.issued_ms >= forecasts.issued_ms",
-                params![node_id, f.issued_ms, json],
+                 WHERE excluded.issued_ms >= forecasts.issued_ms OR forecasts.issued_ms > ?4",
+                params![node_id, f.issued_ms, json, c.horizon()],
             )?;
             Ok((ReportKind::Forecast, None))
         }
@@ -205,9 +263,13 @@ fn apply_body(
                  ON CONFLICT (from_node, to_node) DO UPDATE
                  SET t_ms = ?3, rtt_ms = ?4, bandwidth_bps = ?5, loss = ?6,
                      probe_sent = links.probe_sent + ?7, probe_received = links.probe_received + ?8
-                 WHERE excluded.t_ms >= links.t_ms",
+                 WHERE excluded.t_ms >= links.t_ms OR links.t_ms > ?9",
             )?;
             for l in links {
+                if let Some(problem) = c.bounds.link_problem(l, now_ms) {
+                    c.drop(seq, problem);
+                    continue;
+                }
                 upsert.execute(params![
                     node_id,
                     l.peer,
@@ -216,13 +278,16 @@ fn apply_body(
                     l.bandwidth_bps,
                     l.loss,
                     l.probe_sent_bytes as i64,
-                    l.probe_received_bytes as i64
+                    l.probe_received_bytes as i64,
+                    c.horizon()
                 ])?;
             }
             Ok((ReportKind::Links, None))
         }
         ReportBody::Progress(p) => {
-            tidal::report_progress(tx, node_id, p, now_ms)?;
+            let mut p = p.clone();
+            p.t_ms = c.time(seq, "progress.t_ms", p.t_ms);
+            tidal::report_progress(tx, node_id, &p, now_ms)?;
             Ok((ReportKind::Progress, None))
         }
     }
@@ -249,7 +314,8 @@ mod tests {
                 ack: 1,
                 stored: vec![],
                 duplicates: 1,
-                jobs: vec![]
+                jobs: vec![],
+                dropped: vec![]
             }
         );
         // A batch that overlaps what is stored applies only the new reports, in order.

@@ -169,4 +169,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
         UPDATE jobs SET secret_env = NULL WHERE id = NEW.id;
     END;
 ",
+    // What a node has shown: the capabilities it joined with, a larger
+    // claim waiting for an admin, admin-set labels, assignments it did not
+    // start, and why it was cordoned (cloud::claims, cloud::trust).
+    "
+    ALTER TABLE nodes ADD COLUMN joined_capabilities TEXT;
+    UPDATE nodes SET joined_capabilities = capabilities;
+    ALTER TABLE nodes ADD COLUMN claimed_capabilities TEXT;
+    ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE nodes ADD COLUMN unstarted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE nodes ADD COLUMN cordon_reason TEXT;
+    ALTER TABLE tasks ADD COLUMN dispatched_ms INTEGER;
+    ALTER TABLE tasks ADD COLUMN taken_back INTEGER NOT NULL DEFAULT 0;
+",
 ];

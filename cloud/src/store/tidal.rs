@@ -698,7 +698,7 @@ mod tests {
         let [crate::store::Owed::Assign(a)] = owed.as_slice() else {
             panic!("one assignment: {owed:?}")
         };
-        store.acknowledged(&owed[0]).unwrap();
+        store.acknowledged(&owed[0], 0).unwrap();
         let task = a.task_id;
         let running = crate::store::testkit::task(
             1,

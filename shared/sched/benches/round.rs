@@ -123,6 +123,7 @@ fn world(n_nodes: usize, n_jobs: usize) -> WorldSnapshot {
         links: LinkTable::default(),
         jobs,
         throughput: tables(),
+        constraints: Default::default(),
     }
 }
 

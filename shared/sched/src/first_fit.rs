@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{Placement, Plan, Snapshot, Waiting};
+use crate::snapshot::{NodeView, Placement, Plan, Snapshot, Waiting};
 
 /// How idle a node must be, and how many such tasks it may hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,10 +28,11 @@ pub fn first_fit(snap: &Snapshot, policy: &FirstFitLimits) -> Plan {
     let mut jobs: Vec<_> = snap.queued.iter().collect();
     jobs.sort_by_key(|j| (j.submitted_ms, j.id));
     for job in jobs {
+        let allowed = |n: &NodeView| snap.constraints.allows(job.id, &n.id);
         let slot = nodes
             .iter()
             .zip(load.iter_mut())
-            .find(|(n, l)| idle(n.cpu_util) && **l < policy.max_tasks_per_node);
+            .find(|(n, l)| allowed(n) && idle(n.cpu_util) && **l < policy.max_tasks_per_node);
         if let Some((node, l)) = slot {
             *l += 1;
             plan.placements.push(Placement {
@@ -40,10 +41,14 @@ pub fn first_fit(snap: &Snapshot, policy: &FirstFitLimits) -> Plan {
             });
             continue;
         }
+        let usable: Vec<&NodeView> = nodes.iter().copied().filter(|n| allowed(n)).collect();
         let mut reason = if nodes.is_empty() {
             "no node is online".to_string()
-        } else if !nodes.iter().any(|n| idle(n.cpu_util)) {
-            let seen: Vec<String> = nodes
+        } else if usable.is_empty() {
+            let ids = nodes.iter().map(|n| n.id.as_str());
+            snap.constraints.refusal(job.id, ids).unwrap_or_default()
+        } else if !usable.iter().any(|n| idle(n.cpu_util)) {
+            let seen: Vec<String> = usable
                 .iter()
                 .map(|n| match n.cpu_util {
                     Some(c) => format!("{} at {c:.0}%", n.id),
@@ -75,7 +80,7 @@ pub fn first_fit(snap: &Snapshot, policy: &FirstFitLimits) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{JobView, NodeView};
+    use crate::snapshot::JobView;
 
     const POLICY: FirstFitLimits = FirstFitLimits {
         idle_cpu_threshold_pct: 30.0,
@@ -110,6 +115,7 @@ mod tests {
                 node("d", false, Some(0.0), 0),
             ],
             queued: vec![job(2, 20), job(1, 10), job(3, 30)],
+            ..Snapshot::default()
         };
         let plan = first_fit(&snap, &POLICY);
         let placed: Vec<_> = plan
@@ -133,6 +139,7 @@ mod tests {
             now_ms: 5_000,
             nodes: vec![node("a", true, Some(75.0), 0), node("b", true, None, 0)],
             queued: vec![job(1, 0)],
+            ..Snapshot::default()
         };
         let plan = first_fit(&busy, &POLICY);
         let reason = &plan.waiting[0].reason;
@@ -145,10 +152,33 @@ mod tests {
             now_ms: 0,
             nodes: vec![],
             queued: vec![job(1, 0)],
+            ..Snapshot::default()
         };
         assert_eq!(
             first_fit(&empty, &POLICY).waiting[0].reason,
             "no node is online"
         );
+    }
+
+    #[test]
+    fn a_job_requiring_labels_goes_only_to_a_node_that_carries_them() {
+        let mut snap = Snapshot {
+            now_ms: 0,
+            nodes: vec![node("a", true, Some(0.0), 0), node("b", true, Some(0.0), 0)],
+            queued: vec![job(1, 0)],
+            ..Snapshot::default()
+        };
+        snap.constraints
+            .requires
+            .insert(1, ["trusted".to_string()].into());
+        let plan = first_fit(&snap, &POLICY);
+        assert!(plan.placements.is_empty());
+        let reason = &plan.waiting[0].reason;
+        assert!(reason.contains("a lacks [trusted]"), "{reason}");
+        snap.constraints
+            .labels
+            .insert("b".into(), ["trusted".to_string()].into());
+        let placed = first_fit(&snap, &POLICY).placements;
+        assert_eq!(placed[0].node_id, "b", "{placed:?}");
     }
 }

@@ -10,6 +10,7 @@
 //! - [`placement`]: what a placement costs, written once for all of them.
 #![warn(missing_docs, unreachable_pub)]
 
+mod constraints;
 pub mod cost;
 mod decision;
 mod elasticflow;
@@ -24,6 +25,7 @@ mod snapshot;
 mod throughput;
 mod world;
 
+pub use constraints::Constraints;
 pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, Verdict};
 pub use elasticflow::Grid;
 pub use first_fit::{FirstFitLimits, first_fit};

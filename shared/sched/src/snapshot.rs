@@ -11,6 +11,9 @@ pub struct Snapshot {
     pub nodes: Vec<NodeView>,
     /// Jobs waiting for a placement, in submission order.
     pub queued: Vec<JobView>,
+    /// Node labels and the labels queued jobs require.
+    #[serde(default)]
+    pub constraints: crate::Constraints,
 }
 
 /// What a policy knows of a node.

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use tidemill_forecast::{Quantiles, idle_score, score_probability};
 
+use crate::constraints::Constraints;
 use crate::cost::{Congestion, LinkSpec};
 use crate::throughput::ThroughputTables;
 
@@ -19,6 +20,10 @@ pub struct WorldSnapshot {
     pub jobs: Vec<JobState>,
     /// Iterations/s per device class and model.
     pub throughput: ThroughputTables,
+    /// Node labels and the labels jobs require: every policy's plan is
+    /// guarded by them ([`Constraints::guard`]).
+    #[serde(default)]
+    pub constraints: Constraints,
 }
 
 /// A node and what it can give to training.

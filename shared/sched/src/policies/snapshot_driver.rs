@@ -63,8 +63,14 @@ impl SnapshotDriver {
         self.name
     }
 
-    /// One round on `world` at `now_ms`.
+    /// One round on `world` at `now_ms`, guarded by the world's node
+    /// labels: no policy starts a job on a node lacking a label it requires.
     pub fn plan(&mut self, world: &WorldSnapshot, now_ms: i64) -> RoundPlan {
+        let plan = self.policy_round(world, now_ms);
+        world.constraints.guard(plan)
+    }
+
+    fn policy_round(&mut self, world: &WorldSnapshot, now_ms: i64) -> RoundPlan {
         match self.name {
             PolicyName::Tidemill => schedule(world, now_ms, &self.settings),
             PolicyName::CloudOnly => {

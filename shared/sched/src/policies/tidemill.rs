@@ -80,6 +80,7 @@ impl Tidemill {
             links: model.links().clone(),
             jobs: Vec::new(),
             throughput: model.tables.clone(),
+            constraints: Default::default(),
         };
         Tidemill {
             config,

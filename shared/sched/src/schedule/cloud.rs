@@ -179,11 +179,17 @@ impl<'a> Round<'a> {
 
 impl Round<'_> {
     /// Whether the job can run on group `g` at all: its class has the job's
-    /// throughput table and its devices the memory a worker needs.
+    /// throughput table, its devices the memory a worker needs, and each of
+    /// its nodes every label the job requires.
     pub(super) fn runs_on(&self, ctx: &JobCtx, g: &CloudGroup) -> bool {
+        let spec = &ctx.job.spec;
         ctx.tables[g.class].is_some()
-            && self.world.nodes[g.nodes[0]].memory_per_device_bytes
-                >= ctx.job.spec.memory_per_worker_bytes
+            && self.world.nodes[g.nodes[0]].memory_per_device_bytes >= spec.memory_per_worker_bytes
+            && g.nodes.iter().all(|&q| {
+                self.world
+                    .constraints
+                    .allows(spec.id, &self.world.nodes[q].id)
+            })
     }
 
     /// `c`'s workers on nodes of its group free in the slot in progress, if

@@ -270,6 +270,7 @@ mod tests {
                 reservation: Vec::new(),
             }],
             throughput,
+            constraints: Default::default(),
         }
     }
 

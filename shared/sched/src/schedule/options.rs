@@ -19,6 +19,7 @@ impl<'a> Round<'a> {
                 && self.free_slot_count[q] > 0
                 && n.memory_per_device_bytes >= spec.memory_per_worker_bytes
                 && ctx.tables[self.class_of[q]].is_some()
+                && self.world.constraints.allows(spec.id, &n.id)
                 && (0..limit).any(|s| self.free[q * self.n_slots + s] > 0)
         };
         // Nodes still free at their first free slot come first: one that an
@@ -39,7 +40,11 @@ impl<'a> Round<'a> {
         cands.extend(taken.into_iter().take(fill));
         // Keep the current location first so a running job can stay put.
         for &(q, _) in &ctx.location {
-            if !self.is_cloud(q) && !cands.contains(&q) {
+            let allowed = self
+                .world
+                .constraints
+                .allows(spec.id, &self.world.nodes[q].id);
+            if allowed && !self.is_cloud(q) && !cands.contains(&q) {
                 cands.insert(0, q);
             }
         }

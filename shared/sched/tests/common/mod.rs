@@ -101,6 +101,7 @@ pub fn world(nodes: Vec<NodeSpec>, jobs: Vec<JobState>) -> WorldSnapshot {
         links: LinkTable::default(),
         jobs,
         throughput: tables(),
+        constraints: Default::default(),
     }
 }
 
