@@ -299,7 +299,7 @@ mod tests {
             panic!("{owed:?}")
         };
         for o in &owed {
-            store.acknowledged(o).unwrap();
+            store.acknowledged(o, 3).unwrap();
         }
         store
             .apply_report(
