@@ -363,7 +363,11 @@ mod tests {
     fn plain_secrets_of_an_older_database_are_sealed_or_dropped_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join(super::super::DB_FILE);
-        let before = super::super::schema::MIGRATIONS.len() - 1;
+        // The schema as it stood before secret_env left the spec's JSON.
+        let before = super::super::schema::MIGRATIONS
+            .iter()
+            .position(|m| m.contains("ADD COLUMN secret_env"))
+            .unwrap();
         {
             let conn =
                 tidemill_runtime::sqlite::open(&db, &super::super::schema::MIGRATIONS[..before])
