@@ -16,11 +16,13 @@ pub fn may_see_output(caller: &Caller, owner: &str) -> bool {
 /// `output_hidden`, unless [`may_see_output`].
 pub fn shown_to(mut job: JobRecord, caller: &Caller, owner: &str) -> JobRecord {
     if !may_see_output(caller, owner) && !job.output_tail.is_empty() {
+        let lines = match job.output_tail.len() {
+            1 => "1 line".to_string(),
+            n => format!("{n} lines"),
+        };
         job.output_hidden = Some(format!(
-            "{} lines of output withheld: job {} was not submitted with API token {}; only its own token or an admin token may read its output",
-            job.output_tail.len(),
-            job.id,
-            caller.id
+            "{lines} of output withheld: job {} was not submitted with API token {}; only its own token or an admin token may read its output",
+            job.id, caller.id
         ));
         job.output_tail.clear();
     }
