@@ -6,7 +6,7 @@ mod support;
 
 use std::process::Command;
 
-use support::{CLOUD, Coordinator, PATIENCE};
+use support::{CLOUD, Coordinator};
 
 /// Sends a raw HTTP/1.1 request, with `token` as a bearer token if given, and
 /// returns the status code and the body.
