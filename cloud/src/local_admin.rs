@@ -45,6 +45,8 @@ pub enum LocalAdminError {
 /// The admin token in `data_dir`.
 pub fn read_token(data_dir: &Path) -> Result<String, LocalAdminError> {
     let path = data_dir.join(ADMIN_TOKEN_FILE);
+    // Absolute, so that an error names the file whatever the working dir.
+    let path = std::path::absolute(&path).unwrap_or(path);
     let text = std::fs::read_to_string(&path).map_err(|source| LocalAdminError::Unreadable {
         path: path.clone(),
         source,

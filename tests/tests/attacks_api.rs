@@ -76,6 +76,19 @@ fn loopback_without_a_token_is_refused() {
     let (status, body) = coord.request("GET", "/v1/jobs", None, b"");
     assert_eq!(status, 401, "{body}");
     assert_eq!(admin_tokens(&coord), admin_before);
+    // The CLI with no token and no admin token file says where it looked.
+    let elsewhere = dir.path().join("elsewhere");
+    let out = std::process::Command::new(support::CLOUD)
+        .args(["nodes", "--api", &coord.api, "--data-dir"])
+        .arg(&elsewhere)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("401") && err.contains(&format!("{}/admin-token", elsewhere.display())),
+        "{err}"
+    );
     // Health needs no token.
     for path in ["/healthz", "/livez"] {
         assert_eq!(coord.request("GET", path, None, b"").0, 200, "{path}");
