@@ -118,7 +118,7 @@ struct ApiArgs {
     api: String,
     /// An API token (`api-token create`). Without one, the CLI reads the
     /// local admin token, <data_dir>/admin-token (0600), of the coordinator on
-    /// this host.
+    /// this host, and sends it only to a loopback --api.
     #[arg(long, env = "TIDEMILL_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
     /// The CA to check an https:// API against (the coordinator's ca.pem).
@@ -141,6 +141,7 @@ struct ApiArgs {
 impl ApiArgs {
     fn client(&self) -> Result<Client, crate::client::ClientError> {
         let token = crate::local_admin::token(
+            &self.api,
             self.api_token.as_deref(),
             self.data_dir.as_deref(),
             self.config.as_deref(),

@@ -37,6 +37,9 @@ pub enum LocalAdminError {
         /// The system's error.
         source: std::io::Error,
     },
+    /// The API is not on this host: the local admin token goes nowhere else.
+    #[error("the local admin token is sent only to an API on this host (loopback), not to {0}")]
+    NotLocal(String),
     /// The token file holds no token.
     #[error("the local admin token file {} is empty", .0.display())]
     Empty(PathBuf),
@@ -72,16 +75,34 @@ pub fn data_dir(
     Ok(CloudConfig::load(config)?.data_dir)
 }
 
-/// The token the CLI sends: `given` (--api-token or TIDEMILL_API_TOKEN), else
-/// the local admin token. The error says where it looked, for the message
-/// the CLI shows if the API then wants a token.
+/// Whether the API at URL `api` is on this host: its host is `localhost` or
+/// a loopback address.
+pub fn is_local(api: &str) -> bool {
+    let rest = api.split_once("://").map_or(api, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The token the CLI sends to the API at `api`: `given` (--api-token or
+/// TIDEMILL_API_TOKEN), else the local admin token, which goes only to an
+/// API on this host. The error says where it looked, for the message the CLI
+/// shows if the API then wants a token.
 pub fn token(
+    api: &str,
     given: Option<&str>,
     dir: Option<&Path>,
     config: Option<&Path>,
 ) -> Result<String, LocalAdminError> {
     match given {
         Some(token) => Ok(token.to_string()),
+        None if !is_local(api) => Err(LocalAdminError::NotLocal(api.to_string())),
         None => read_token(&data_dir(dir, config)?),
     }
 }
@@ -90,19 +111,45 @@ pub fn token(
 mod tests {
     use super::*;
 
+    const LOCAL: &str = "http://127.0.0.1:7480";
+
     #[test]
     fn the_token_is_read_from_the_data_dir_and_never_quoted() {
         let dir = tempfile::tempdir().unwrap();
-        let missing = token(None, Some(dir.path()), None).unwrap_err().to_string();
+        let read = |api| token(api, None, Some(dir.path()), None);
+        let missing = read(LOCAL).unwrap_err().to_string();
         assert!(missing.contains("admin-token"), "{missing}");
         std::fs::write(dir.path().join(ADMIN_TOKEN_FILE), "\n").unwrap();
-        let empty = token(None, Some(dir.path()), None).unwrap_err().to_string();
+        let empty = read(LOCAL).unwrap_err().to_string();
         assert!(empty.contains("is empty"), "{empty}");
         std::fs::write(dir.path().join(ADMIN_TOKEN_FILE), "tmaX.secret\n").unwrap();
-        assert_eq!(token(None, Some(dir.path()), None).unwrap(), "tmaX.secret");
-        assert_eq!(
-            token(Some("given"), Some(dir.path()), None).unwrap(),
-            "given"
-        );
+        assert_eq!(read(LOCAL).unwrap(), "tmaX.secret");
+        let given = token(LOCAL, Some("given"), Some(dir.path()), None);
+        assert_eq!(given.unwrap(), "given");
+        let remote = read("https://coord.example.com:7480").unwrap_err();
+        assert!(matches!(remote, LocalAdminError::NotLocal(_)), "{remote}");
+        assert!(!remote.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn only_loopback_apis_are_local() {
+        for api in [
+            "http://127.0.0.1:7480",
+            "https://localhost:7480/",
+            "http://127.0.0.2",
+            "https://[::1]:7480",
+            "127.0.0.1:7480",
+        ] {
+            assert!(is_local(api), "{api}");
+        }
+        for api in [
+            "https://coord.example.com:7480",
+            "http://10.0.0.1:7480",
+            "https://[2001:db8::1]:7480",
+            "http://127.0.0.1.evil.example:7480",
+            "http://localhost.evil.example",
+        ] {
+            assert!(!is_local(api), "{api}");
+        }
     }
 }
