@@ -25,10 +25,12 @@ retry() {
 #    the same anchor (Unix ms), so a plan's times mean the same everywhere.
 #    Rounds every minute of tide (a config key, set here from the
 #    environment), so that the fast clock does not make them continuous.
+#    The data dir is the default, ./tidemill-cloud-data: the coordinator
+#    writes its admin API token there (0600), and the CLI reads it from there.
 SPEED=360
 A=$(($(date +%s) * 1000))
 TIDEMILL_ROUND_INTERVAL_SECS=60 \
-    "$B/tidemill-cloud" serve --data-dir cloud-data --speed $SPEED --clock-anchor $A &
+    "$B/tidemill-cloud" serve --speed $SPEED --clock-anchor $A &
 pids="$pids $!"
 retry "$B/tidemill-cloud" nodes
 T=$("$B/tidemill-cloud" token create --ttl 1h --uses 2 | tail -1)

@@ -14,6 +14,7 @@ use crate::auth::{Caller, Scope};
 use crate::coordinator::Coordinator;
 use crate::job::{JobFile, JobRecord};
 use crate::store::{ApiTokenRecord, LinkRecord, NodeRecord, StoreError, TokenRecord};
+use crate::visibility::shown_to;
 use tidemill_proto::NodeForecast;
 use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::identity::JoinToken;
@@ -181,6 +182,7 @@ pub const PAGE: u32 = 100;
 
 async fn list_jobs(
     State(c): State<Arc<Coordinator>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     page: Result<axum::extract::Query<Page>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<JobRecord>>, Failure> {
     let axum::extract::Query(page) = page.map_err(|e| {
@@ -190,19 +192,24 @@ async fn list_jobs(
         )
     })?;
     let limit = page.limit.unwrap_or(PAGE).clamp(1, PAGE);
-    Ok(Json(c.store.lock().unwrap().jobs_page(limit, page.before)?))
+    let store = c.store.lock().unwrap();
+    let mut shown = Vec::new();
+    for job in store.jobs_page(limit, page.before)? {
+        let owner = store.job_owner(job.id)?.unwrap_or_default();
+        shown.push(shown_to(job, &caller, &owner));
+    }
+    Ok(Json(shown))
 }
 
 async fn show_job(
     State(c): State<Arc<Coordinator>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<u64>,
 ) -> Result<Json<JobRecord>, Failure> {
-    c.store
-        .lock()
-        .unwrap()
-        .job(id)?
-        .map(Json)
-        .ok_or_else(|| not_found(id))
+    let store = c.store.lock().unwrap();
+    let job = store.job(id)?.ok_or_else(|| not_found(id))?;
+    let owner = store.job_owner(id)?.unwrap_or_default();
+    Ok(Json(shown_to(job, &caller, &owner)))
 }
 
 async fn submit(

@@ -1,6 +1,6 @@
 //! Who may call the operator API: bearer API tokens with scopes (`read`,
-//! `submit`, `admin`), and, where the config allows it, the local operator on
-//! loopback without one.
+//! `submit`, `admin`), and, only where `[api] loopback_is_admin` is set, the
+//! local operator on loopback without one.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -99,6 +99,46 @@ pub fn bootstrap(store: &mut Store, data_dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Why an `Authorization` header was refused. Its text never quotes the
+/// header, which may hold a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadAuthorization {
+    /// Bytes that are not visible ASCII.
+    #[error("the Authorization header is not plain text; send `Authorization: Bearer TOKEN`")]
+    NotText,
+    /// A scheme other than Bearer, or none.
+    #[error(
+        "the Authorization header does not use the Bearer scheme; send `Authorization: Bearer TOKEN`"
+    )]
+    NotBearer,
+    /// `Bearer` with nothing after it.
+    #[error(
+        "the Authorization header has no token after Bearer; send `Authorization: Bearer TOKEN`"
+    )]
+    NoToken,
+}
+
+/// The bearer token of a request: `None` without an `Authorization` header.
+/// The scheme is matched without regard to case (RFC 9110, 11.1); anything
+/// else in the header is an error, never a fallback.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Result<Option<&str>, BadAuthorization> {
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| BadAuthorization::NotText)?
+        .trim();
+    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(BadAuthorization::NotBearer);
+    }
+    match token.trim() {
+        "" => Err(BadAuthorization::NoToken),
+        token => Ok(Some(token)),
+    }
+}
+
 /// The scope a request needs: `None` for the health check, which anyone may
 /// read.
 fn needed(method: &Method, path: &str) -> Option<Scope> {
@@ -130,12 +170,13 @@ pub async fn authenticate(
         return next.run(req).await;
     };
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
-    let bearer = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+    let bearer = match bearer_token(req.headers()) {
+        Ok(bearer) => bearer,
+        Err(why) => {
+            tracing::warn!(?peer, %why, "API request with a malformed Authorization header");
+            return refuse(StatusCode::UNAUTHORIZED, why.to_string());
+        }
+    };
     let caller = match bearer {
         Some(token) => {
             let (id, secret) = token.split_once('.').unwrap_or((token, ""));
@@ -163,7 +204,7 @@ pub async fn authenticate(
         None => {
             return refuse(
                 StatusCode::UNAUTHORIZED,
-                "this API needs a token: pass --api-token (or set TIDEMILL_API_TOKEN); the coordinator wrote an admin token to <data_dir>/admin-token".into(),
+                "this API needs a token (`Authorization: Bearer TOKEN`): pass --api-token or set TIDEMILL_API_TOKEN; on the coordinator's host the CLI reads the admin token from <data_dir>/admin-token by itself".into(),
             );
         }
     };
@@ -214,5 +255,53 @@ mod tests {
         assert!(Scope::Read < Scope::Submit && Scope::Submit < Scope::Admin);
         assert_eq!("submit".parse::<Scope>(), Ok(Scope::Submit));
         assert!("root".parse::<Scope>().is_err());
+    }
+
+    fn header(value: &[u8]) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(
+            axum::http::header::AUTHORIZATION,
+            axum::http::HeaderValue::from_bytes(value).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case_and_nothing_else_passes() {
+        let none = axum::http::HeaderMap::new();
+        assert_eq!(bearer_token(&none), Ok(None));
+        for ok in [
+            &b"Bearer a.b"[..],
+            b"bearer a.b",
+            b"BEARER  a.b ",
+            b" bEaReR a.b",
+        ] {
+            assert_eq!(bearer_token(&header(ok)), Ok(Some("a.b")), "{ok:?}");
+        }
+        assert_eq!(
+            bearer_token(&header(b"Bearer")),
+            Err(BadAuthorization::NoToken)
+        );
+        assert_eq!(
+            bearer_token(&header(b"bearer   ")),
+            Err(BadAuthorization::NoToken)
+        );
+        assert_eq!(
+            bearer_token(&header(b"Basic a.b")),
+            Err(BadAuthorization::NotBearer)
+        );
+        assert_eq!(
+            bearer_token(&header(b"a.b")),
+            Err(BadAuthorization::NotBearer)
+        );
+        assert_eq!(
+            bearer_token(&header(b"Bearera.b")),
+            Err(BadAuthorization::NotBearer)
+        );
+        assert_eq!(bearer_token(&header(b"")), Err(BadAuthorization::NotBearer));
+        assert_eq!(
+            bearer_token(&header(b"Bearer \xff")),
+            Err(BadAuthorization::NotText)
+        );
     }
 }

@@ -124,14 +124,23 @@ struct ApiArgs {
     /// The coordinator's API (https:// where [api] tls = true).
     #[arg(long, env = "TIDEMILL_API", default_value = "http://127.0.0.1:7480")]
     api: String,
-    /// An API token (`api-token create`; the first admin token is in the
-    /// coordinator's <data_dir>/admin-token). Without it, only loopback works,
-    /// and only where the coordinator allows it.
+    /// An API token (`api-token create`). Without one, the CLI reads the
+    /// local admin token, <data_dir>/admin-token (0600), of the coordinator on
+    /// this host, and sends it only to a loopback --api.
     #[arg(long, env = "TIDEMILL_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
     /// The CA to check an https:// API against (the coordinator's ca.pem).
     #[arg(long, env = "TIDEMILL_API_CA")]
     api_ca: Option<PathBuf>,
+    /// The coordinator's data dir, where the local admin token is read
+    /// without --api-token (default: the one in --config).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The coordinator's config, naming its data dir (default:
+    /// /etc/tidemill/cloud.toml where it exists, else the documented
+    /// defaults; TIDEMILL_DATA_DIR overrides it as it does for `serve`).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -139,7 +148,21 @@ struct ApiArgs {
 
 impl ApiArgs {
     fn client(&self) -> Result<Client, crate::client::ClientError> {
-        Client::with_auth(&self.api, self.api_token.as_deref(), self.api_ca.as_deref())
+        let token = crate::local_admin::token(
+            &self.api,
+            self.api_token.as_deref(),
+            self.data_dir.as_deref(),
+            self.config.as_deref(),
+        );
+        let client = Client::with_auth(
+            &self.api,
+            token.as_ref().ok().map(String::as_str),
+            self.api_ca.as_deref(),
+        )?;
+        Ok(match token {
+            Ok(_) => client,
+            Err(why) => client.without_token_because(why.to_string()),
+        })
     }
 }
 
@@ -809,6 +832,9 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         for line in &job.output_tail {
             println!("  {line}");
         }
+    }
+    if let Some(why) = &job.output_hidden {
+        println!("output:     {why}");
     }
     Ok(())
 }

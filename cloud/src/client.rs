@@ -41,13 +41,22 @@ pub struct Client {
     base: String,
     agent: ureq::Agent,
     token: Option<String>,
+    /// Why the client has no token, told when the API asks for one.
+    no_token_because: Option<String>,
 }
 
 impl Client {
     /// A client for the API at `base`, for example `http://127.0.0.1:7480`,
-    /// with no token (the local operator on loopback).
-    pub fn new(base: &str) -> Self {
-        Client::with_auth(base, None, None).expect("a client without a CA file")
+    /// that sends `token`.
+    pub fn new(base: &str, token: &str) -> Self {
+        Client::with_auth(base, Some(token), None).expect("a client without a CA file")
+    }
+
+    /// The same client, told why it has no token: a 401 then says where the
+    /// CLI looked for one.
+    pub fn without_token_because(mut self, why: String) -> Self {
+        self.no_token_because = Some(why);
+        self
     }
 
     /// A client that sends `token` and checks an `https://` API against the
@@ -82,6 +91,7 @@ impl Client {
             base: base.trim_end_matches('/').to_string(),
             agent: config.build().into(),
             token: token.map(str::to_string),
+            no_token_because: None,
         })
     }
 
@@ -117,9 +127,22 @@ impl Client {
                 .read_json::<ApiError>()
                 .map(|e| e.error)
                 .unwrap_or_else(|_| "the coordinator gave no reason".to_string());
-            return Err(ClientError::Api { status, message });
+            return Err(self.refused(status, message));
         }
         response.body_mut().read_json::<T>().map_err(unreachable)
+    }
+
+    /// The error for an answer with `status`: a 401 to a client without a
+    /// token also says why it has none.
+    fn refused(&self, status: u16, message: String) -> ClientError {
+        let message = match &self.no_token_because {
+            Some(why) if status == 401 => format!(
+                "{}; no token was given (--api-token, TIDEMILL_API_TOKEN), and {why}",
+                message.trim_end()
+            ),
+            _ => message,
+        };
+        ClientError::Api { status, message }
     }
 
     /// Every node.
@@ -217,10 +240,7 @@ impl Client {
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().map_err(unreachable)?;
         if status >= 400 {
-            return Err(ClientError::Api {
-                status,
-                message: text,
-            });
+            return Err(self.refused(status, text));
         }
         Ok(text)
     }

@@ -88,14 +88,21 @@ pub struct MetricsConfig {
 pub struct ApiConfig {
     /// Serve HTTPS with a certificate from the coordinator's CA.
     pub tls: bool,
-    /// Requests from loopback without a token act as admin.
+    /// Requests from loopback without a token act as admin (off by default:
+    /// any local process, jobs included, could then act as admin).
     pub loopback_is_admin: bool,
     /// Largest request body in bytes (413 above it).
     pub max_body_bytes: usize,
-    /// Seconds a client may take to send its request headers, and to be served.
+    /// Seconds a client may take to finish the TLS handshake, and to send
+    /// each request's headers.
+    pub header_timeout_secs: u64,
+    /// A connection lasts at most six times this many seconds.
     pub request_timeout_secs: u64,
-    /// Connections served at once.
+    /// Connections open at once; more are closed as they arrive.
     pub max_connections: usize,
+    /// Connections open at once from one address; more are closed as they
+    /// arrive.
+    pub max_connections_per_address: usize,
 }
 
 /// Accelerated time for demos and tests, matching replaying edges.
@@ -296,16 +303,20 @@ impl CloudConfig {
             );
         }
         if self.api.max_body_bytes == 0
+            || self.api.header_timeout_secs == 0
             || self.api.request_timeout_secs == 0
             || self.api.max_connections == 0
+            || self.api.max_connections_per_address == 0
         {
             return invalid(
                 "api",
                 format!(
-                    "max_body_bytes {}, request_timeout_secs {}, max_connections {}",
+                    "max_body_bytes {}, header_timeout_secs {}, request_timeout_secs {}, max_connections {}, max_connections_per_address {}",
                     self.api.max_body_bytes,
+                    self.api.header_timeout_secs,
                     self.api.request_timeout_secs,
-                    self.api.max_connections
+                    self.api.max_connections,
+                    self.api.max_connections_per_address
                 ),
                 "each must be at least 1",
             );

@@ -1,6 +1,8 @@
-//! The API's connection loop: HTTP/1 over TCP or TLS, with a cap on open
-//! connections, a deadline for a request's headers and for the whole of it,
-//! and each request tagged with the client's address for [`crate::auth`].
+//! The API's connection loop: HTTP/1 over TCP or TLS, with caps on open
+//! connections in total and per address ([`crate::conn_limit`]), a short
+//! deadline for the TLS handshake and for each request's headers, a cap on the
+//! bytes a connection buffers, and each request tagged with the client's
+//! address for [`crate::auth`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,22 +10,35 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::auth::Peer;
+use crate::conn_limit::ConnLimit;
 
 /// A connection's lifetime, in request timeouts: keep-alive is allowed, but
 /// no connection stays open indefinitely.
 pub const CONNECTION_LIFETIMES: u32 = 6;
 
+/// The bytes a connection may buffer while its headers arrive (a larger head
+/// is answered 431): requests' headers are small, and this bounds what an
+/// open connection costs, whatever its client sends.
+pub const MAX_BUFFER_BYTES: usize = 16 * 1024;
+
+/// How long the loop waits before accepting again after the system refused a
+/// connection (out of descriptors, say), rather than spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
 /// What the loop allows each connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections open at once; more are closed as they arrive.
     pub max_connections: usize,
-    /// Time to send a request's headers; a connection lives at most
-    /// [`CONNECTION_LIFETIMES`] times this.
+    /// Connections open at once from one address; more are closed as they
+    /// arrive.
+    pub max_connections_per_address: usize,
+    /// Time to finish the TLS handshake, and to send each request's headers.
+    pub header_timeout: Duration,
+    /// A connection lives at most [`CONNECTION_LIFETIMES`] times this.
     pub request_timeout: Duration,
 }
 
@@ -34,37 +49,49 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let places = ConnLimit::new(limits.max_connections, limits.max_connections_per_address);
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot accept an API connection");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let place = match places.admit(peer.ip()) {
+            Ok(place) => place,
+            Err(why) => {
+                // Closed at once: a client over its cap waits on nobody's place.
+                tracing::debug!(%peer, %why, "API connection refused");
+                drop(stream);
                 continue;
             }
         };
         let (app, tls) = (app.clone(), tls.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let _place = place;
             let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
                 req.extensions_mut().insert(Peer(peer));
                 app.clone().oneshot(req.map(axum::body::Body::new))
             });
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
-                .header_read_timeout(limits.request_timeout);
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(MAX_BUFFER_BYTES);
             let served = async {
                 match tls {
-                    Some(tls) => match tls.accept(stream).await {
-                        Ok(stream) => http
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                            .map_err(|e| e.to_string()),
-                        Err(e) => Err(format!("TLS handshake: {e}")),
-                    },
+                    Some(tls) => {
+                        match tokio::time::timeout(limits.header_timeout, tls.accept(stream)).await
+                        {
+                            Ok(Ok(stream)) => http
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                                .map_err(|e| e.to_string()),
+                            Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
+                            Err(_) => Err("TLS handshake: too slow".to_string()),
+                        }
+                    }
                     None => http
                         .serve_connection(TokioIo::new(stream), service)
                         .await

@@ -351,8 +351,12 @@ pub struct JobRecord {
     pub node: Option<String>,
     /// The exit code, once it exited.
     pub exit_code: Option<i32>,
-    /// The last lines of its output.
+    /// The last lines of its output (empty where withheld from the caller).
     pub output_tail: Vec<String>,
+    /// Why the caller may not see the output, where it is withheld
+    /// ([`crate::visibility`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_hidden: Option<String>,
     /// Why it is in its state: waiting, failed, cancelled.
     pub reason: Option<String>,
     /// The program and arguments.

@@ -88,9 +88,10 @@ pub struct Server {
 /// together (its default is 100 MB).
 const INCOMING_BUFFER_TOTAL: u64 = 4 << 20;
 
-/// Connections the kernel holds for the API beyond those being served
-/// (`[api] max_connections`): they cost this process no memory while they
-/// wait. The kernel caps it at net.core.somaxconn.
+/// Connections the kernel holds for the API until the loop accepts them (at
+/// once; those over `[api] max_connections` or
+/// `max_connections_per_address` are then closed). The kernel caps it at
+/// net.core.somaxconn.
 const API_BACKLOG: u32 = 4096;
 
 fn api_listener(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
@@ -176,6 +177,8 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     let app = api::router(coordinator.clone());
     let limits = crate::http::Limits {
         max_connections: coordinator.cfg.api.max_connections,
+        max_connections_per_address: coordinator.cfg.api.max_connections_per_address,
+        header_timeout: Duration::from_secs(coordinator.cfg.api.header_timeout_secs),
         request_timeout: Duration::from_secs(coordinator.cfg.api.request_timeout_secs),
     };
     tasks.spawn(crate::http::serve(listener, app, api_tls, limits));

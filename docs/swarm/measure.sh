@@ -25,7 +25,7 @@ CP=$!
 for _ in $(seq 50); do [ -s "$W/cloud/ca.pem" ] && break; sleep 0.2; done
 T=""
 for _ in $(seq 50); do
-    T=$("$B/tidemill-cloud" token create --api http://127.0.0.1:7980 2>/dev/null | tail -1)
+    T=$("$B/tidemill-cloud" token create --api http://127.0.0.1:7980 --data-dir "$W/cloud" 2>/dev/null | tail -1)
     case "$T" in K10*) break ;; esac
     sleep 0.2
 done

@@ -89,6 +89,9 @@ pub enum DemoError {
     /// The API refused a call.
     #[error(transparent)]
     Api(#[from] ClientError),
+    /// The coordinator's admin token could not be read.
+    #[error(transparent)]
+    AdminToken(#[from] tidemill_cloud::local_admin::LocalAdminError),
     /// Jobs did not end as expected.
     #[error("{0}")]
     Outcome(String),
@@ -302,7 +305,9 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     );
     println!("all times below are tide time: dN HH:MM on the trace's clock, d1 00:00 its start\n");
 
-    let client = Arc::new(Client::new(&format!("http://{}", server.api_addr)));
+    // The demo is the local operator: it reads the coordinator's admin token.
+    let admin = tidemill_cloud::local_admin::read_token(&args.data_dir.join("cloud"))?;
+    let client = Arc::new(Client::new(&format!("http://{}", server.api_addr), &admin));
     let tide = TideClock { anchor_ms: anchor };
     let outcome = watch_jobs(args, &client, &coordinator_clock, tide, &scheduler).await;
     stop_tx.send_replace(true);
@@ -746,6 +751,7 @@ mod tests {
             node: Some("node-000".into()),
             exit_code: None,
             output_tail: Vec::new(),
+            output_hidden: None,
             reason: Some("exited with code 0".into()),
             command: vec!["true".into()],
             env: Default::default(),

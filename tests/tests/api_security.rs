@@ -4,13 +4,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 
-use support::{CLOUD, Coordinator, PATIENCE};
+use support::{CLOUD, Coordinator};
 
-/// Sends a raw HTTP/1.1 request and returns the status code and the body.
+/// Sends a raw HTTP/1.1 request, with `token` as a bearer token if given, and
+/// returns the status code and the body.
 fn http(
     coord: &Coordinator,
     method: &str,
@@ -18,29 +17,8 @@ fn http(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, String) {
-    let addr = coord.api.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    // The server may answer (413) before it has read a large body.
-    let _ = s.write_all(body);
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+    let auth = token.map(|t| format!("Bearer {t}"));
+    coord.request(method, path, auth.as_deref(), body)
 }
 
 fn job(name: &str, extra: &str) -> Vec<u8> {
@@ -88,10 +66,10 @@ fn a_remote_clear_text_api_is_refused_at_start() {
 fn tokens_scopes_and_secrets() {
     let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
-    // As if every client were remote: no token, no access.
-    let cloud = coord.start_with(&[("loopback_is_admin = true", "loopback_is_admin = false")]);
-    let admin = std::fs::read_to_string(coord.data_dir.join("admin-token")).unwrap();
-    let admin = admin.trim();
+    // The defaults: no token, no access, loopback or not.
+    let cloud = coord.start();
+    let admin = coord.admin_token();
+    let admin = admin.as_str();
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(coord.data_dir.join("admin-token"))
             .unwrap()
@@ -152,7 +130,9 @@ fn bad_input_gets_a_clear_4xx() {
     let dir = support::tempdir();
     let coord = Coordinator::new(dir.path());
     let _cloud = coord.start();
-    let post = |body: &[u8]| http(&coord, "POST", "/v1/jobs", None, body);
+    let admin = coord.admin_token();
+    let admin = Some(admin.as_str());
+    let post = |body: &[u8]| http(&coord, "POST", "/v1/jobs", admin, body);
 
     let huge = vec![b'x'; 50 << 20];
     let (status, _) = post(&huge);
@@ -178,14 +158,14 @@ fn bad_input_gets_a_clear_4xx() {
         assert_eq!(post(&job(&format!("\"j{k}\""), "")).0, 201);
     }
     // A job that ended cannot be cancelled, and the answer says so.
-    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", None, b"");
+    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", admin, b"");
     assert_eq!(status, 200, "cancelling a queued job: {body}");
-    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", None, b"");
+    let (status, body) = http(&coord, "POST", "/v1/jobs/1/cancel", admin, b"");
     assert!(
         status == 409 && body.contains("already ended"),
         "{status} {body}"
     );
-    let (status, page) = http(&coord, "GET", "/v1/jobs?limit=2", None, b"");
+    let (status, page) = http(&coord, "GET", "/v1/jobs?limit=2", admin, b"");
     let page: Vec<serde_json::Value> = serde_json::from_str(&page).unwrap();
     assert_eq!((status, page.len()), (200, 2));
     let last = page[1]["id"].as_u64().unwrap();
@@ -193,7 +173,7 @@ fn bad_input_gets_a_clear_4xx() {
         &coord,
         "GET",
         &format!("/v1/jobs?limit=2&before={last}"),
-        None,
+        admin,
         b"",
     );
     let next: Vec<serde_json::Value> = serde_json::from_str(&next).unwrap();

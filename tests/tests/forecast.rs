@@ -94,10 +94,7 @@ fn the_coordinator_serves_a_replaying_edges_forecast() {
     let view = coord.cli(&["forecast", "r1"]);
     assert!(view.lines().next().unwrap().contains(" h of "), "{view}");
 
-    let out = Command::new(support::CLOUD)
-        .args(["forecast", "ghost", "--api", &coord.api])
-        .output()
-        .unwrap();
+    let out = coord.cli_command(&["forecast", "ghost"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no node ghost"), "{err}");

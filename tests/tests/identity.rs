@@ -48,7 +48,9 @@ fn token(coord: &Coordinator, flags: &[&str]) -> String {
 
 /// The value of a counter in the coordinator's /metrics.
 fn metric(coord: &Coordinator, name: &str) -> u64 {
-    let text = Client::new(&coord.api).metrics().unwrap();
+    let text = Client::new(&coord.api, &coord.admin_token())
+        .metrics()
+        .unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("no {name} in {text}"))

@@ -44,7 +44,8 @@ fn liveness_and_readiness_answer() {
         use std::io::{Read, Write};
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            coord.admin_token()
         )
         .unwrap();
         let mut out = String::new();

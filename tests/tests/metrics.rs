@@ -17,13 +17,16 @@ use std::time::{Duration, Instant};
 use prometheus_parse::{Scrape, Value};
 use support::{Coordinator, EDGE, PATIENCE, Proc, free_port, start_edge, write_trace};
 
-/// `GET path` on the coordinator's API from loopback: the status line,
-/// headers and body as one string.
+/// `GET path` on the coordinator's API from loopback with its admin token:
+/// the status line, headers and body as one string.
 fn get(coord: &Coordinator, path: &str) -> String {
     let addr = coord.api.trim_start_matches("http://");
     raw(
         addr,
-        &format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            coord.admin_token()
+        ),
     )
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Coordinator, EDGE, PATIENCE, Proc, stored_report_seqs, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, rss_kib, stored_report_seqs, write_trace};
 use tidemill_sim::wan::impair::PathSwitch;
 use tidemill_sim::wan::relay::Relay;
 use tidemill_sim::wan::scenario::{Flap, Impairment, PathSpec};
@@ -152,16 +152,6 @@ fn wait_stored(cloud: &Proc, node: &str, seq: u64, timeout: Duration) {
                 .and_then(|n| n.parse::<u64>().ok())
                 .is_some_and(|n| n >= seq)
     });
-}
-
-/// Resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 /// Four edges behind 150 ms round trips, 1 % loss each way and 10 Mb/s: every

@@ -287,6 +287,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         node: r.get(4)?,
         exit_code: r.get(5)?,
         output_tail: tail,
+        output_hidden: None,
         reason: r.get(7)?,
         command: spec.command,
         env: spec.env,

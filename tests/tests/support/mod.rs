@@ -266,7 +266,18 @@ impl Coordinator {
         cmd
     }
 
-    /// `GET path` on the API from loopback: the status line, headers and body.
+    /// The admin API token the coordinator wrote to its data dir on first
+    /// start.
+    pub fn admin_token(&self) -> String {
+        let path = self.data_dir.join("admin-token");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+            .trim()
+            .to_string()
+    }
+
+    /// `GET path` on the API from loopback with the admin token: the status
+    /// line, headers and body.
     pub fn http_get(&self, path: &str) -> String {
         use std::io::{Read, Write};
         let addr = self.api.trim_start_matches("http://");
@@ -274,12 +285,47 @@ impl Coordinator {
         s.set_read_timeout(Some(PATIENCE)).unwrap();
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            self.admin_token()
         )
         .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).expect("read the API's answer");
         out
+    }
+
+    /// Sends one raw HTTP/1.1 request to the API from loopback, with
+    /// `authorization` as the whole `Authorization` header value if given;
+    /// returns the status code (0 if none came) and the body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self.api.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the API");
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        // The server may answer (413) before it has read a large body.
+        let _ = s.write_all(body);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let out = String::from_utf8_lossy(&out);
+        let status = out
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, body.to_string())
     }
 
     /// The coordinator's event log for job `id`, oldest first: the reasons a
@@ -308,20 +354,28 @@ impl Coordinator {
         })
     }
 
-    /// Runs a `tidemill-cloud` client command with `--api` and returns stdout,
+    /// Runs a `tidemill-cloud` client command with `--api` and `--data-dir`
+    /// (so that, without `--api-token`, it reads the coordinator's admin
+    /// token as the operator's CLI on its host does) and returns stdout,
     /// panicking with stderr if it fails.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(CLOUD)
-            .args(args)
-            .args(["--api", &self.api])
-            .output()
-            .expect("run tidemill-cloud");
+        let out = self.cli_command(args).output().expect("run tidemill-cloud");
         assert!(
             out.status.success(),
             "tidemill-cloud {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    /// The `tidemill-cloud` client command that [`Coordinator::cli`] runs.
+    pub fn cli_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(CLOUD);
+        cmd.args(args)
+            .args(["--api", &self.api])
+            .arg("--data-dir")
+            .arg(&self.data_dir);
+        cmd
     }
 
     /// `nodes --json`, parsed.
@@ -358,6 +412,16 @@ impl Coordinator {
             .parse()
             .expect("job id")
     }
+}
+
+/// Resident memory of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
 
 /// A temporary directory that an edge's task user (`nobody`, when the tests
