@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{CLOUD, Coordinator, EDGE, PATIENCE, Proc, free_port, start_edge, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, free_port, start_edge, write_trace};
 
 /// A coordinator and edge e1 (replaying a trace that leaves it idle
 /// enough to take jobs) under `dir`, the edge connected.
@@ -59,10 +59,8 @@ fn try_submit(coord: &Coordinator, dir: &Path, name: &str, body: &str) -> std::p
         format!("name = {name:?}\ndeadline = \"2099-01-01T00:00:00Z\"\n{body}"),
     )
     .unwrap();
-    Command::new(CLOUD)
-        .args(["jobs", "submit", "--file"])
-        .arg(&file)
-        .args(["--api", &coord.api])
+    coord
+        .cli_command(&["jobs", "submit", "--file", &file.to_string_lossy()])
         .output()
         .unwrap()
 }
