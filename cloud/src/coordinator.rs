@@ -33,6 +33,9 @@ pub struct Coordinator {
     pub store: Mutex<Store>,
     /// Live connections by node id.
     sessions: Mutex<HashMap<String, Session>>,
+    /// Edge pairs handed out to probe and not yet measured: (pair, the end
+    /// that probes it, when), so the other end is not given it too.
+    probing: Mutex<probing::Pending>,
     /// Wakes the scheduling loop early.
     pub wake: Notify,
     /// The configuration in force.
@@ -79,6 +82,7 @@ impl Coordinator {
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
+            probing: Mutex::new(probing::Pending::new()),
             wake: Notify::new(),
             admission: Admission::new(&cfg.quic),
             report_budget: ReportBudget::new(
@@ -141,9 +145,11 @@ impl Coordinator {
         let sessions = self.sessions.lock().unwrap();
         let mut ids: Vec<&str> = sessions.keys().map(String::as_str).collect();
         ids.sort_unstable();
+        let mut pending = self.probing.lock().unwrap();
         probing::assigned(&ids, node_id, k)
             .into_iter()
             .filter(|peer| probing::due(&measured, peer, now, due_after))
+            .filter(|peer| probing::claim(&mut pending, node_id, peer, now, due_after))
             .filter_map(|id| {
                 let s = &sessions[id];
                 s.probe_addr.map(|addr| Peer {

@@ -36,9 +36,43 @@ pub fn due(measured: &[(String, i64)], peer: &str, now_ms: i64, due_after_ms: i6
         .is_none_or(|(_, t)| now_ms - t > due_after_ms)
 }
 
+/// Edge pairs handed out and not yet measured: (the pair, lower id first) →
+/// (the end that probes it, Unix ms when it was handed out).
+pub type Pending = std::collections::HashMap<(String, String), (String, i64)>;
+
+/// Claims the probe of `me`–`peer` for `me` at `now_ms`, unless the other end
+/// was given it within `due_after_ms` (the set of connected edges, and so
+/// [`assigned`], can change between the two ends' asks: an edge that
+/// connected later would otherwise probe a link its peer is measuring).
+/// The same end may be given its pair again (its probe may have failed).
+pub fn claim(pending: &mut Pending, me: &str, peer: &str, now_ms: i64, due_after_ms: i64) -> bool {
+    let pair = if me < peer {
+        (me.to_string(), peer.to_string())
+    } else {
+        (peer.to_string(), me.to_string())
+    };
+    match pending.get(&pair) {
+        Some((end, at)) if end != me && now_ms - at <= due_after_ms => false,
+        _ => {
+            pending.insert(pair, (me.to_string(), now_ms));
+            true
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_handed_to_one_end_is_not_handed_to_the_other_until_due() {
+        let mut pending = Pending::new();
+        assert!(claim(&mut pending, "a", "c", 0, 100));
+        assert!(!claim(&mut pending, "c", "a", 50, 100), "the other end");
+        assert!(claim(&mut pending, "a", "c", 60, 100), "the same end again");
+        assert!(!claim(&mut pending, "c", "a", 160, 100), "60 + 100 not yet past");
+        assert!(claim(&mut pending, "c", "a", 161, 100), "past due: either end");
+    }
 
     #[test]
     fn each_pair_within_k_falls_to_exactly_one_end() {

@@ -89,7 +89,6 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
         &jobs,
         world::Trusted {
             config: &coord.cfg.trust,
-            seen_hours: &store.seen_hours(now)?,
             constraints: store.constraints()?,
         },
     );

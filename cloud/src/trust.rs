@@ -3,12 +3,16 @@
 //! assignment may take to start, and how much of a forecast's confidence
 //! its history earns.
 //!
-//! The forecast rule: a forecast is trusted only as far as its history
-//! goes. Its trusted history is the smaller of the hours it states it was
-//! built on and the hours since the coordinator stored the node's first
-//! report (on the coordinator's own clock). Each idle window's confidence is
-//! capped at trusted history ÷ `forecast_full_trust_hours`; a forecast with
-//! no trusted history offers no window at all.
+//! The forecast rule: a forecast is trusted only as far as its own history
+//! goes. Each idle window's confidence is capped at
+//! `c_max = min(1, h / H)`, where `h` (hours) is the history the forecast
+//! states it was built on (its best-observed resource) and `H` (hours) is
+//! `forecast_full_trust_hours`; a forecast that states no history (`h` = 0,
+//! or none given) offers no window at all. The coordinator cannot check `h`
+//! against the edge's own samples (a replaying or re-joined edge has history
+//! the coordinator never saw), so an edge that lies about its history gets
+//! planned work: what keeps other tenants' secrets from such an edge is a
+//! label only an admin sets (`requires`).
 
 use serde::Deserialize;
 use tidemill_proto::NodeForecast;
@@ -89,18 +93,16 @@ impl TrustConfig {
     }
 
     /// `availability` with its windows' confidence capped by the history
-    /// `forecast` stands on and the `seen_h` hours the coordinator has heard
-    /// from the node; see the module docs.
+    /// `forecast` stands on; see the module docs for the formula.
     pub fn cap(
         &self,
         mut availability: EdgeAvailability,
         forecast: Option<&NodeForecast>,
-        seen_h: f64,
     ) -> EdgeAvailability {
         let stated_h = forecast
             .and_then(NodeForecast::history)
             .map_or(0.0, |h| h.observed_h);
-        let trust = (stated_h.min(seen_h) / self.forecast_full_trust_hours).clamp(0.0, 1.0);
+        let trust = (stated_h / self.forecast_full_trust_hours).clamp(0.0, 1.0);
         if trust <= 0.0 {
             availability.windows.clear();
         }
@@ -113,6 +115,7 @@ impl TrustConfig {
 
 #[cfg(test)]
 mod tests {
+    use tidemill_forecast::{CycleVerdict, DailyCycle, Method, Resource, ResourceForecast};
     use tidemill_sched::Window;
 
     use super::*;
@@ -122,7 +125,7 @@ mod tests {
             windows: vec![Window {
                 start_ms: 0,
                 end_ms: 48 * 3_600_000,
-                confidence: 1.0,
+                confidence: 0.9,
             }],
             util_now_pct: Some(0.0),
             idle_threshold_pct: 30.0,
@@ -132,12 +135,36 @@ mod tests {
     #[test]
     fn a_forecast_without_history_offers_nothing_and_history_earns_confidence() {
         let t = TrustConfig::default();
+        assert!(t.cap(idle_48h(), None).windows.is_empty(), "no forecast");
+        let stating = |observed_h: f64| NodeForecast {
+            method: Method::Tidemill,
+            issued_ms: 0,
+            start_ms: 0,
+            slot_len_s: 900,
+            idle_threshold_pct: 30.0,
+            resources: vec![ResourceForecast {
+                resource: Resource::Cpu,
+                cycle: CycleVerdict {
+                    daily_cycle: DailyCycle::Present,
+                    strength: None,
+                    days_used: 0,
+                },
+                slots: Vec::new(),
+                observed_h,
+            }],
+            idle_windows: Vec::new(),
+            history_days: 14,
+        };
         assert!(
-            t.cap(idle_48h(), None, 100.0).windows.is_empty(),
-            "no history stated"
+            t.cap(idle_48h(), Some(&stating(0.0))).windows.is_empty(),
+            "0 h of history stated"
         );
-        let young = t.cap(idle_48h(), None, 0.0);
-        assert!(young.windows.is_empty());
+        // By hand: c_max = min(1, 12 h / 48 h) = 0.25 caps a window of 0.9;
+        // 96 h earns min(1, 2) = 1, which leaves it at 0.9.
+        let young = t.cap(idle_48h(), Some(&stating(12.0)));
+        assert!((young.windows[0].confidence - 0.25).abs() < 1e-12);
+        let old = t.cap(idle_48h(), Some(&stating(96.0)));
+        assert!((old.windows[0].confidence - 0.9).abs() < 1e-12);
         assert!(t.invalid().is_none());
         let bounds = t.report_bounds(1200.0, 336);
         assert_eq!(bounds.skew_ms, 300 * 1000 * 1200, "the skew is wall time");

@@ -29,8 +29,6 @@ const IDLE_RESOURCES: [Resource; 2] = [Resource::Cpu, Resource::Gpu];
 pub struct Trusted<'a> {
     /// `[trust]`.
     pub config: &'a TrustConfig,
-    /// Hours since each node's first stored report.
-    pub seen_hours: &'a HashMap<String, f64>,
     /// Node labels and the labels jobs require.
     pub constraints: Constraints,
 }
@@ -53,10 +51,7 @@ pub fn snapshot(
         .map(|n| {
             let mut spec = node_spec(cfg, n, forecasts.get(&n.id), now_ms);
             if let NodeKind::Edge(a) = &mut spec.kind {
-                let seen_h = trusted.seen_hours.get(&n.id).copied().unwrap_or(0.0);
-                *a = trusted
-                    .config
-                    .cap(std::mem::take(a), forecasts.get(&n.id), seen_h);
+                *a = trusted.config.cap(std::mem::take(a), forecasts.get(&n.id));
             }
             spec
         })

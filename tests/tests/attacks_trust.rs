@@ -201,8 +201,11 @@ fn an_inflated_hello_after_a_modest_join_is_refused_until_an_admin_accepts_it() 
     let rt = runtime();
     let r = rt.block_on(Rogue::join(&coord, "r1"));
 
-    let (_c, first) = rt.block_on(r.hello(modest_capabilities()));
+    let (c, first) = rt.block_on(r.hello(modest_capabilities()));
     assert!(matches!(first, CloudMsg::Welcome(_)), "{first:?}");
+    // One session per node: the next hello comes on a new connection once
+    // this one is closed, as an edge that restarts with new hardware does.
+    c.close(0u32.into(), b"restarting");
     let (_c, answer) = rt.block_on(r.hello(inflated()));
     let CloudMsg::Error(e) = &answer else {
         panic!("an inflated hello was welcomed: {answer:?}")
@@ -241,8 +244,9 @@ fn an_inflated_hello_after_a_modest_join_is_refused_until_an_admin_accepts_it() 
         cpu_cores: 1,
         ..modest_capabilities()
     };
-    let (_c, answer) = rt.block_on(r.hello(fewer));
+    let (c, answer) = rt.block_on(r.hello(fewer));
     assert!(matches!(answer, CloudMsg::Welcome(_)), "{answer:?}");
+    c.close(0u32.into(), b"restarting");
 
     coord.cli(&["nodes", "accept-capabilities", "r1"]);
     let (_c, answer) = rt.block_on(r.hello(inflated()));

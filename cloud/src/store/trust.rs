@@ -4,7 +4,7 @@
 //! the node cordoned after too many), and how long the coordinator has
 //! heard from it, which bounds the history its forecasts may claim.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
@@ -244,24 +244,6 @@ impl Store {
             c.requires.insert(id as u64, required);
         }
         Ok(c)
-    }
-
-    /// Hours since the coordinator first stored a report of each node that
-    /// has one in its ledger, on the coordinator's own clock: the most
-    /// history a forecast of that node can stand on.
-    pub fn seen_hours(&self, now_ms: i64) -> Result<HashMap<String, f64>, StoreError> {
-        let err = self.sql_err();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT node_id, MIN(received_ms) FROM reports GROUP BY node_id")
-            .map_err(&err)?;
-        let rows = stmt
-            .query_map([], |r| {
-                let first: i64 = r.get(1)?;
-                Ok((r.get(0)?, (now_ms - first).max(0) as f64 / 3.6e6))
-            })
-            .map_err(&err)?;
-        rows.collect::<Result<_, _>>().map_err(err)
     }
 
     /// Takes back every task acknowledged before `before_ms` that has not
