@@ -115,7 +115,6 @@ impl TrustConfig {
 
 #[cfg(test)]
 mod tests {
-    use tidemill_forecast::{CycleVerdict, DailyCycle, Method, Resource, ResourceForecast};
     use tidemill_sched::Window;
 
     use super::*;
@@ -136,24 +135,10 @@ mod tests {
     fn a_forecast_without_history_offers_nothing_and_history_earns_confidence() {
         let t = TrustConfig::default();
         assert!(t.cap(idle_48h(), None).windows.is_empty(), "no forecast");
-        let stating = |observed_h: f64| NodeForecast {
-            method: Method::Tidemill,
-            issued_ms: 0,
-            start_ms: 0,
-            slot_len_s: 900,
-            idle_threshold_pct: 30.0,
-            resources: vec![ResourceForecast {
-                resource: Resource::Cpu,
-                cycle: CycleVerdict {
-                    daily_cycle: DailyCycle::Present,
-                    strength: None,
-                    days_used: 0,
-                },
-                slots: Vec::new(),
-                observed_h,
-            }],
-            idle_windows: Vec::new(),
-            history_days: 14,
+        let stating = |observed_h: f64| {
+            let mut f = crate::world::tests::forecast(&[]);
+            f.resources[0].observed_h = observed_h;
+            f
         };
         assert!(
             t.cap(idle_48h(), Some(&stating(0.0))).windows.is_empty(),

@@ -281,7 +281,7 @@ fn measured_ratio(j: &PlannedJob) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tidemill_forecast::{CycleVerdict, DailyCycle, Method, Quantiles, ResourceForecast};
 
@@ -296,7 +296,8 @@ mod tests {
         .unwrap()
     }
 
-    fn forecast(p90: &[Option<f64>]) -> NodeForecast {
+    /// A forecast over `p90` slots built on 48 h of history, for tests.
+    pub(crate) fn forecast(p90: &[Option<f64>]) -> NodeForecast {
         let q = |p: f64| Quantiles {
             p10: p,
             p50: p,
