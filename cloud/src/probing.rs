@@ -70,8 +70,14 @@ mod tests {
         assert!(claim(&mut pending, "a", "c", 0, 100));
         assert!(!claim(&mut pending, "c", "a", 50, 100), "the other end");
         assert!(claim(&mut pending, "a", "c", 60, 100), "the same end again");
-        assert!(!claim(&mut pending, "c", "a", 160, 100), "60 + 100 not yet past");
-        assert!(claim(&mut pending, "c", "a", 161, 100), "past due: either end");
+        assert!(
+            !claim(&mut pending, "c", "a", 160, 100),
+            "60 + 100 not yet past"
+        );
+        assert!(
+            claim(&mut pending, "c", "a", 161, 100),
+            "past due: either end"
+        );
     }
 
     #[test]

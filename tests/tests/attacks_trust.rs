@@ -36,7 +36,9 @@ fn runtime() -> tokio::runtime::Runtime {
 /// The value of a counter in the coordinator's `/metrics` (`series` with its
 /// labels, if any); 0 when the series is not there.
 fn metric(coord: &Coordinator, series: &str) -> u64 {
-    let text = Client::new(&coord.api, &coord.admin_token()).metrics().unwrap();
+    let text = Client::new(&coord.api, &coord.admin_token())
+        .metrics()
+        .unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{series} ")))
         .map_or(0, |v| v.trim().parse().unwrap())
