@@ -43,6 +43,9 @@ enum Command {
     /// impairment: delay, jitter, loss, reordering, duplication, a rate limit
     /// and outages, in each direction.
     Wan(wan::Args),
+    /// Measure the cost model's ring all-reduce term against a real TCP ring
+    /// over the WAN lab's impaired links and print each error (needs root).
+    WanAccuracy(wan::accuracy::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         }
         Command::Swarm(args) => swarm::run(&args).map_err(Into::into),
         Command::Wan(args) => wan::run(&args).map_err(Into::into),
+        Command::WanAccuracy(args) => wan::accuracy::run(&args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

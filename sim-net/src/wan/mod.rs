@@ -6,6 +6,7 @@
 //! [`impair`] decides (sans-IO, seeded, time passed in), [`relay`] moves the
 //! datagrams, [`scenario`] reads the TOML that sets up several paths at once.
 
+pub mod accuracy;
 pub mod hub;
 pub mod impair;
 pub mod netem;
