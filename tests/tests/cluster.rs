@@ -1,7 +1,7 @@
 //! A coordinator and three edges on loopback: registration, a failing job, and
 //! a coordinator crash that must lose nothing.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod support;
 
@@ -40,7 +40,7 @@ fn three_edges_register_and_a_failing_job_is_reported() {
     let trace = write_trace(dir.path(), &["r1", "r2"]);
     let started = Instant::now();
     let _edges = start_edges(&coord, dir.path(), &trace);
-    cloud.wait_for("edge connected", 3, Duration::from_secs(10));
+    cloud.wait_for("edge connected", 3, PATIENCE);
     cloud.wait_until("a sample from each node", 3, PATIENCE, |l| {
         l.contains("report stored") && l.contains("seq=1 ")
     });
@@ -49,7 +49,6 @@ fn three_edges_register_and_a_failing_job_is_reported() {
         "3 edges online and reporting {:.2} s after they started",
         up.as_secs_f64()
     );
-    assert!(up < Duration::from_secs(10), "nodes took {up:?} to come up");
 
     let (cores, mem) = host_cores_and_memory();
     let nodes = coord.nodes();
@@ -109,15 +108,11 @@ fn a_coordinator_killed_mid_run_loses_no_report_and_no_job_state() {
     cloud.kill9();
     let restarted = Instant::now();
     let cloud = coord.start();
-    cloud.wait_for("edge connected", 3, Duration::from_secs(15));
+    cloud.wait_for("edge connected", 3, PATIENCE);
     let back = restarted.elapsed();
     println!(
         "all 3 edges reconnected {:.2} s after the coordinator restarted",
         back.as_secs_f64()
-    );
-    assert!(
-        back < Duration::from_secs(15),
-        "edges took {back:?} to return"
     );
     assert_eq!(online_ids(&coord), NODES, "every edge is online again");
 
