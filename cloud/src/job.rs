@@ -47,8 +47,26 @@ pub struct JobFile {
     /// for a job whose secrets must not reach unvetted boxes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// Minutes of training between two checkpoints the task saves on its
+    /// own (default [`tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S`] / 60,
+    /// 30 min): what a task stopped without warning loses at most, which the
+    /// scheduler charges an eviction. Tasks read it, in seconds, from
+    /// `TIDEMILL_CHECKPOINT_INTERVAL_S`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_min: Option<f64>,
 }
 
+impl JobFile {
+    /// Seconds of training between the job's checkpoints: its own
+    /// `checkpoint_interval_min` × 60, or the library's default.
+    pub fn checkpoint_interval_s(&self) -> f64 {
+        self.checkpoint_interval_min
+            .map_or(tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S, |m| m * 60.0)
+    }
+}
+
+/// Longest `checkpoint_interval_min`: a week of training.
+pub const MAX_CHECKPOINT_INTERVAL_MIN: f64 = 7.0 * 24.0 * 60.0;
 /// Longest job name, in bytes.
 pub const MAX_NAME: usize = 64;
 /// Most bytes of a command (all arguments together).
@@ -261,6 +279,15 @@ impl JobFile {
             return invalid(
                 "requires",
                 "labels must be 1 to 64 lower-case letters, digits, '.', '_' or '-', e.g. [\"trusted\"]",
+            );
+        }
+        if self
+            .checkpoint_interval_min
+            .is_some_and(|m| !(m.is_finite() && m > 0.0 && m <= MAX_CHECKPOINT_INTERVAL_MIN))
+        {
+            return invalid(
+                "checkpoint_interval_min",
+                "must be above 0 and at most 10080 minutes (a week), e.g. 30",
             );
         }
         if let Some(w) = &self.work {
@@ -542,6 +569,34 @@ mod tests {
         assert_eq!((work.min_workers, work.max_workers), (1, 8));
         assert_eq!(work.data_site(), DataSite::Cloud);
         assert_eq!(work.iters_per_s["cpu"], 0.05);
+    }
+
+    /// 45 minutes are 2700 s; a job that does not say gets the library's
+    /// 1800 s; zero, negative and over a week are refused, naming the key.
+    #[test]
+    fn the_checkpoint_interval_is_read_in_minutes_and_bounded() {
+        let job = |extra: &str| {
+            JobFile::from_toml(
+                &format!(
+                    "name = \"x\"\ncommand = [\"true\"]\ndeadline = 2030-01-01T00:00:00Z\n{extra}"
+                ),
+                "j.toml",
+            )
+        };
+        assert_eq!(
+            job("checkpoint_interval_min = 45")
+                .unwrap()
+                .checkpoint_interval_s(),
+            2700.0
+        );
+        assert_eq!(job("").unwrap().checkpoint_interval_s(), 1800.0);
+        for bad in ["0", "-5", "10081", "nan"] {
+            let err = job(&format!("checkpoint_interval_min = {bad}")).unwrap_err();
+            assert!(
+                err.to_string().contains("checkpoint_interval_min"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

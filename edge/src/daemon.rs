@@ -81,6 +81,13 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// How often a stopping edge looks whether its journal is acknowledged.
 const FLUSH_POLL: Duration = Duration::from_millis(20);
 
+/// Least step, ms, between the readings a replaying edge primes its
+/// forecaster with. The forecaster averages samples over slots of 5 to 15
+/// minutes, so a reading a minute serves as well as one per sample: 14 days
+/// are 20 160 rows, where a 0.2 s sample interval made 6 million, which took
+/// a debug build on a loaded machine longer than a test waits for the edge.
+const PRIME_STEP_MS: i64 = 60_000;
+
 /// Starts this edge's probe responder, which presents `identity` and answers
 /// only other nodes, and its prober, if probing is enabled (`probe`); rounds
 /// and the budget's day follow `schedule`.
@@ -325,7 +332,7 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         let mut history = journal.lock().unwrap().history(since)?;
         let prime = cfg.replay.as_ref().is_some_and(|r| r.prime_history);
         if history.is_empty() && prime {
-            let step_ms = (cfg.sample_interval_secs * 1000.0) as i64;
+            let step_ms = ((cfg.sample_interval_secs * 1000.0) as i64).max(PRIME_STEP_MS);
             history = sampler
                 .replay_history(since, now, step_ms)
                 .unwrap_or_default();

@@ -331,6 +331,18 @@ impl Executor {
                 self.confine.marker().to_string(),
             ),
         ]);
+        // The job's checkpoint interval is on the coordinator's clock; the task
+        // lives in wall time, so a replay at speed × gets it speed times shorter.
+        if let Some(s) = a
+            .checkpoint_interval_s
+            .filter(|s| s.is_finite() && *s > 0.0)
+        {
+            let wall_s = s / self.clock.speed();
+            env.push((
+                "TIDEMILL_CHECKPOINT_INTERVAL_S".to_string(),
+                format!("{wall_s:.3}"),
+            ));
+        }
         // A task with no peers on other nodes may live in a network of its
         // own, where rank 0 (itself) listens on its own loopback.
         let alone = a.env.get("WORLD_SIZE").is_none_or(|w| w.trim() == "1");
@@ -650,6 +662,7 @@ mod tests {
             command: cmd.iter().map(|s| s.to_string()).collect(),
             env: [("GREETING".to_string(), "hi".to_string())].into(),
             memory_bytes: None,
+            checkpoint_interval_s: None,
         })
     }
 
@@ -759,6 +772,29 @@ mod tests {
             vec![expected.display().to_string()]
         );
         assert!(expected.is_dir(), "kept after the task ends");
+    }
+
+    /// The job's checkpoint interval reaches the task in wall seconds: 1800 s
+    /// of a clock running 1200 times faster than the wall are 1.5 s; an
+    /// assignment without one sets nothing.
+    #[tokio::test]
+    async fn the_checkpoint_interval_reaches_the_task_in_wall_seconds() {
+        let h = harness_on(5, Arc::new(ScaledClock::new(0, 1200.0)));
+        let show = "echo \"[${TIDEMILL_CHECKPOINT_INTERVAL_S-unset}]\"";
+        let Command::Assign(mut a) = assign(7, &["sh", "-c", show]) else {
+            unreachable!()
+        };
+        a.checkpoint_interval_s = Some(1800.0);
+        h.exec.handle(Command::Assign(a)).unwrap();
+        h.exec.handle(assign(8, &["sh", "-c", show])).unwrap();
+        let tails: Vec<Vec<String>> = finished(&h)
+            .await
+            .into_iter()
+            .filter(|t| matches!(t.event, TaskEvent::Exited { .. }))
+            .map(|t| t.output_tail)
+            .collect();
+        assert!(tails.contains(&vec!["[1.500]".to_string()]), "{tails:?}");
+        assert!(tails.contains(&vec!["[unset]".to_string()]), "{tails:?}");
     }
 
     #[tokio::test]
@@ -946,6 +982,7 @@ mod tests {
                 )]
                 .into(),
                 memory_bytes: None,
+                checkpoint_interval_s: None,
             }))
             .unwrap();
         let events = finished(&h).await;
@@ -968,6 +1005,7 @@ mod tests {
             command: vec!["true".into()],
             env: Default::default(),
             memory_bytes: None,
+            checkpoint_interval_s: None,
         };
         h.journal.lock().unwrap().accept_task(&a).unwrap();
         h.exec.recover().unwrap();

@@ -585,6 +585,7 @@ fn job_spec(job: &DemoJob, speed: f64, now_ms: i64) -> JobFile {
         secret_env: Default::default(),
         allow_past_deadline: false,
         requires: Vec::new(),
+        checkpoint_interval_min: None,
         deadline: chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default()
             + chrono::Duration::hours(DEADLINE_HOURS),
         class: JobClass::Slo,

@@ -97,6 +97,7 @@ fn cloud_msgs() -> Vec<CloudMsg> {
             command: vec!["python3".into(), "train.py".into()],
             env: [("RANK".to_string(), "0".to_string())].into(),
             memory_bytes: Some(1 << 30),
+            checkpoint_interval_s: Some(1800.0),
         })),
         CloudMsg::Command(Command::Cancel { task_id: 1 }),
         CloudMsg::ProbeAck {

@@ -56,12 +56,14 @@ impl Store {
                 row.map_err(&err)?;
             let spec: JobFile =
                 serde_json::from_str(&spec).expect("stored specs were serialised by this build");
+            let checkpoint_interval_s = Some(spec.checkpoint_interval_s());
             let mut env = spec.env;
             env.extend(secrets::open(&self.secrets, job_id, sealed.as_deref())?);
             rendezvous::apply(&mut env, rank, world, workers, &master_addr, master_port);
             out.push(Owed::Assign(TaskAssignment {
                 task_id: task_id as u64,
                 job_id: job_id as u64,
+                checkpoint_interval_s,
                 command: spec.command,
                 env,
                 memory_bytes: spec

@@ -22,6 +22,9 @@ Other environment:
     TIDEMILL_BATCH_SIZE       global batch size (default 64)
     TIDEMILL_CHECKPOINT_EVERY iterations between periodic checkpoints, which
                               bound the work lost to a crash (default 100)
+    TIDEMILL_CHECKPOINT_INTERVAL_S  seconds between periodic checkpoints, set
+                              by tidemill from the job's checkpoint_interval_min;
+                              whichever of the two comes first saves
     TIDEMILL_LOG_EVERY        iterations between loss lines (default 10)
 
 Output (rank 0 of each node): `TIDEMILL_PROGRESS iter=N` after every step,
@@ -161,6 +164,7 @@ def train(local_rank, workers, node_rank, nodes):
     batch = max(1, env_int("TIDEMILL_BATCH_SIZE", 64) // world)
     every_ckpt = max(1, env_int("TIDEMILL_CHECKPOINT_EVERY", 100))
     every_log = max(1, env_int("TIDEMILL_LOG_EVERY", 10))
+    every_s = float(os.environ.get("TIDEMILL_CHECKPOINT_INTERVAL_S", "0") or 0)
     ckpt_dir = os.environ.get("TIDEMILL_CHECKPOINT_DIR", "checkpoints")
     ckpt = os.path.join(ckpt_dir, "checkpoint.pt")
     if rank == 0:
@@ -181,6 +185,7 @@ def train(local_rank, workers, node_rank, nodes):
     label = teacher()
     loss_fn = nn.CrossEntropyLoss()
     began, start, first_loss = time.time(), step, None
+    saved_at = began
     while step < total:
         x, y = batch_at(step, rank, batch, label)
         opt.zero_grad()
@@ -201,8 +206,10 @@ def train(local_rank, workers, node_rank, nodes):
                 print(f"iteration {step}/{total} loss {loss.item():.4f} ({rate:.1f} it/s, {world} workers)", flush=True)
         if flag.item() > 0:
             break
-        if rank == 0 and step % every_ckpt == 0 and step < total:
+        due = step % every_ckpt == 0 or (every_s > 0 and time.time() - saved_at >= every_s)
+        if rank == 0 and due and step < total:
             save_checkpoint(ckpt, net, opt, step)
+            saved_at = time.time()
 
     if rank == 0:
         save_checkpoint(ckpt, net, opt, step)

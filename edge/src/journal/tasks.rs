@@ -196,6 +196,7 @@ mod tests {
             command: vec!["true".into()],
             env: [("HF_TOKEN".to_string(), SECRET.to_string())].into(),
             memory_bytes: None,
+            checkpoint_interval_s: None,
         }
     }
 

@@ -4,11 +4,12 @@
 //! may decide (a host path, an identity) or a placement the coordinator made.
 
 /// Variables the edge sets for each task.
-pub const EDGE_SET_ENV: [&str; 5] = [
+pub const EDGE_SET_ENV: [&str; 6] = [
     "TIDEMILL_NODE_ID",
     "TIDEMILL_JOB_ID",
     "TIDEMILL_TASK_ID",
     "TIDEMILL_CHECKPOINT_DIR",
+    "TIDEMILL_CHECKPOINT_INTERVAL_S",
     "TIDEMILL_EDGE",
 ];
 

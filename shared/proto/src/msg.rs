@@ -381,6 +381,12 @@ pub struct TaskAssignment {
     /// task's cgroup memory limit where it can.
     #[serde(default)]
     pub memory_bytes: Option<u64>,
+    /// Seconds of training, on the coordinator's clock, between the
+    /// checkpoints the job asked its tasks to save; the edge hands it to the
+    /// task in wall seconds as `TIDEMILL_CHECKPOINT_INTERVAL_S`. Absent from
+    /// older coordinators: the edge then uses the library's default.
+    #[serde(default)]
+    pub checkpoint_interval_s: Option<f64>,
 }
 
 /// Shows the environment's names only: values may be secrets.
@@ -392,6 +398,7 @@ impl std::fmt::Debug for TaskAssignment {
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("memory_bytes", &self.memory_bytes)
+            .field("checkpoint_interval_s", &self.checkpoint_interval_s)
             .finish()
     }
 }

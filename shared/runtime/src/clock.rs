@@ -12,6 +12,11 @@ pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
     /// Sleeps for `d` of this clock's time.
     fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// Seconds of this clock per wall second: what turns an interval on this
+    /// clock into one for a process that lives in wall time (a task).
+    fn speed(&self) -> f64 {
+        1.0
+    }
 }
 
 /// A clock shared between tasks.
@@ -66,6 +71,10 @@ impl Clock for ScaledClock {
 
     fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(tokio::time::sleep(d.div_f64(self.speed)))
+    }
+
+    fn speed(&self) -> f64 {
+        self.speed
     }
 }
 

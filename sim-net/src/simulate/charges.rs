@@ -61,6 +61,7 @@ mod link_tiers {
             max_workers: 2,
             memory_per_worker_bytes: 0,
             checkpoint_bytes: 1_250_000_000,
+            checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
             on_infeasible: OnInfeasible::Reject,
         }
     }

@@ -274,6 +274,7 @@ pub fn read_jobs(
                 max_workers: max_gpus,
                 memory_per_worker_bytes: 0,
                 checkpoint_bytes: (sizes.checkpoint_mb * 1e6) as u64,
+                checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
                 on_infeasible: OnInfeasible::Reject,
             },
         });
