@@ -253,6 +253,7 @@ fn job_state(
             max_workers: w.max_workers,
             memory_per_worker_bytes: w.memory_per_worker_bytes,
             checkpoint_bytes: w.checkpoint_bytes,
+            checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
             on_infeasible: j.spec.on_infeasible,
         },
         admission: j.admission,

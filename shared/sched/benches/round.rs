@@ -102,6 +102,7 @@ fn world(n_nodes: usize, n_jobs: usize) -> WorldSnapshot {
                     max_workers: 1 + rng.next(8) as u32,
                     memory_per_worker_bytes: 8 << 30,
                     checkpoint_bytes: 200_000_000,
+                    checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
                     on_infeasible: if rng.next(2) == 0 {
                         OnInfeasible::Reject
                     } else {

@@ -37,7 +37,7 @@ pub use throughput::{
     Lambda, ModelRates, ModelTable, TableData, Throughput, ThroughputError, ThroughputTables,
 };
 pub use world::{
-    Admission, AdmissionMode, Assignment, BestEffortOrder, DataSite, EdgeAvailability, JobClass,
-    JobSpec, JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable, MeasuredLink, NodeKind,
-    NodeSpec, OnInfeasible, Progress, Window, WorldSnapshot,
+    Admission, AdmissionMode, Assignment, BestEffortOrder, DEFAULT_CHECKPOINT_INTERVAL_S, DataSite,
+    EdgeAvailability, JobClass, JobSpec, JobState, LinkClass, LinkDefault, LinkDefaults, LinkTable,
+    MeasuredLink, NodeKind, NodeSpec, OnInfeasible, Progress, Window, WorldSnapshot,
 };

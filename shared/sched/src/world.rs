@@ -399,6 +399,14 @@ pub enum DataSite {
     Node(String),
 }
 
+/// Seconds of training between two checkpoints when a job does not say:
+/// 30 minutes, a common save interval for multi-hour training runs.
+pub const DEFAULT_CHECKPOINT_INTERVAL_S: f64 = 1800.0;
+
+fn default_checkpoint_interval_s() -> f64 {
+    DEFAULT_CHECKPOINT_INTERVAL_S
+}
+
 /// A training job as submitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -430,6 +438,11 @@ pub struct JobSpec {
     pub memory_per_worker_bytes: u64,
     /// Checkpoint size, bytes; moved on migration.
     pub checkpoint_bytes: u64,
+    /// Seconds of training (stepping, not start-up) between two
+    /// checkpoints: a job stopped without warning falls back to its last
+    /// one and loses what it trained since.
+    #[serde(default = "default_checkpoint_interval_s")]
+    pub checkpoint_interval_s: f64,
     /// For SLO jobs: what to do when no guarantee is possible.
     pub on_infeasible: OnInfeasible,
 }

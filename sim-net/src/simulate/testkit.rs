@@ -29,6 +29,7 @@ pub(crate) fn job(model: &str) -> TraceJob {
             max_workers: 1,
             memory_per_worker_bytes: 0,
             checkpoint_bytes: 1,
+            checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
             on_infeasible: OnInfeasible::Reject,
         },
     }

@@ -263,6 +263,7 @@ mod tests {
                     max_workers: 4,
                     memory_per_worker_bytes: 1 << 30,
                     checkpoint_bytes: 0,
+                    checkpoint_interval_s: crate::world::DEFAULT_CHECKPOINT_INTERVAL_S,
                     on_infeasible: OnInfeasible::Reject,
                 },
                 admission: Admission::Pending,

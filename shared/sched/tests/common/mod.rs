@@ -74,6 +74,7 @@ pub fn job(
             max_workers: 1,
             memory_per_worker_bytes: 8 << 30,
             checkpoint_bytes: 200_000_000,
+            checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
             on_infeasible: OnInfeasible::Reject,
         },
         admission: match class {
