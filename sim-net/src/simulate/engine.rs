@@ -93,6 +93,19 @@ pub struct UsageSample {
     pub edge: u32,
 }
 
+/// One eviction (module doc), as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    /// The job.
+    pub job: usize,
+    /// When, ms.
+    pub t_ms: i64,
+    /// Its done iterations before.
+    pub before_iters: f64,
+    /// Its done iterations after: its last checkpoint's.
+    pub after_iters: f64,
+}
+
 /// What a run produced.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -104,6 +117,8 @@ pub struct Outcome {
     pub stints: Vec<Stint>,
     /// Device use after every round, when recorded.
     pub usage: Vec<UsageSample>,
+    /// Every eviction, when recorded.
+    pub evictions: Vec<Eviction>,
 }
 
 /// A policy broke the rules of the world.
@@ -153,6 +168,7 @@ struct Run<'w> {
     record: bool,
     stints: Vec<Stint>,
     usage: Vec<UsageSample>,
+    evictions: Vec<Eviction>,
     /// Per job: (start ms, iterations at start) of its open stint.
     open: Vec<Option<(i64, f64)>>,
     /// Per job: its last checkpoint.
@@ -184,6 +200,7 @@ pub fn run(
         record,
         stints: Vec::new(),
         usage: Vec::new(),
+        evictions: Vec::new(),
         open: vec![None; world.jobs.len()],
         ckpt: vec![Checkpoint::default(); world.jobs.len()],
         lan: vec![Vec::new(); world.jobs.len()],
@@ -288,6 +305,7 @@ impl Run<'_> {
             acc: self.acc,
             stints: self.stints,
             usage: self.usage,
+            evictions: self.evictions,
         }
     }
 
@@ -448,7 +466,16 @@ impl Run<'_> {
             return;
         }
         let workers: u32 = job.place.iter().map(|p| p.1).sum();
+        let before_iters = job.done_iters;
         let lost = self.ckpt[j].evict(&mut job.done_iters);
+        if self.record {
+            self.evictions.push(Eviction {
+                job: j,
+                t_ms: now,
+                before_iters,
+                after_iters: job.done_iters,
+            });
+        }
         self.acc.evictions += 1;
         self.acc.lost_iters += lost.iters;
         self.acc.lost_device_s += lost.train_s * f64::from(workers);

@@ -23,8 +23,12 @@ pub mod charts;
 pub mod checkpoints;
 pub mod edges;
 pub mod engine;
+#[cfg(test)]
+mod evictions;
 pub mod jobs;
 pub mod metrics;
+#[cfg(test)]
+mod properties;
 pub mod report;
 pub mod signals;
 #[cfg(test)]
