@@ -22,7 +22,12 @@ const BIN_MS: i64 = 900_000;
 
 /// A random job: (submission, minutes; iterations; slack over its runtime
 /// on one cloud GPU, ×; best-effort).
-fn job() -> impl Strategy<Value = (i64, f64, f64, bool)> {
+type Job = (i64, f64, f64, bool);
+
+/// A random world: cloud GPUs, each box's busy bins, jobs.
+type Instance = (u32, Vec<Vec<bool>>, Vec<Job>);
+
+fn job() -> impl Strategy<Value = Job> {
     (
         0i64..180,
         200.0f64..20_000.0,
@@ -31,8 +36,8 @@ fn job() -> impl Strategy<Value = (i64, f64, f64, bool)> {
     )
 }
 
-/// A random world: cloud GPUs, each box's busy bins over a 4-h period, jobs.
-fn instance() -> impl Strategy<Value = (u32, Vec<Vec<bool>>, Vec<(i64, f64, f64, bool)>)> {
+/// Cloud GPUs, each box's busy bins over a 4-h period (16 bins), jobs.
+fn instance() -> impl Strategy<Value = Instance> {
     (
         1u32..=4,
         prop::collection::vec(prop::collection::vec(prop::bool::ANY, 16), 1..=4),
@@ -40,7 +45,7 @@ fn instance() -> impl Strategy<Value = (u32, Vec<Vec<bool>>, Vec<(i64, f64, f64,
     )
 }
 
-fn world(cloud: u32, busy: &[Vec<bool>], jobs: &[(i64, f64, f64, bool)]) -> engine::World {
+fn world(cloud: u32, busy: &[Vec<bool>], jobs: &[Job]) -> engine::World {
     let mut tables = tidemill_sched::ThroughputTables::default();
     let csv = "global_batch_size,1,2,3,4\n64,4.0,7.6,11.0,14.0\n";
     tables.insert_csv("A", "m", "a.csv", csv).unwrap();
