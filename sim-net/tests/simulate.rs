@@ -77,12 +77,18 @@ fn every_policy_keeps_the_invariants() {
             assert!(st.end_ms >= st.start_ms && st.iters >= 0.0, "{p:?}: {st:?}");
             per_job[st.job] += st.iters;
         }
-        // Work is conserved across migrations and pauses.
+        // Work is conserved across migrations and pauses; an eviction takes
+        // back what the job trained since its last checkpoint, never more
+        // than it had (the engine became honest about evictions in issue 29).
+        for e in &o.evictions {
+            assert!(e.after_iters <= e.before_iters, "{p:?}: {e:?}");
+            per_job[e.job] -= e.before_iters - e.after_iters;
+        }
         for (j, job) in o.jobs.iter().enumerate() {
             let tol = 1e-6 * job.spec.iterations.max(1.0);
             assert!(
                 (per_job[j] - job.done_iters).abs() <= tol,
-                "{p:?}: job {j}: stints sum to {} iterations, the job did {}",
+                "{p:?}: job {j}: stints less evictions sum to {} iterations, the job did {}",
                 per_job[j],
                 job.done_iters
             );

@@ -10,7 +10,10 @@
 //!   slowest inter-node link of the placement;
 //! - start-up: [`cost::staging_s`] per node (the data shard from where the
 //!   data is, the checkpoint from where the job last ran), the slowest node;
-//!   callers add the restart. WAN bytes keep the three classes.
+//!   callers add the restart;
+//! - traffic by [`Tier`]: a site's LAN (two edge boxes of one site), between
+//!   sites (two edge boxes of different sites, or of none), cloud-edge and
+//!   cloud-cloud. The wide-area part is the last three.
 //!
 //! [`CostModel`] is the same over a pool of nodes with their throughput
 //! tables, as the baselines and the simulator's engine see them.
@@ -59,6 +62,8 @@ pub struct PlacementCost {
     /// Per node, the nodes it has a measured link to, fastest first.
     near: Vec<Vec<usize>>,
     defaults: [LinkSpec; 3],
+    /// Per node, the index of its edge site (`None`: cloud, or no site).
+    site: Vec<Option<u32>>,
 }
 
 impl PlacementCost {
@@ -88,12 +93,35 @@ impl PlacementCost {
                 v.into_iter().map(|(q, _)| q).collect()
             })
             .collect();
+        let site = vec![None; cloud.len()];
         PlacementCost {
             cloud,
             index_of,
             measured,
             near,
             defaults: CLASSES.map(|c| *table.default_for(c)),
+            site,
+        }
+    }
+
+    /// The same links, knowing each node's edge site (in index order), so
+    /// that traffic between boxes of one site counts as [`Tier::SiteLan`].
+    pub fn with_sites(mut self, sites: impl IntoIterator<Item = Option<u32>>) -> Self {
+        for (q, s) in sites.into_iter().enumerate().take(self.site.len()) {
+            self.site[q] = s;
+        }
+        self
+    }
+
+    /// The tier of the path between two nodes.
+    pub fn tier(&self, a: usize, b: usize) -> Tier {
+        match self.class(a, b) {
+            LinkClass::CloudCloud => Tier::CloudCloud,
+            LinkClass::CloudEdge => Tier::CloudEdge,
+            LinkClass::EdgeEdge if self.site[a].is_some() && self.site[a] == self.site[b] => {
+                Tier::SiteLan
+            }
+            LinkClass::EdgeEdge => Tier::BetweenSites,
         }
     }
 
@@ -149,10 +177,27 @@ impl PlacementCost {
         model_bytes: f64,
         gamma: f64,
     ) -> (StepTime, Option<LinkClass>) {
+        self.step_shared(compute_s, place, model_bytes, gamma, |_| 1)
+    }
+
+    /// [`PlacementCost::step`] with each site's LAN shared: a link between
+    /// two boxes of site `s` carries `B / k` bytes/s, `B` its bandwidth and
+    /// `k = lan_jobs(s)` (at least 1) the jobs syncing over that LAN at once.
+    pub fn step_shared<I: NodeIx>(
+        &self,
+        compute_s: impl IntoIterator<Item = f64>,
+        place: &[(I, u32)],
+        model_bytes: f64,
+        gamma: f64,
+        lan_jobs: impl Fn(u32) -> u32,
+    ) -> (StepTime, Option<LinkClass>) {
         let mut slowest: Option<(LinkClass, LinkSpec)> = None;
         for (i, &(a, _)) in place.iter().enumerate() {
             for &(b, _) in &place[i + 1..] {
-                let l = self.link(a.ix(), b.ix());
+                let mut l = self.link(a.ix(), b.ix());
+                if let (Tier::SiteLan, Some(s)) = (self.tier(a.ix(), b.ix()), self.site[a.ix()]) {
+                    l.1.bandwidth_bps /= f64::from(lan_jobs(s).max(1));
+                }
                 if slowest.is_none_or(|s| l.1.slower_than(&s.1, model_bytes)) {
                     slowest = Some(l);
                 }
@@ -182,7 +227,7 @@ impl PlacementCost {
             DataSite::Node(id) => self.index_of(id),
             DataSite::Cloud => None,
         };
-        let mut wan = WanBytes::default();
+        let mut wan = Traffic::default();
         let mut worst: f64 = 0.0;
         for &(q, w) in to {
             let q = q.ix();
@@ -190,21 +235,20 @@ impl PlacementCost {
             let data = if held || source == Some(q) {
                 None
             } else {
-                let (class, spec) = match source {
-                    Some(s) => self.link(s, q),
-                    None if self.cloud[q] => (
-                        LinkClass::CloudCloud,
-                        self.default_for(LinkClass::CloudCloud),
-                    ),
-                    None => (LinkClass::CloudEdge, self.default_for(LinkClass::CloudEdge)),
+                let (tier, spec) = match source {
+                    Some(s) => (self.tier(s, q), self.link(s, q).1),
+                    None if self.cloud[q] => {
+                        (Tier::CloudCloud, self.default_for(LinkClass::CloudCloud))
+                    }
+                    None => (Tier::CloudEdge, self.default_for(LinkClass::CloudEdge)),
                 };
-                wan.add(class, shard * f64::from(w));
+                wan.add(tier, shard * f64::from(w));
                 Some(spec)
             };
             let ck = match from.first() {
                 Some(&(f, _)) if !held => {
-                    let (class, spec) = self.link(f.ix(), q);
-                    wan.add(class, ckpt);
+                    let spec = self.link(f.ix(), q).1;
+                    wan.add(self.tier(f.ix(), q), ckpt);
                     Some(spec)
                 }
                 _ => None,
@@ -244,32 +288,54 @@ impl CostNode {
     }
 }
 
-/// Bytes moved over the WAN, per link class.
+/// Where bytes travel. A site's LAN is not wide-area; the other three are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Between two edge boxes of one site: the site's LAN.
+    SiteLan,
+    /// Between edge boxes of different sites (or of no site): the metro link.
+    BetweenSites,
+    /// Between a cloud node (or cloud storage) and an edge box.
+    CloudEdge,
+    /// Between two cloud nodes (or cloud storage and a cloud node).
+    CloudCloud,
+}
+
+/// Bytes moved, per [`Tier`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct WanBytes {
-    /// Edge-to-edge bytes.
-    pub edge_edge: f64,
-    /// Cloud-to-edge bytes.
+pub struct Traffic {
+    /// Inside one edge site.
+    pub site_lan: f64,
+    /// Edge to edge across sites.
+    pub between_sites: f64,
+    /// Cloud to edge.
     pub cloud_edge: f64,
-    /// Cloud-to-cloud bytes.
+    /// Cloud to cloud.
     pub cloud_cloud: f64,
 }
 
-impl WanBytes {
-    /// Adds `bytes` to `class`.
-    pub fn add(&mut self, class: LinkClass, bytes: f64) {
-        match class {
-            LinkClass::EdgeEdge => self.edge_edge += bytes,
-            LinkClass::CloudEdge => self.cloud_edge += bytes,
-            LinkClass::CloudCloud => self.cloud_cloud += bytes,
+impl Traffic {
+    /// Adds `bytes` to `tier`.
+    pub fn add(&mut self, tier: Tier, bytes: f64) {
+        match tier {
+            Tier::SiteLan => self.site_lan += bytes,
+            Tier::BetweenSites => self.between_sites += bytes,
+            Tier::CloudEdge => self.cloud_edge += bytes,
+            Tier::CloudCloud => self.cloud_cloud += bytes,
         }
     }
 
-    /// Adds every class of `other`.
-    pub fn add_all(&mut self, other: &WanBytes) {
-        self.edge_edge += other.edge_edge;
-        self.cloud_edge += other.cloud_edge;
-        self.cloud_cloud += other.cloud_cloud;
+    /// Adds every tier of `other`, times `scale`.
+    pub fn add_scaled(&mut self, other: &Traffic, scale: f64) {
+        self.site_lan += scale * other.site_lan;
+        self.between_sites += scale * other.between_sites;
+        self.cloud_edge += scale * other.cloud_edge;
+        self.cloud_cloud += scale * other.cloud_cloud;
+    }
+
+    /// The wide-area bytes: every tier but a site's LAN.
+    pub fn wan(&self) -> f64 {
+        self.between_sites + self.cloud_edge + self.cloud_cloud
     }
 }
 
@@ -278,8 +344,8 @@ impl WanBytes {
 pub struct Startup {
     /// Seconds before the first step.
     pub secs: f64,
-    /// Bytes it moves.
-    pub wan: WanBytes,
+    /// Bytes it moves, by tier.
+    pub wan: Traffic,
 }
 
 /// The cost model over a pool of nodes: what every baseline and the
@@ -295,6 +361,8 @@ pub struct CostModel {
     /// Restart from a checkpoint, seconds.
     pub restart_s: f64,
     cost: PlacementCost,
+    site_of: Vec<Option<u32>>,
+    sites: usize,
 }
 
 impl CostModel {
@@ -306,7 +374,21 @@ impl CostModel {
         gamma: f64,
         restart_s: f64,
     ) -> CostModel {
-        let cost = PlacementCost::new(nodes.iter().map(|n| (n.id.as_str(), n.is_cloud())), &links);
+        let mut sites: Vec<&str> = Vec::new();
+        let site_of: Vec<Option<u32>> = nodes
+            .iter()
+            .map(|n| {
+                let s = n.site.as_deref().filter(|_| !n.is_cloud())?;
+                let k = sites.iter().position(|x| *x == s).unwrap_or_else(|| {
+                    sites.push(s);
+                    sites.len() - 1
+                });
+                Some(k as u32)
+            })
+            .collect();
+        let sites = sites.len();
+        let cost = PlacementCost::new(nodes.iter().map(|n| (n.id.as_str(), n.is_cloud())), &links)
+            .with_sites(site_of.iter().copied());
         CostModel {
             nodes,
             tables,
@@ -314,6 +396,8 @@ impl CostModel {
             gamma,
             restart_s,
             cost,
+            site_of,
+            sites,
         }
     }
 
@@ -365,6 +449,17 @@ impl CostModel {
         job: &JobSpec,
         place: &[(u32, u32)],
     ) -> Option<(StepTime, Option<LinkClass>)> {
+        self.step_time_shared(job, place, |_| 1)
+    }
+
+    /// [`CostModel::step_time`] with each edge site's LAN shared by
+    /// `lan_jobs(site)` jobs ([`PlacementCost::step_shared`]).
+    pub fn step_time_shared(
+        &self,
+        job: &JobSpec,
+        place: &[(u32, u32)],
+        lan_jobs: impl Fn(u32) -> u32,
+    ) -> Option<(StepTime, Option<LinkClass>)> {
         let n: u32 = place.iter().map(|p| p.1).sum();
         let mut compute = Vec::with_capacity(place.len());
         for &(q, _) in place {
@@ -374,8 +469,33 @@ impl CostModel {
         }
         Some(
             self.cost
-                .step(compute, place, job.model_bytes as f64, self.gamma),
+                .step_shared(compute, place, job.model_bytes as f64, self.gamma, lan_jobs),
         )
+    }
+
+    /// The edge site of node `q` (an index below [`CostModel::sites`]);
+    /// `None` for cloud nodes and boxes of no site.
+    pub fn site_of(&self, q: u32) -> Option<u32> {
+        self.site_of[q as usize]
+    }
+
+    /// How many edge sites the nodes stand at.
+    pub fn sites(&self) -> usize {
+        self.sites
+    }
+
+    /// The sites whose LAN `place`'s all-reduce crosses: those holding two
+    /// or more of its nodes (ascending, each once).
+    pub fn lan_sites(&self, place: &[(u32, u32)]) -> Vec<u32> {
+        let mut per: Vec<u32> = place.iter().filter_map(|&(q, _)| self.site_of(q)).collect();
+        per.sort_unstable();
+        let mut out: Vec<u32> = Vec::new();
+        for w in per.windows(2) {
+            if w[0] == w[1] && out.last() != Some(&w[0]) {
+                out.push(w[0]);
+            }
+        }
+        out
     }
 
     /// Start-up of `job` on `to`, its data and checkpoint being on `from`
@@ -385,7 +505,7 @@ impl CostModel {
         if from == to {
             return Startup {
                 secs: self.restart_s,
-                wan: WanBytes::default(),
+                wan: Traffic::default(),
             };
         }
         let s = self.cost.staging(job, from, to);
@@ -395,14 +515,23 @@ impl CostModel {
         }
     }
 
-    /// Bytes one iteration's ring all-reduce puts on the wire over `place`:
-    /// each of the n nodes sends `2(n−1)/n × M` (the ring of [`cost::ring_allreduce_s`]).
-    pub fn allreduce_bytes(&self, job: &JobSpec, place: &[(u32, u32)]) -> f64 {
-        let n = place.len() as f64;
-        if n <= 1.0 {
-            return 0.0;
+    /// Bytes one iteration's ring all-reduce puts on the wire over `place`,
+    /// by tier: the ring visits the n nodes in index order and each of its
+    /// n hops (node i to node i+1 mod n) carries `2(n−1)/n × M` bytes, M the
+    /// model's bytes (the ring of [`cost::ring_allreduce_s`]); `2(n−1) × M`
+    /// in all.
+    pub fn allreduce_traffic(&self, job: &JobSpec, place: &[(u32, u32)]) -> Traffic {
+        let mut t = Traffic::default();
+        let n = place.len();
+        if n <= 1 {
+            return t;
         }
-        2.0 * (n - 1.0) * job.model_bytes as f64
+        let per_hop = 2.0 * (n as f64 - 1.0) / n as f64 * job.model_bytes as f64;
+        for i in 0..n {
+            let (a, b) = (place[i].0, place[(i + 1) % n].0);
+            t.add(self.cost.tier(a as usize, b as usize), per_hop);
+        }
+        t
     }
 
     /// Indices of the cloud nodes.

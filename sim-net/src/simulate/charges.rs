@@ -111,9 +111,13 @@ mod link_tiers {
             (across.secs - (100.03 + 10.01 + 30.0)).abs() < 1e-9,
             "{across:?}"
         );
-        // Bytes inside a site count as edge-edge.
-        assert_eq!(inside.wan.edge_edge, 1.25e9);
+        // The checkpoint's bytes inside a site count as the site's LAN,
+        // across sites as between sites; the shard comes from the cloud.
+        assert_eq!(inside.wan.site_lan, 1.25e9);
         assert_eq!(inside.wan.cloud_edge, 1.25e9);
+        assert_eq!(inside.wan.wan(), 1.25e9);
+        assert_eq!(across.wan.between_sites, 1.25e9);
+        assert_eq!(across.wan.site_lan, 0.0);
     }
 
     #[test]

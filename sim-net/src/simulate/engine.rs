@@ -11,12 +11,39 @@
 //! Between boundaries every running job advances by the cost model: first its
 //! start-up (staging, checkpoint transfer, restart), then iterations at its
 //! placement's step time. Cloud GPU time, edge time while truly idle, edge
-//! time while truly busy (interference) and WAN bytes are added up as it runs.
+//! time while truly busy (interference) and bytes by tier (a site's LAN,
+//! between sites, cloud-edge, cloud-cloud) are added up as it runs.
 //! A decision that puts more workers on a node than it has devices, or runs a
 //! job that is not active, is a policy bug and stops the run with an error.
+//!
+//! **Checkpoints and evictions.** A running job saves a checkpoint every
+//! `I = spec.checkpoint_interval_s` seconds of training: at each whole
+//! multiple of `I` of stepping time since its last save (start-up time does
+//! not count, and a save costs no time). When a round's decision takes a
+//! running job off its placement, or moves or resizes it, at round time `t`:
+//!
+//! - if some edge box of the old placement is *truly busy* at `t` (its true
+//!   primary load at `t` is at or over its threshold, `!EdgeWorld::idle(e, t)`:
+//!   the tide has come in and the box must yield at once), it is an
+//!   **eviction**: the job's done iterations fall back to its last checkpoint,
+//!   losing `L = s / step_s` iterations, `s` the training seconds since that
+//!   checkpoint (`0 ≤ s < I`), and `s × workers` device-seconds of training;
+//! - otherwise (cloud nodes are never busy) it is a **planned** stop or move:
+//!   the job checkpoints on the way out and keeps all its progress, as the live
+//!   edge does on SIGTERM within its grace period.
+//!
+//! Either way the next start pays its start-up (staging and restart). A job
+//! with `I` = 30 min evicted 50 min into training loses its last 20 min.
+//!
+//! **A site's LAN is shared.** A running job whose placement holds two or more
+//! boxes of one edge site syncs over that site's LAN; when `k` such jobs run
+//! on site `s` in a round, each sees the LAN's links at `B / k` bytes/s (`B`
+//! the link's bandwidth) in its step time. Step times are recomputed in every
+//! round where a site's `k` changes.
 
 use thiserror::Error;
 
+use super::checkpoints::Checkpoint;
 use super::edges::EdgeWorld;
 use super::jobs::TraceJob;
 use super::metrics::{Accumulators, EdgeTotals};
@@ -66,6 +93,19 @@ pub struct UsageSample {
     pub edge: u32,
 }
 
+/// One eviction (module doc), as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    /// The job.
+    pub job: usize,
+    /// When, ms.
+    pub t_ms: i64,
+    /// Its done iterations before.
+    pub before_iters: f64,
+    /// Its done iterations after: its last checkpoint's.
+    pub after_iters: f64,
+}
+
 /// What a run produced.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -77,6 +117,8 @@ pub struct Outcome {
     pub stints: Vec<Stint>,
     /// Device use after every round, when recorded.
     pub usage: Vec<UsageSample>,
+    /// Every eviction, when recorded.
+    pub evictions: Vec<Eviction>,
 }
 
 /// A policy broke the rules of the world.
@@ -126,8 +168,15 @@ struct Run<'w> {
     record: bool,
     stints: Vec<Stint>,
     usage: Vec<UsageSample>,
+    evictions: Vec<Eviction>,
     /// Per job: (start ms, iterations at start) of its open stint.
     open: Vec<Option<(i64, f64)>>,
+    /// Per job: its last checkpoint.
+    ckpt: Vec<Checkpoint>,
+    /// Per job: the edge sites whose LAN its placement syncs over.
+    lan: Vec<Vec<u32>>,
+    /// Per edge site: running jobs syncing over its LAN in the last round.
+    lan_jobs: Vec<u32>,
 }
 
 /// Runs `policy` over `world`; `progress(fraction)` is called now and then;
@@ -151,7 +200,11 @@ pub fn run(
         record,
         stints: Vec::new(),
         usage: Vec::new(),
+        evictions: Vec::new(),
         open: vec![None; world.jobs.len()],
+        ckpt: vec![Checkpoint::default(); world.jobs.len()],
+        lan: vec![Vec::new(); world.jobs.len()],
+        lan_jobs: vec![0; world.model.sites()],
     };
     let slot = world.slot_ms.max(1);
     let ceil = |t: i64| t.div_euclid(slot) * slot + if t.rem_euclid(slot) > 0 { slot } else { 0 };
@@ -252,6 +305,7 @@ impl Run<'_> {
             acc: self.acc,
             stints: self.stints,
             usage: self.usage,
+            evictions: self.evictions,
         }
     }
 
@@ -336,6 +390,7 @@ impl Run<'_> {
         }
         self.active
             .retain(|&j| self.jobs[j].status == JobStatus::Active);
+        let mut placed = false;
         for i in 0..self.active.len() {
             let j = self.active[i];
             let new: Place = wanted[j].cloned().unwrap_or_default();
@@ -343,7 +398,10 @@ impl Run<'_> {
                 continue;
             }
             self.close(j, now);
+            self.leave(j, now);
             let job = &mut self.jobs[j];
+            self.lan[j] = model.lan_sites(&new);
+            placed |= !self.lan[j].is_empty();
             if new.is_empty() {
                 job.preemptions += 1;
                 job.place.clear();
@@ -363,7 +421,7 @@ impl Run<'_> {
                     model: job.spec.model.clone(),
                 });
             };
-            self.acc.wan.add_all(&su.wan);
+            self.acc.traffic.add_scaled(&su.wan, 1.0);
             job.startup_left_s = su.secs;
             job.step_s = step;
             job.sync_class = sync_class;
@@ -371,6 +429,7 @@ impl Run<'_> {
             job.place = new;
             self.open[j] = Some((now, job.done_iters));
         }
+        self.share_lans(placed)?;
         if self.record {
             let (mut cloud, mut edge) = (0, 0);
             for (q, &u) in used.iter().enumerate() {
@@ -385,6 +444,71 @@ impl Run<'_> {
                 cloud,
                 edge,
             });
+        }
+        Ok(())
+    }
+
+    /// Job `j` leaves its placement at `now` (if it runs): an eviction when
+    /// a box of it is truly busy, else a planned stop (module doc).
+    fn leave(&mut self, j: usize, now: i64) {
+        let job = &mut self.jobs[j];
+        if !job.running() {
+            return;
+        }
+        let model = &self.world.model;
+        let busy = job.place.iter().any(|&(q, _)| {
+            model.nodes()[q as usize]
+                .edge
+                .is_some_and(|e| !self.world.edges.idle(e, now))
+        });
+        if !busy {
+            self.ckpt[j].save(job.done_iters);
+            return;
+        }
+        let workers: u32 = job.place.iter().map(|p| p.1).sum();
+        let before_iters = job.done_iters;
+        let lost = self.ckpt[j].evict(&mut job.done_iters);
+        if self.record {
+            self.evictions.push(Eviction {
+                job: j,
+                t_ms: now,
+                before_iters,
+                after_iters: job.done_iters,
+            });
+        }
+        self.acc.evictions += 1;
+        self.acc.lost_iters += lost.iters;
+        self.acc.lost_device_s += lost.train_s * f64::from(workers);
+    }
+
+    /// Counts the jobs syncing over each site's LAN and, when a count
+    /// changed or a job joined a LAN (`placed`), recomputes the step time of
+    /// every job on a LAN with its site's share (module doc).
+    fn share_lans(&mut self, placed: bool) -> Result<(), EngineError> {
+        let mut counts = vec![0u32; self.lan_jobs.len()];
+        for &j in &self.active {
+            for &s in &self.lan[j] {
+                counts[s as usize] += 1;
+            }
+        }
+        if !placed && counts == self.lan_jobs {
+            return Ok(());
+        }
+        self.lan_jobs = counts;
+        let model = &self.world.model;
+        for &j in &self.active {
+            if self.lan[j].is_empty() {
+                continue;
+            }
+            let job = &mut self.jobs[j];
+            let k = &self.lan_jobs;
+            let (t, _) = model
+                .step_time_shared(&job.spec, &job.place, |s| k[s as usize])
+                .ok_or_else(|| EngineError::NoThroughput {
+                    job: j,
+                    model: job.spec.model.clone(),
+                })?;
+            job.step_s = t.total_s;
         }
         Ok(())
     }
@@ -410,15 +534,20 @@ impl Run<'_> {
             } else {
                 (dt_s, (dt_s - su) / job.step_s)
             };
+            self.ckpt[j].train(
+                job.done_iters,
+                used_s - su,
+                job.step_s,
+                job.spec.checkpoint_interval_s,
+            );
             job.done_iters += iters;
             job.attained_s += used_s;
             let workers: u32 = job.place.iter().map(|p| p.1).sum();
             job.attained_gpu_s += used_s * f64::from(workers);
             let used_ms = (used_s * 1000.0).ceil() as i64;
-            if let Some(class) = job.sync_class {
-                self.acc
-                    .wan
-                    .add(class, iters * model.allreduce_bytes(&job.spec, &job.place));
+            if job.place.len() > 1 {
+                let ring = model.allreduce_traffic(&job.spec, &job.place);
+                self.acc.traffic.add_scaled(&ring, iters);
             }
             for &(q, w) in &job.place {
                 let node = &model.nodes()[q as usize];

@@ -274,7 +274,7 @@ pub fn read_jobs(
                 max_workers: max_gpus,
                 memory_per_worker_bytes: 0,
                 checkpoint_bytes: (sizes.checkpoint_mb * 1e6) as u64,
-                checkpoint_interval_s: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S,
+                checkpoint_interval_s: topology.engine.checkpoint_interval_min * 60.0,
                 on_infeasible: OnInfeasible::Reject,
             },
         });

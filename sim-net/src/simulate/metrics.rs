@@ -20,6 +20,11 @@
 //!   did not finish by it; `promise_notice_h_median` is the median, over
 //!   guaranteed jobs, of deadline − first promise, hours (nearest rank: the
 //!   ⌈n/2⌉-th smallest of n): how much warning a promise gave.
+//! - Evictions (engine module doc): how often a policy took a job off a box
+//!   whose tide had come in, and the training it lost, device-hours and
+//!   iterations since the job's last checkpoint.
+//! - Traffic, GB by tier: `site_lan` (between boxes of one edge site),
+//!   `between_sites`, `cloud_edge`, `cloud_cloud`; `wan_gb` is the last three.
 //! - `edge_gain` = DSR(policy) − DSR(the same policy on the same world with no
 //!   edge box), filled in by the run that made both (0 for a policy that never
 //!   uses the edge).
@@ -27,7 +32,7 @@
 use serde::Serialize;
 
 use super::edges::ForecastCounts;
-use super::placement::WanBytes;
+use super::placement::Traffic;
 use super::policies::{JobRun, JobStatus};
 
 /// What the engine adds up while it runs.
@@ -45,8 +50,14 @@ pub struct Accumulators {
     pub edge_startup_s: f64,
     /// Box-seconds of interference.
     pub interference_s: f64,
-    /// WAN bytes by class.
-    pub wan: WanBytes,
+    /// Bytes by tier.
+    pub traffic: Traffic,
+    /// Jobs taken off a box whose tide had come in.
+    pub evictions: u64,
+    /// Iterations those evictions lost.
+    pub lost_iters: f64,
+    /// Device-seconds of training those evictions lost.
+    pub lost_device_s: f64,
     /// Rounds the policy was asked.
     pub rounds: u64,
 }
@@ -110,8 +121,16 @@ pub struct PolicyMetrics {
     pub migrations_per_job: f64,
     /// Preemptions per job.
     pub preemptions_per_job: f64,
-    /// WAN bytes by link class.
-    pub wan_bytes: WanBytes,
+    /// Evictions: jobs taken off a box whose tide had come in.
+    pub evictions: u64,
+    /// Device-hours of training the evictions threw away.
+    pub lost_device_hours: f64,
+    /// Iterations the evictions threw away.
+    pub lost_iterations: f64,
+    /// GB moved, by tier.
+    pub traffic_gb: Traffic,
+    /// Wide-area GB: between sites, cloud-edge and cloud-cloud.
+    pub wan_gb: f64,
     /// Scheduling rounds.
     pub rounds: u64,
     /// Edge forecasts made and reused (online forecasts only).
@@ -211,7 +230,15 @@ pub fn summarise(
         interference_share: ratio(acc.interference_s, edge.box_s),
         migrations_per_job: per_job(|j| j.migrations),
         preemptions_per_job: per_job(|j| j.preemptions),
-        wan_bytes: acc.wan,
+        evictions: acc.evictions,
+        lost_device_hours: acc.lost_device_s / 3600.0,
+        lost_iterations: acc.lost_iters,
+        traffic_gb: {
+            let mut gb = Traffic::default();
+            gb.add_scaled(&acc.traffic, 1e-9);
+            gb
+        },
+        wan_gb: acc.traffic.wan() / 1e9,
         rounds: acc.rounds,
         forecasts,
         elapsed_s,

@@ -8,7 +8,7 @@
 //! - [`placement`] and [`policies`]: the scheduler library's cost model and
 //!   policies, used unchanged (re-exported);
 //! - [`signals`]: what a policy may know of the edge boxes in a run;
-//! - [`engine`]: the event loop;
+//! - [`engine`]: the event loop, and [`checkpoints`]: what a stop keeps;
 //! - [`variants`]: the same world without its edge, or with the edge's idle
 //!   time as cloud GPUs;
 //! - [`batch`]: many runs spread over the cores;
@@ -20,10 +20,15 @@ pub mod batch;
 #[cfg(test)]
 mod charges;
 pub mod charts;
+pub mod checkpoints;
 pub mod edges;
 pub mod engine;
+#[cfg(test)]
+mod evictions;
 pub mod jobs;
 pub mod metrics;
+#[cfg(test)]
+mod properties;
 pub mod report;
 pub mod signals;
 #[cfg(test)]

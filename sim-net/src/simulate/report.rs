@@ -62,8 +62,9 @@ impl Report {
         writeln!(out, "{json}")
     }
 
-    /// The table; `wan_gb` is the wide-area part (cloud-edge and edge-edge),
-    /// the JSON also has the cloud-cloud bytes.
+    /// The table; `wan_gb` is the wide-area part (between sites, cloud-edge
+    /// and cloud-cloud), `lan_gb` a site's LAN; `evict` counts evictions and
+    /// `lost_dh` the device-hours of training they lost.
     pub fn write_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
@@ -85,7 +86,7 @@ impl Report {
         }
         writeln!(
             out,
-            "{:<15} {:>6} {:>9} {:>6} {:>11} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>9} {:>8} {:>7}",
+            "{:<15} {:>6} {:>9} {:>6} {:>11} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>6} {:>8} {:>9} {:>9} {:>8} {:>7}",
             "policy",
             "dsr",
             "edge_gain",
@@ -98,6 +99,9 @@ impl Report {
             "harvest",
             "interf",
             "migr/j",
+            "evict",
+            "lost_dh",
+            "lan_gb",
             "wan_gb",
             "be_jct_h",
             "time_s"
@@ -105,7 +109,7 @@ impl Report {
         for p in &self.policies {
             writeln!(
                 out,
-                "{:<15} {:>6.3} {:>9} {:>6.3} {:>11} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.3} {:>6.2}% {:>7.3} {:>9.1} {:>8} {:>7.2}",
+                "{:<15} {:>6.3} {:>9} {:>6.3} {:>11} {:>8} {:>9.1} {:>9.1} {:>8.1} {:>8.3} {:>6.2}% {:>7.3} {:>6} {:>8.1} {:>9.1} {:>9.1} {:>8} {:>7.2}",
                 p.policy,
                 p.deadline_satisfaction_ratio,
                 p.edge_gain.map_or("-".to_string(), |g| format!("{g:+.3}")),
@@ -118,7 +122,10 @@ impl Report {
                 p.harvested_idle_share,
                 100.0 * p.interference_share,
                 p.migrations_per_job,
-                (p.wan_bytes.cloud_edge + p.wan_bytes.edge_edge) / 1e9,
+                p.evictions,
+                p.lost_device_hours,
+                p.traffic_gb.site_lan,
+                p.wan_gb,
                 p.best_effort_jct_mean_s
                     .map_or("-".to_string(), |s| format!("{:.2}", s / 3600.0)),
                 p.elapsed_s

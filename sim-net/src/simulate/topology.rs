@@ -352,6 +352,9 @@ pub struct EngineSpec {
     pub best_effort_share: f64,
     /// Most GPUs a job may use (capped at the cloud's size).
     pub max_gpus_per_job: u32,
+    /// Minutes of training between two checkpoints of every trace job
+    /// (`JobSpec::checkpoint_interval_s` / 60): what an eviction can lose.
+    pub checkpoint_interval_min: f64,
 }
 
 impl Default for EngineSpec {
@@ -364,6 +367,7 @@ impl Default for EngineSpec {
             drain_h: 24.0,
             best_effort_share: 0.0,
             max_gpus_per_job: 64,
+            checkpoint_interval_min: tidemill_sched::DEFAULT_CHECKPOINT_INTERVAL_S / 60.0,
         }
     }
 }
@@ -535,6 +539,13 @@ impl Topology {
                 "engine.max_gpus_per_job".into(),
                 "0".into(),
                 "must be at least 1",
+            ));
+        }
+        if !(e.checkpoint_interval_min > 0.0 && e.checkpoint_interval_min.is_finite()) {
+            return Err(bad(
+                "engine.checkpoint_interval_min".into(),
+                e.checkpoint_interval_min.to_string(),
+                "must be a positive number of minutes",
             ));
         }
         let d = &self.deadlines;

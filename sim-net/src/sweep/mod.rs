@@ -295,10 +295,7 @@ fn write_csv(path: &Path, axes: &[Axis], rows: &[Row]) -> Result<(), SweepError>
             format!("{:.3}", m.edge_hours.idle_unused),
             format!("{:.6}", m.interference_share),
             format!("{:.4}", m.migrations_per_job),
-            format!(
-                "{:.3}",
-                (m.wan_bytes.cloud_edge + m.wan_bytes.edge_edge) / 1e9
-            ),
+            format!("{:.3}", m.wan_gb),
             format!("{:.3}", m.elapsed_s),
         ]);
         w.write_record(&cells).map_err(fail)?;
