@@ -17,6 +17,7 @@
 pub use tidemill_sched::{placement, policies};
 
 pub mod batch;
+pub mod bound;
 #[cfg(test)]
 mod charges;
 pub mod charts;
