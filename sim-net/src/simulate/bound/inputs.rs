@@ -25,6 +25,12 @@ pub(super) struct JobRates {
     /// device of the class adds per second it is held, `r_{j,c}`; 0 where the
     /// class has no table for the job's model.
     pub per_device: Vec<f64>,
+    /// Per class: the corners `(ρ, n)` of `D_{j,c}`, the fewest devices of
+    /// the class that make `ρ` iterations per second (time-sharing between
+    /// worker counts allowed): the lower convex hull of `(0, 0)` and
+    /// `(1 / T_lb(c, n), n)`, origin left out, `ρ` increasing; empty where
+    /// the class cannot run the job.
+    pub curve: Vec<Vec<(f64, f64)>>,
     /// An upper bound on the job's iterations per second on any placement, `P_j`.
     pub peak: f64,
 }
@@ -85,6 +91,7 @@ pub(super) fn job_rates(world: &World) -> Vec<JobRates> {
         .map(|j| {
             let s = &j.spec;
             let mut per_device = vec![0.0_f64; classes.len()];
+            let mut points: Vec<Vec<(f64, f64)>> = vec![Vec::new(); classes.len()];
             let mut peak = 0.0_f64;
             let bytes = (s.model_bytes as f64).max(1.0);
             let sync_lb: Vec<Option<f64>> = links
@@ -113,6 +120,7 @@ pub(super) fn job_rates(world: &World) -> Vec<JobRates> {
                         continue;
                     }
                     per_device[c] = per_device[c].max(1.0 / (f64::from(n) * step_s));
+                    points[c].push((1.0 / step_s, f64::from(n)));
                     peak = peak.max(1.0 / step_s);
                 }
             }
@@ -131,10 +139,36 @@ pub(super) fn job_rates(world: &World) -> Vec<JobRates> {
                     + restart_ms,
                 end_ms: deadline,
                 per_device,
+                curve: points.into_iter().map(lower_hull).collect(),
                 peak,
             }
         })
         .collect()
+}
+
+/// The lower convex hull of `(0, 0)` and `points` (`(ρ, n)`), from the
+/// origin to the fastest point, origin left out: the least devices that make
+/// each rate, mixing worker counts over time.
+fn lower_hull(mut points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut hull: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+    for p in points {
+        while let [.., a, b] = hull[..] {
+            // Drop b when it lies on or above the segment from a to p.
+            let cross = (b.0 - a.0) * (p.1 - a.1) - (b.1 - a.1) * (p.0 - a.0);
+            if cross <= 0.0 {
+                hull.pop();
+            } else {
+                break;
+            }
+        }
+        if hull.last().is_some_and(|l| l.0 == p.0) {
+            continue;
+        }
+        hull.push(p);
+    }
+    hull.remove(0);
+    hull
 }
 
 /// Per class, every link spec a placement holding a device of that class may

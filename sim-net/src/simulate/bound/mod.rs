@@ -24,16 +24,27 @@
 //! (dimensionless), and `u_{c,v} ≥ 0`, class `c`'s device-hours of `v`'s
 //! subtree left over for the intervals above it.
 //!
+//! A job that must go fast needs more workers, and workers scale sublinearly:
+//! `D_{j,c}(ρ)` is the fewest class-`c` devices that make `ρ` iterations per
+//! second, the lower convex hull of `(0, 0)` and `(1 / T_lb(c, n), n)` over
+//! its worker counts `n` (mixing counts over time reaches the hull, no
+//! less). `h_{j,c,v}` device-hours then cover its work in `v`:
+//!
 //! ```text
 //! maximise    Σ_{j,c,v} z_{j,c,v}                            (jobs done, fractional)
 //! subject to  Σ_{c,v} z_{j,c,v} ≤ 1                          for each job j
 //!             Σ_c z_{j,c,v} ≤ P_j × L_{j,v} / W_j            for each j, v ∈ V_j
-//!             u_{c,v} − u_{c,2v} − u_{c,2v+1}
-//!               + Σ_j (W_j / (3600 r_{j,c})) z_{j,c,v} = C_{c,v}^leaf   for each c, v
+//!             z_{j,c,v} ≤ ρ^max_{j,c} × L_{j,v} / W_j        for each j, c, v
+//!             h_{j,c,v} ≥ L_{j,v}/3600 × D_{j,c}(z_{j,c,v} W_j / L_{j,v})   (each facet a row)
+//!             u_{c,v} − u_{c,2v} − u_{c,2v+1} + Σ_j h_{j,c,v} = C_{c,v}^leaf   for each c, v
 //! ```
 //!
 //! `L_{j,v}` is the seconds of `[s_j, d_j]` inside `v`; `C^leaf` is `C_{c,v}`
-//! for a leaf and 0 otherwise (the children's `u` terms are absent at a leaf).
+//! for a leaf and 0 otherwise (the children's `u` terms are absent at a
+//! leaf); `ρ^max_{j,c}` is the hull's fastest rate. Where only the hull's
+//! first facet can matter (`W_j / L_{j,v}` no faster than its first corner)
+//! `h` is replaced by `z × W_j / (3600 r_{j,c})`, and where a cap is 1 or
+//! more its row is left out.
 //! The last rows say that work placed in an interval uses device-hours of its
 //! own subtree only: for a laminar family this is exactly Hall's condition,
 //! so the rows hold if and only if the work fits in the buckets. A job with
@@ -43,9 +54,11 @@
 //! # Why it is a bound
 //!
 //! Take any schedule the engine can run. Credit each device of a placement
-//! with its share of the iterations the placement made: no more than
-//! `r_{j,c}` per second it was held, so the device-seconds needed at rate
-//! `r_{j,c}` fit in those it held; a job makes at most `P_j × L_{j,v}`
+//! of `n` workers with `1/n` of the iterations the placement made: the `k`
+//! class-`c` devices of it make no more than `(k/n) / T_lb(c, n)` per second,
+//! and as `D` is convex with `D(0) = 0`, `D((k/n) / T_lb(c, n)) ≤ k`; by
+//! Jensen's inequality over the time of `v`, the device-hours the job held in
+//! `v` are at least `h`'s lower bound; a job makes at most `P_j × L_{j,v}`
 //! iterations in `v`; it never steps outside its window, and an edge box
 //! cannot be held beyond its usable time without interfering with its primary
 //! load. So `z` = the schedule's shares is feasible, and a job that met its
@@ -135,12 +148,14 @@ impl Rows {
     }
 }
 
-/// One `z_{j,c,v}`: job, class, tree interval, device-hours per unit share.
+/// One `z_{j,c,v}`: job, class, tree interval, the facets `(a, b)` of its
+/// device-hours `h ≥ a × z + b`, and its own rate cap.
 struct Share {
     job: usize,
     class: usize,
     node: usize,
-    hours_per_share: f64,
+    facets: Vec<(f64, f64)>,
+    limit: Option<f64>,
 }
 
 /// The canonical segment-tree intervals (heap numbering, leaves at
@@ -205,15 +220,35 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
             if limit < 1.0 {
                 rate_caps.push((j, v, limit));
             }
-            for (c, &rate) in r.per_device.iter().enumerate() {
-                if rate > 0.0 {
-                    shares.push(Share {
-                        job: j,
-                        class: c,
-                        node: v,
-                        hours_per_share: r.work / rate / 3600.0,
-                    });
+            if inside_s <= 0.0 {
+                continue;
+            }
+            let need = r.work / inside_s;
+            for (c, curve) in r.curve.iter().enumerate() {
+                let Some(&(fastest, _)) = curve.last() else {
+                    continue;
+                };
+                let mut facets = Vec::new();
+                let mut prev = (0.0, 0.0);
+                for &p in curve {
+                    if prev.0 >= need {
+                        break;
+                    }
+                    let slope = (p.1 - prev.1) / (p.0 - prev.0);
+                    facets.push((
+                        slope * r.work / 3600.0,
+                        inside_s / 3600.0 * (prev.1 - slope * prev.0),
+                    ));
+                    prev = p;
                 }
+                let own = fastest * inside_s / r.work;
+                shares.push(Share {
+                    job: j,
+                    class: c,
+                    node: v,
+                    facets,
+                    limit: (own < 1.0 && own < limit).then_some(own),
+                });
             }
         }
     }
@@ -228,10 +263,19 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
         }));
     }
 
-    // Variables: the shares, then u_{c,v} for v in 1..2·leaves.
+    // Variables: the shares z, the device-hours h of the shares with more
+    // than one facet, then u_{c,v} for v in 1..2·leaves.
+    let mut hours_var = vec![None; shares.len()];
+    let mut next = shares.len();
+    for (i, s) in shares.iter().enumerate() {
+        if s.facets.len() > 1 {
+            hours_var[i] = Some(next);
+            next += 1;
+        }
+    }
     let tree = 2 * leaves;
-    let u = |c: usize, v: usize| shares.len() + c * tree + v;
-    let n = shares.len() + classes.len() * tree;
+    let u = |c: usize, v: usize| next + c * tree + v;
+    let n = next + classes.len() * tree;
     let mut eq = Rows::default();
     // Tree rows come first, class by class, interval 1 first.
     let tree_row = |c: usize, v: usize| c * (tree - 1) + v - 1;
@@ -250,12 +294,26 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
             eq.push(terms, rhs);
         }
     }
+    let mut le = Rows::default();
     for (i, s) in shares.iter().enumerate() {
         eq.row.push(tree_row(s.class, s.node));
-        eq.col.push(i);
-        eq.val.push(s.hours_per_share);
+        match hours_var[i] {
+            None => {
+                eq.col.push(i);
+                eq.val.push(s.facets[0].0);
+            }
+            Some(h) => {
+                eq.col.push(h);
+                eq.val.push(1.0);
+                for &(a, b) in &s.facets {
+                    le.push([(i, a), (h, -1.0)], -b);
+                }
+            }
+        }
+        if let Some(limit) = s.limit {
+            le.push([(i, 1.0)], limit);
+        }
     }
-    let mut le = Rows::default();
     let mut by_job: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
     for (i, s) in shares.iter().enumerate() {
         by_job[s.job].push(i);

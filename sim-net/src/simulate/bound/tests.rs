@@ -105,3 +105,43 @@ fn tree_intervals_cover_a_range_exactly() {
         ((0, 8), (8, 12), (3, 4))
     );
 }
+
+#[test]
+fn a_job_that_must_go_fast_pays_for_sublinear_scaling() {
+    // One node of two E devices; model n runs at 2 it/s on one device and
+    // 2.5 it/s on two: the hull D is 0.5 device per it/s up to 2 it/s, then
+    // (2 − 1) / (2.5 − 2) = 2 devices per it/s. Two jobs of 2.5 × 3570
+    // iterations may step from 30 s to 1 h (L = 3570 s = 0.991 67 h) in the
+    // node's 2 device-hours. Both at 2 it/s (z = 0.8) hold 2 × 0.991 67 × 1
+    // = 1.983 33 h; the last 0.016 67 h buys 0.016 67 / (0.991 67 × 2)
+    // = 0.008 40 it/s more: Δz = 0.008 40 / 2.5 = 0.003 36. Jobs done
+    // 1.603 36 (at one worker's efficiency throughout: 2 / 1.239 58 = 1.613 45).
+    let mut t = ThroughputTables::default();
+    t.insert_csv("E", "n", "E-n", "global_batch_size,1,2\n64,2.0,2.5\n")
+        .unwrap();
+    let jobs = (0..2)
+        .map(|_| {
+            let mut j = job("n");
+            j.spec.iterations = 2.5 * 3570.0;
+            j.spec.deadline_ms = H;
+            j.spec.max_workers = 2;
+            j
+        })
+        .collect();
+    let edges = EdgeWorld::new(&[], &[], 0, H, 0, 0);
+    let w = testkit::world(
+        jobs,
+        vec![testkit::cloud_node("c", "E", 2)],
+        t,
+        edges,
+        3 * H,
+    );
+    assert_eq!(
+        inputs::job_rates(&w)[0].curve,
+        vec![vec![(2.0, 1.0), (2.5, 2.0)]]
+    );
+    let b = lp_bound(&w).unwrap().unwrap();
+    let l_h = 3570.0 / 3600.0;
+    let want = 1.6 + (2.0 - 2.0 * l_h) / (2.0 * l_h) / 2.5;
+    assert!((b.jobs_done - want).abs() < 1e-6, "{b:?} vs {want}");
+}
