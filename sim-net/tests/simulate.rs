@@ -238,6 +238,11 @@ fn the_lp_bound_lies_above_every_policy_and_the_gaps_are_reported() {
         }
     }
     assert!(lp.dsr <= lp.jobs_possible as f64 / 120.0 + 1e-9, "{lp:?}");
+    // Taking capacity away never raises the LP's optimum.
+    let bare = s.lp_bound_without_edge.unwrap();
+    assert!(bare.dsr <= lp.dsr + 1e-6, "{bare:?} {lp:?}");
+    let cloud_only = full.iter().find(|m| m.policy == "cloud-only").unwrap();
+    assert!(cloud_only.deadline_satisfaction_ratio <= bare.dsr + 1e-6);
     let report = tidemill_sim::simulate::report::Report::new(&s, rows, 0.0);
     let cloud = report
         .policies

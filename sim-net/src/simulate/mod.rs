@@ -239,6 +239,9 @@ pub struct Setup {
     /// The LP bound on the DSR of the world as described, once
     /// [`Setup::solve_lp_bound`] has run (`simulate --upper-bound`).
     pub lp_bound: Option<bound::LpBound>,
+    /// The same LP on the world without its edge: the LP's own floor, so
+    /// `lp_bound − lp_bound_without_edge` is the room the LP sees for the edge.
+    pub lp_bound_without_edge: Option<bound::LpBound>,
 }
 
 /// Loads and checks every input.
@@ -512,6 +515,7 @@ pub fn setup_with(
         edge_equivalent,
         edge_as_cloud,
         lp_bound: None,
+        lp_bound_without_edge: None,
     })
 }
 
@@ -590,9 +594,11 @@ impl Setup {
         Ok(RunSignals::forecast(&world.edges, forecast, refresh_ms)?)
     }
 
-    /// Solves the LP bound of the world as described ([`bound::lp_bound`]).
+    /// Solves the LP bound ([`bound::lp_bound`]) of the world as described
+    /// and of the world without its edge.
     pub fn solve_lp_bound(&mut self) -> Result<(), SimError> {
         self.lp_bound = bound::lp_bound(&self.world)?;
+        self.lp_bound_without_edge = bound::lp_bound(&self.no_edge)?;
         Ok(())
     }
 

@@ -38,6 +38,8 @@ pub struct Report {
     pub edge_feasible_jobs: Option<usize>,
     /// The LP bound on DSR (see [`super::bound`]), with `--upper-bound`.
     pub lp_bound: Option<LpBound>,
+    /// The same LP without the edge boxes, with `--upper-bound`.
+    pub lp_bound_without_edge: Option<LpBound>,
     /// Each policy's share of the gap from cloud-only to each bound, with `--upper-bound`.
     pub gap_shares: Vec<GapShare>,
     /// One entry per policy.
@@ -109,6 +111,7 @@ impl Report {
             edge_equivalent: setup.edge_equivalent,
             edge_feasible_jobs: variants::edge_feasible_jobs(&setup.world),
             lp_bound: setup.lp_bound,
+            lp_bound_without_edge: setup.lp_bound_without_edge,
             gap_shares: gap_shares(&policies, setup.lp_bound.as_ref()),
             policies,
         }
@@ -246,7 +249,17 @@ impl Report {
             lp.variables,
             lp.rows,
             lp.elapsed_s
-        )
+        )?;
+        if let Some(bare) = &self.lp_bound_without_edge {
+            writeln!(
+                out,
+                "lp-bound without the edge {:.3} ({:.2} s): the LP sees room for the edge to add {:+.3}",
+                bare.dsr,
+                bare.elapsed_s,
+                lp.dsr - bare.dsr
+            )?;
+        }
+        Ok(())
     }
 
     /// What the edge did for deadlines, per policy: `edge_gain` overall and on
