@@ -192,6 +192,90 @@ fn baselines_order_as_in_the_elasticflow_paper() {
     }
 }
 
+/// With `--upper-bound` on the slice: the LP bound lies above every policy's
+/// DSR (it is a bound) and no higher than the share of jobs that could finish
+/// alone; cloud-only is run as the gaps' floor though not asked for; each
+/// policy's SLO `edge_gain` is its SLO DSR less the same without the edge.
+#[test]
+fn the_lp_bound_lies_above_every_policy_and_the_gaps_are_reported() {
+    let jobs = data("elasticflow/traces/cluster06.csv");
+    let mut s = setup(&topology_args(
+        &shipped_topology(),
+        &[
+            "--jobs",
+            &jobs,
+            "--max-jobs",
+            "120",
+            "--edge-boxes",
+            "8",
+            "--policies",
+            "tidemill,edgeflow,edf",
+            "--upper-bound",
+        ],
+    ))
+    .expect("the slice loads");
+    s.solve_lp_bound().unwrap();
+    let lp = s.lp_bound.expect("--upper-bound solves the LP");
+    let runs = s.runs().unwrap();
+    assert!(
+        runs.contains(&(PolicyName::CloudOnly, Variant::Full)),
+        "{runs:?}"
+    );
+    let results = runs
+        .iter()
+        .map(|&(p, v)| s.run_one(p, v, false, &mut |_| {}).unwrap())
+        .collect();
+    let (rows, _) = s.rows(&runs, results);
+    let full: Vec<&PolicyMetrics> = rows
+        .iter()
+        .filter(|m| m.policy != "edge-as-cloud")
+        .collect();
+    assert_eq!(full.len(), 4);
+    for m in &full {
+        assert!(
+            m.deadline_satisfaction_ratio <= lp.dsr + 1e-6,
+            "{}: DSR {} above the LP bound {lp:?}",
+            m.policy,
+            m.deadline_satisfaction_ratio
+        );
+        if let Some(without) = m.slo_dsr_without_edge {
+            let gain = m.slo_edge_gain.unwrap();
+            assert!((gain - (m.slo_deadline_satisfaction_ratio - without)).abs() < 1e-12);
+        }
+    }
+    assert!(lp.dsr <= lp.jobs_possible as f64 / 120.0 + 1e-9, "{lp:?}");
+    // Taking capacity away never raises the LP's optimum.
+    let bare = s.lp_bound_without_edge.unwrap();
+    assert!(bare.dsr <= lp.dsr + 1e-6, "{bare:?} {lp:?}");
+    let cloud_only = full.iter().find(|m| m.policy == "cloud-only").unwrap();
+    assert!(cloud_only.deadline_satisfaction_ratio <= bare.dsr + 1e-6);
+    let report = tidemill_sim::simulate::report::Report::new(&s, rows, 0.0);
+    let cloud = report
+        .policies
+        .iter()
+        .find(|m| m.policy == "cloud-only")
+        .unwrap()
+        .deadline_satisfaction_ratio;
+    for g in &report.gap_shares {
+        let m = report
+            .policies
+            .iter()
+            .find(|m| m.policy == g.policy)
+            .unwrap();
+        let want =
+            tidemill_sim::simulate::report::gap_share(m.deadline_satisfaction_ratio, cloud, lp.dsr);
+        assert_eq!(g.to_lp_bound, want, "{g:?}");
+    }
+    assert_eq!(report.gap_shares.len(), 4);
+    let mut table = Vec::new();
+    report.write_table(&mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("lp-bound") && table.contains("slo_gain"),
+        "{table}"
+    );
+}
+
 /// `tidemill-sim simulate ARGS`: whether it succeeded, and what it wrote to stderr.
 fn sim(args: &[&str]) -> (bool, String) {
     let out = support::sim(&[&["simulate"], args].concat());

@@ -27,7 +27,10 @@
 //!   `between_sites`, `cloud_edge`, `cloud_cloud`; `wan_gb` is the last three.
 //! - `edge_gain` = DSR(policy) − DSR(the same policy on the same world with no
 //!   edge box), filled in by the run that made both (0 for a policy that never
-//!   uses the edge).
+//!   uses the edge); `slo_edge_gain` the same over SLO jobs alone (SLO DSR), so
+//!   best-effort throughput does not hide what the edge does for deadlines.
+//! - Start-up share = edge start-up device-hours / edge device-hours held
+//!   (training + start-up): the part of the edge's time that moving jobs ate.
 
 use serde::Serialize;
 
@@ -82,6 +85,10 @@ pub struct PolicyMetrics {
     /// DSR of the same policy with no edge box; `None` when it was not run
     /// because the policy never uses the edge (its `edge_gain` is then 0).
     pub dsr_without_edge: Option<f64>,
+    /// SLO DSR(policy) − SLO DSR(same policy with no edge box), when known.
+    pub slo_edge_gain: Option<f64>,
+    /// SLO DSR of the same policy with no edge box (`None` as for `dsr_without_edge`).
+    pub slo_dsr_without_edge: Option<f64>,
     /// Jobs admitted with a guarantee of their deadline.
     pub guaranteed_jobs: usize,
     /// Guaranteed jobs that missed their deadline.
@@ -113,6 +120,8 @@ pub struct PolicyMetrics {
     pub harvested_idle_share: f64,
     /// Edge device-hours by what they did.
     pub edge_hours: EdgeHours,
+    /// Edge start-up device-hours over edge device-hours held (0 without any).
+    pub startup_share: f64,
     /// Box-hours of interference.
     pub interference_node_hours: f64,
     /// Interference over all box-hours in the window.
@@ -203,6 +212,8 @@ pub fn summarise(
         deadlines_met: met,
         edge_gain: None,
         dsr_without_edge: None,
+        slo_edge_gain: None,
+        slo_dsr_without_edge: None,
         guaranteed_jobs: guaranteed.len(),
         guaranteed_missed,
         promise_notice_h_median: (!notice_h.is_empty()).then(|| notice_h[(notice_h.len() - 1) / 2]),
@@ -226,6 +237,7 @@ pub fn summarise(
             startup: acc.edge_startup_s / 3600.0,
             idle_unused: (edge.idle_device_s - acc.edge_idle_used_s).max(0.0) / 3600.0,
         },
+        startup_share: ratio(acc.edge_startup_s, acc.edge_used_s),
         interference_node_hours: acc.interference_s / 3600.0,
         interference_share: ratio(acc.interference_s, edge.box_s),
         migrations_per_job: per_job(|j| j.migrations),
@@ -290,5 +302,21 @@ mod tests {
         assert_eq!((m.guaranteed_jobs, m.guaranteed_missed), (4, 2));
         assert_eq!(m.promise_notice_h_median, Some(4.0));
         assert_eq!(m.deadlines_met, 2);
+    }
+
+    #[test]
+    fn the_startup_share_is_startup_over_held_edge_hours() {
+        // 4000 device-seconds held on the edge, 1000 of them starting up: 25 %.
+        let acc = Accumulators {
+            edge_used_s: 4000.0,
+            edge_startup_s: 1000.0,
+            ..Accumulators::default()
+        };
+        let m = summarise("p", &[], &acc, EdgeTotals::default(), None, 0.0);
+        assert!(
+            (m.startup_share - 0.25).abs() < 1e-12,
+            "{}",
+            m.startup_share
+        );
     }
 }

@@ -11,12 +11,14 @@
 //! - [`engine`]: the event loop, and [`checkpoints`]: what a stop keeps;
 //! - [`variants`]: the same world without its edge, or with the edge's idle
 //!   time as cloud GPUs;
+//! - [`bound`]: the LP bound on DSR that respects each job's feasibility;
 //! - [`batch`]: many runs spread over the cores;
 //! - [`metrics`], [`report`], [`charts`]: the figures, the table and JSON, the SVGs.
 
 pub use tidemill_sched::{placement, policies};
 
 pub mod batch;
+pub mod bound;
 #[cfg(test)]
 mod charges;
 pub mod charts;
@@ -116,7 +118,10 @@ pub struct Args {
     #[arg(long)]
     pub arrival_scale: Option<f64>,
     /// Also run cloud-only with the edge's idle device-hours added as cloud
-    /// GPUs of the cloud's class (an upper bound on what the edge could add).
+    /// GPUs of the cloud's class (an upper bound on what the edge could add),
+    /// and solve the LP bound that respects each job's window, speeds and the
+    /// edge's idle timing; cloud-only is run too, for each policy's share of
+    /// the gap up to each bound.
     #[arg(long)]
     pub upper_bound: bool,
 }
@@ -185,6 +190,9 @@ pub enum SimError {
     /// A chart could not be written.
     #[error(transparent)]
     Chart(#[from] charts::ChartError),
+    /// The LP bound could not be solved.
+    #[error(transparent)]
+    Bound(#[from] bound::BoundError),
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
@@ -233,6 +241,12 @@ pub struct Setup {
     pub edge_equivalent: Option<EdgeEquivalent>,
     /// The world without edge and with those GPUs added, with `--upper-bound`.
     pub edge_as_cloud: Option<World>,
+    /// The LP bound on the DSR of the world as described, once
+    /// [`Setup::solve_lp_bound`] has run (`simulate --upper-bound`).
+    pub lp_bound: Option<bound::LpBound>,
+    /// The same LP on the world without its edge: the LP's own floor, so
+    /// `lp_bound − lp_bound_without_edge` is the room the LP sees for the edge.
+    pub lp_bound_without_edge: Option<bound::LpBound>,
 }
 
 /// Loads and checks every input.
@@ -505,6 +519,8 @@ pub fn setup_with(
         no_edge,
         edge_equivalent,
         edge_as_cloud,
+        lp_bound: None,
+        lp_bound_without_edge: None,
     })
 }
 
@@ -583,6 +599,14 @@ impl Setup {
         Ok(RunSignals::forecast(&world.edges, forecast, refresh_ms)?)
     }
 
+    /// Solves the LP bound ([`bound::lp_bound`]) of the world as described
+    /// and of the world without its edge.
+    pub fn solve_lp_bound(&mut self) -> Result<(), SimError> {
+        self.lp_bound = bound::lp_bound(&self.world)?;
+        self.lp_bound_without_edge = bound::lp_bound(&self.no_edge)?;
+        Ok(())
+    }
+
     /// The world of `variant`.
     pub fn world(&self, variant: Variant) -> &World {
         match variant {
@@ -594,10 +618,15 @@ impl Setup {
 
     /// Every run the report needs: each policy on the world as described;
     /// each policy that uses the edge again without it (for `edge_gain`);
-    /// and, with `--upper-bound`, cloud-only with the edge as cloud GPUs.
+    /// and, with `--upper-bound`, cloud-only with the edge as cloud GPUs; and
+    /// once the LP bound is solved, cloud-only itself if not asked for (the
+    /// floor of each policy's share of the gap to the bounds).
     pub fn runs(&self) -> Result<Vec<(PolicyName, Variant)>, SimError> {
         let mut runs: Vec<(PolicyName, Variant)> =
             self.policies.iter().map(|&p| (p, Variant::Full)).collect();
+        if self.lp_bound.is_some() && !self.policies.contains(&PolicyName::CloudOnly) {
+            runs.push((PolicyName::CloudOnly, Variant::Full));
+        }
         if !self.world.edges.boxes.is_empty() {
             for &p in &self.policies {
                 if self.policy(p, &self.world).edge_interest() != EdgeInterest::None {
@@ -646,9 +675,10 @@ impl Setup {
     }
 
     /// The report's rows from the runs of [`Setup::runs`]: one per policy on
-    /// the world as described, with `edge_gain` from its run without the edge
-    /// (0 for a policy that never uses it, or when there is no edge), then the
-    /// upper bound's row, if run. Outcomes are those of the first rows.
+    /// the world as described, with `edge_gain` and `slo_edge_gain` from its
+    /// run without the edge (0 for a policy that never uses it, or when there
+    /// is no edge), then the upper bound's row, if run. Outcomes are those of
+    /// the first rows.
     pub fn rows(
         &self,
         runs: &[(PolicyName, Variant)],
@@ -664,15 +694,21 @@ impl Setup {
                     rows.push(m);
                     outcomes.push(o);
                 }
-                Variant::NoEdge => bare.push((p.as_str(), m.deadline_satisfaction_ratio)),
+                Variant::NoEdge => bare.push((p.as_str(), m)),
                 Variant::EdgeAsCloud => bound = Some(m),
             }
         }
         for m in &mut rows {
-            m.dsr_without_edge = bare.iter().find(|b| b.0 == m.policy).map(|b| b.1);
+            let without = bare.iter().find(|b| b.0 == m.policy).map(|b| &b.1);
+            m.dsr_without_edge = without.map(|w| w.deadline_satisfaction_ratio);
+            m.slo_dsr_without_edge = without.map(|w| w.slo_deadline_satisfaction_ratio);
             m.edge_gain = Some(
                 m.dsr_without_edge
                     .map_or(0.0, |without| m.deadline_satisfaction_ratio - without),
+            );
+            m.slo_edge_gain = Some(
+                m.slo_dsr_without_edge
+                    .map_or(0.0, |without| m.slo_deadline_satisfaction_ratio - without),
             );
         }
         rows.extend(bound);
@@ -688,7 +724,10 @@ pub const EDGE_AS_CLOUD: &str = "edge-as-cloud";
 /// prints the table or JSON; writes charts with `--plot`.
 pub fn run(args: &Args) -> Result<(), SimError> {
     let started = Instant::now();
-    let setup = setup(args)?;
+    let mut setup = setup(args)?;
+    if args.upper_bound {
+        setup.solve_lp_bound()?;
+    }
     let runs = setup.runs()?;
     let bars = MultiProgress::new();
     let style = ProgressStyle::with_template("{prefix:>22} [{bar:30}] {percent:>3}% {elapsed}")

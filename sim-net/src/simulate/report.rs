@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 use tidemill_sched::ClassSources;
 
+use super::bound::LpBound;
 use super::metrics::PolicyMetrics;
+use super::policies::PolicyName;
 use super::variants::{self, EdgeEquivalent};
 use super::{EDGE_AS_CLOUD, Setup};
 
@@ -34,8 +36,64 @@ pub struct Report {
     pub edge_equivalent: Option<EdgeEquivalent>,
     /// Deadline jobs one idle edge device could finish in time (no staging).
     pub edge_feasible_jobs: Option<usize>,
+    /// The LP bound on DSR (see [`super::bound`]), with `--upper-bound`.
+    pub lp_bound: Option<LpBound>,
+    /// The same LP without the edge boxes, with `--upper-bound`.
+    pub lp_bound_without_edge: Option<LpBound>,
+    /// Each policy's share of the gap from cloud-only to each bound, with `--upper-bound`.
+    pub gap_shares: Vec<GapShare>,
     /// One entry per policy.
     pub policies: Vec<PolicyMetrics>,
+}
+
+/// A policy's share of the gap from cloud-only's DSR to each bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GapShare {
+    /// The policy.
+    pub policy: String,
+    /// Share of the gap to the `edge-as-cloud` row's DSR.
+    pub to_edge_as_cloud: Option<f64>,
+    /// Share of the gap to the LP bound.
+    pub to_lp_bound: Option<f64>,
+}
+
+/// The smallest gap, in DSR, worth a share: below it the share is noise.
+pub const MIN_GAP: f64 = 0.005;
+
+/// `(dsr − floor) / (bound − floor)`, all three DSRs (dimensionless): how much
+/// of what the bound allows above `floor` (cloud-only) a policy reached;
+/// `None` when `bound − floor` is under [`MIN_GAP`].
+pub fn gap_share(dsr: f64, floor: f64, bound: f64) -> Option<f64> {
+    (bound - floor >= MIN_GAP).then(|| (dsr - floor) / (bound - floor))
+}
+
+/// Each policy's [`GapShare`] (the bound's own row left out); empty without
+/// a cloud-only row or without any bound.
+fn gap_shares(policies: &[PolicyMetrics], lp: Option<&LpBound>) -> Vec<GapShare> {
+    let dsr_of = |name: &str| {
+        policies
+            .iter()
+            .find(|p| p.policy == name)
+            .map(|p| p.deadline_satisfaction_ratio)
+    };
+    let (Some(floor), eac) = (
+        dsr_of(PolicyName::CloudOnly.as_str()),
+        dsr_of(EDGE_AS_CLOUD),
+    ) else {
+        return Vec::new();
+    };
+    if eac.is_none() && lp.is_none() {
+        return Vec::new();
+    }
+    policies
+        .iter()
+        .filter(|p| p.policy != EDGE_AS_CLOUD)
+        .map(|p| GapShare {
+            policy: p.policy.clone(),
+            to_edge_as_cloud: eac.and_then(|b| gap_share(p.deadline_satisfaction_ratio, floor, b)),
+            to_lp_bound: lp.and_then(|b| gap_share(p.deadline_satisfaction_ratio, floor, b.dsr)),
+        })
+        .collect()
 }
 
 impl Report {
@@ -52,6 +110,9 @@ impl Report {
             elapsed_s,
             edge_equivalent: setup.edge_equivalent,
             edge_feasible_jobs: variants::edge_feasible_jobs(&setup.world),
+            lp_bound: setup.lp_bound,
+            lp_bound_without_edge: setup.lp_bound_without_edge,
+            gap_shares: gap_shares(&policies, setup.lp_bound.as_ref()),
             policies,
         }
     }
@@ -145,6 +206,8 @@ impl Report {
                 eq.gpus, eq.exact_gpus, eq.idle_device_hours, eq.lambda
             )?;
         }
+        self.write_bounds(out)?;
+        self.write_deadlines(out)?;
         let zero = |ran: bool| {
             self.policies
                 .iter()
@@ -164,5 +227,87 @@ impl Report {
             }
         }
         Ok(())
+    }
+}
+
+impl Report {
+    /// The bounds beside cloud-only, with the LP's size and solve time.
+    fn write_bounds(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let Some(lp) = &self.lp_bound else {
+            return Ok(());
+        };
+        let dsr_of = |name: &str| {
+            self.policies
+                .iter()
+                .find(|p| p.policy == name)
+                .map_or("-".to_string(), |p| {
+                    format!("{:.3}", p.deadline_satisfaction_ratio)
+                })
+        };
+        writeln!(
+            out,
+            "bounds on dsr: cloud-only {}, {EDGE_AS_CLOUD} {}, lp-bound {:.3} (LP relaxation over time-indexed capacity: {:.1} jobs done fractionally, {} of {} jobs could finish alone; {} variables, {} rows, {:.2} s)",
+            dsr_of(PolicyName::CloudOnly.as_str()),
+            dsr_of(EDGE_AS_CLOUD),
+            lp.dsr,
+            lp.jobs_done,
+            lp.jobs_possible,
+            self.jobs,
+            lp.variables,
+            lp.rows,
+            lp.elapsed_s
+        )?;
+        if let Some(bare) = &self.lp_bound_without_edge {
+            writeln!(
+                out,
+                "lp-bound without the edge {:.3} ({:.2} s): the LP sees room for the edge to add {:+.3}",
+                bare.dsr,
+                bare.elapsed_s,
+                lp.dsr - bare.dsr
+            )?;
+        }
+        Ok(())
+    }
+
+    /// What the edge did for deadlines, per policy: `edge_gain` overall and on
+    /// SLO jobs alone, the share of the gap from cloud-only to each bound
+    /// (`-` under [`MIN_GAP`] or without `--upper-bound`), migrations per job
+    /// and the start-up share of the edge's held device-hours.
+    fn write_deadlines(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let signed = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{g:+.3}"));
+        let share = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{:.0}%", 100.0 * g));
+        writeln!(
+            out,
+            "{:<15} {:>9} {:>8} {:>8} {:>8} {:>7} {:>8}",
+            "policy", "edge_gain", "slo_gain", "gap_eac", "gap_lp", "migr/j", "startup"
+        )?;
+        for p in self.policies.iter().filter(|p| p.policy != EDGE_AS_CLOUD) {
+            let gap = self.gap_shares.iter().find(|g| g.policy == p.policy);
+            writeln!(
+                out,
+                "{:<15} {:>9} {:>8} {:>8} {:>8} {:>7.3} {:>7.1}%",
+                p.policy,
+                signed(p.edge_gain),
+                signed(p.slo_edge_gain),
+                share(gap.and_then(|g| g.to_edge_as_cloud)),
+                share(gap.and_then(|g| g.to_lp_bound)),
+                p.migrations_per_job,
+                100.0 * p.startup_share
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gap_share_matches_a_hand_calculation() {
+        // Cloud-only 0.60, bound 0.80: a policy at 0.75 closes 0.15 of 0.20.
+        assert!((gap_share(0.75, 0.60, 0.80).unwrap() - 0.75).abs() < 1e-12);
+        // A gap of 0.004 is under MIN_GAP: no share.
+        assert_eq!(gap_share(0.61, 0.600, 0.604), None);
     }
 }
