@@ -211,11 +211,12 @@ fn the_lp_bound_lies_above_every_policy_and_the_gaps_are_reported() {
             "--policies",
             "tidemill,edgeflow,edf",
             "--upper-bound",
+            "--lp-bound",
         ],
     ))
     .expect("the slice loads");
     s.solve_lp_bound().unwrap();
-    let lp = s.lp_bound.expect("--upper-bound solves the LP");
+    let lp = s.lp_bound.expect("--lp-bound solves the LP");
     let runs = s.runs().unwrap();
     assert!(
         runs.contains(&(PolicyName::CloudOnly, Variant::Full)),

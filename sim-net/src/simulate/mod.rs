@@ -118,12 +118,15 @@ pub struct Args {
     #[arg(long)]
     pub arrival_scale: Option<f64>,
     /// Also run cloud-only with the edge's idle device-hours added as cloud
-    /// GPUs of the cloud's class (an upper bound on what the edge could add),
-    /// and solve the LP bound that respects each job's window, speeds and the
-    /// edge's idle timing; cloud-only is run too, for each policy's share of
-    /// the gap up to each bound.
+    /// GPUs of the cloud's class (an upper bound on what the edge could add);
+    /// cloud-only is run too, for each policy's share of the gap up to it.
     #[arg(long)]
     pub upper_bound: bool,
+    /// Also solve the LP bound that respects each job's window, speeds per
+    /// class, sync across boxes and the edge's idle timing, with and without
+    /// the edge (minutes on a few thousand jobs: see docs/simulation.md).
+    #[arg(long)]
+    pub lp_bound: bool,
 }
 
 /// Why `simulate` failed.
@@ -242,7 +245,7 @@ pub struct Setup {
     /// The world without edge and with those GPUs added, with `--upper-bound`.
     pub edge_as_cloud: Option<World>,
     /// The LP bound on the DSR of the world as described, once
-    /// [`Setup::solve_lp_bound`] has run (`simulate --upper-bound`).
+    /// [`Setup::solve_lp_bound`] has run (`simulate --lp-bound`).
     pub lp_bound: Option<bound::LpBound>,
     /// The same LP on the world without its edge: the LP's own floor, so
     /// `lp_bound − lp_bound_without_edge` is the room the LP sees for the edge.
@@ -619,12 +622,13 @@ impl Setup {
     /// Every run the report needs: each policy on the world as described;
     /// each policy that uses the edge again without it (for `edge_gain`);
     /// and, with `--upper-bound`, cloud-only with the edge as cloud GPUs; and
-    /// once the LP bound is solved, cloud-only itself if not asked for (the
-    /// floor of each policy's share of the gap to the bounds).
+    /// with either bound, cloud-only itself if not asked for (the floor of
+    /// each policy's share of the gap to the bounds).
     pub fn runs(&self) -> Result<Vec<(PolicyName, Variant)>, SimError> {
         let mut runs: Vec<(PolicyName, Variant)> =
             self.policies.iter().map(|&p| (p, Variant::Full)).collect();
-        if self.lp_bound.is_some() && !self.policies.contains(&PolicyName::CloudOnly) {
+        let bounded = self.lp_bound.is_some() || self.edge_as_cloud.is_some();
+        if bounded && !self.policies.contains(&PolicyName::CloudOnly) {
             runs.push((PolicyName::CloudOnly, Variant::Full));
         }
         if !self.world.edges.boxes.is_empty() {
@@ -725,7 +729,7 @@ pub const EDGE_AS_CLOUD: &str = "edge-as-cloud";
 pub fn run(args: &Args) -> Result<(), SimError> {
     let started = Instant::now();
     let mut setup = setup(args)?;
-    if args.upper_bound {
+    if args.lp_bound {
         setup.solve_lp_bound()?;
     }
     let runs = setup.runs()?;

@@ -36,11 +36,11 @@ pub struct Report {
     pub edge_equivalent: Option<EdgeEquivalent>,
     /// Deadline jobs one idle edge device could finish in time (no staging).
     pub edge_feasible_jobs: Option<usize>,
-    /// The LP bound on DSR (see [`super::bound`]), with `--upper-bound`.
+    /// The LP bound on DSR (see [`super::bound`]), with `--lp-bound`.
     pub lp_bound: Option<LpBound>,
-    /// The same LP without the edge boxes, with `--upper-bound`.
+    /// The same LP without the edge boxes, with `--lp-bound`.
     pub lp_bound_without_edge: Option<LpBound>,
-    /// Each policy's share of the gap from cloud-only to each bound, with `--upper-bound`.
+    /// Each policy's share of the gap from cloud-only to each bound, with either bound flag.
     pub gap_shares: Vec<GapShare>,
     /// One entry per policy.
     pub policies: Vec<PolicyMetrics>,
@@ -271,7 +271,7 @@ impl Report {
 
     /// What the edge did for deadlines, per policy: `edge_gain` overall and on
     /// SLO jobs alone, the share of the gap from cloud-only to each bound
-    /// (`-` under [`MIN_GAP`] or without `--upper-bound`), migrations per job
+    /// (`-` under [`MIN_GAP`] or without a bound flag), migrations per job
     /// and the start-up share of the edge's held device-hours.
     fn write_deadlines(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let signed = |v: Option<f64>| v.map_or("-".to_string(), |g| format!("{g:+.3}"));

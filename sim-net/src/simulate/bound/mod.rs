@@ -1,6 +1,6 @@
 //! An upper bound on the deadline satisfaction ratio that respects each
 //! job's own feasibility: a linear-programming relaxation over time-indexed
-//! capacity (`--upper-bound`, the `lp-bound` line beside `edge-as-cloud`).
+//! capacity (`--lp-bound`, the `lp-bound` line beside `edge-as-cloud`).
 //!
 //! # Formulation
 //!
