@@ -36,8 +36,9 @@ fn a_sweep_writes_one_row_per_point_and_policy_with_edge_gain_and_charts() {
     let header = csv.headers().unwrap().clone();
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
     let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
-    // 2 points × (3 policies + the edge-as-cloud bound).
-    assert_eq!(rows.len(), 8);
+    // 2 points × (3 policies + cloud-only, the floor of each share of the
+    // gap, + the edge-as-cloud bound).
+    assert_eq!(rows.len(), 10);
     let num = |r: &csv::StringRecord, c: &str| r[col(c)].parse::<f64>().ok();
     for r in &rows {
         let policy = &r[col("policy")];
@@ -49,7 +50,7 @@ fn a_sweep_writes_one_row_per_point_and_policy_with_edge_gain_and_charts() {
         }
         let gain = num(r, "edge_gain").unwrap();
         match (policy, boxes as u32) {
-            (_, 0) | ("edf", _) => {
+            (_, 0) | ("edf" | "cloud-only", _) => {
                 // No edge, or a policy that never uses it: nothing to gain, nothing run again.
                 assert_eq!(gain, 0.0, "{r:?}");
                 assert_eq!(&r[col("dsr_without_edge")], "", "{r:?}");
@@ -67,7 +68,7 @@ fn a_sweep_writes_one_row_per_point_and_policy_with_edge_gain_and_charts() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
             .unwrap();
-    assert_eq!(json.as_array().unwrap().len(), 8);
+    assert_eq!(json.as_array().unwrap().len(), 10);
     for f in ["dsr", "edge-gain", "harvested", "cloud-gpu-hours"] {
         let svg = std::fs::read_to_string(out.path().join(format!("{f}-vs-edge.nodes.svg")))
             .unwrap_or_else(|e| panic!("{f}: {e}"));
