@@ -134,6 +134,7 @@ pub(crate) fn edge_availability(
     let Some(f) = forecast else {
         return EdgeAvailability {
             windows: Vec::new(),
+            likely: Vec::new(),
             util_now_pct: util_now,
             idle_threshold_pct: 0.0,
         };

@@ -56,12 +56,22 @@ pub enum NodeKind {
     Edge(EdgeAvailability),
 }
 
-/// When an edge node is free for training, pessimistically.
+/// When an edge node is free for training, in two grades (see
+/// [`EdgeAvailability::from_forecast`]): the sure grade for promises, the
+/// likely grade for plans that promise nothing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EdgeAvailability {
-    /// Idle windows from the P90 forecast (the primary load stays below the
-    /// threshold in them with 90 % confidence), ascending, non-overlapping.
+    /// Sure grade: idle windows from the P90 forecast (the primary load
+    /// stays below the threshold in them with 90 % confidence), ascending,
+    /// non-overlapping. Guarantees and the stay rule plan on these alone.
     pub windows: Vec<Window>,
+    /// Likely grade: idle windows from the P50 forecast (the load is more
+    /// likely under the threshold than not), ascending, non-overlapping;
+    /// they include every sure window. Plans that carry no promise may use
+    /// them and pay for an eviction when the tide turns. Empty (an older
+    /// snapshot) means the same as `windows`.
+    #[serde(default)]
+    pub likely: Vec<Window>,
     /// The latest measured utilisation of the primary workload, percent.
     pub util_now_pct: Option<f64>,
     /// Utilisation above which the node is not idle, percent.
@@ -111,10 +121,12 @@ impl Window {
 
 impl EdgeAvailability {
     /// The forecast-to-availability rule, the one the coordinator and the
-    /// simulator both use. On the slot grid `start_ms + k × slot_ms` (Unix ms),
-    /// slot `k` is idle when the P90 utilisation (percent) of every forecast
-    /// resource the node has (CPU and accelerator, one slice each in
-    /// `forecast`, indexed by slot) is known and below `idle_threshold_pct`;
+    /// simulator both use, for both grades. On the slot grid
+    /// `start_ms + k × slot_ms` (Unix ms), slot `k` is idle in the sure grade
+    /// when the P90 utilisation (percent) of every forecast resource the node
+    /// has (CPU and accelerator, one slice each in `forecast`, indexed by
+    /// slot) is known and below `idle_threshold_pct`, and in the likely grade
+    /// when every resource's P50 is (a sure slot is always likely: P50 ≤ P90);
     /// the forecast covers as many slots as its shortest resource. The slot in
     /// progress at `now_ms` is observed, not forecast: when `util_now_pct`
     /// (the highest utilisation the node reports now) is known, it alone
@@ -136,9 +148,9 @@ impl EdgeAvailability {
         now_ms: i64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        let slot_score = |k: usize| -> Option<f64> {
+        let slot_score = |k: usize, sure: bool| -> Option<f64> {
             forecast.iter().try_fold(f64::INFINITY, |z, r| {
-                let q = r[k].filter(|q| q.p90 < idle_threshold_pct)?;
+                let q = r[k].filter(|q| if sure { q.p90 } else { q.p50 } < idle_threshold_pct)?;
                 Some(z.min(idle_score(&q, idle_threshold_pct)))
             })
         };
@@ -146,17 +158,23 @@ impl EdgeAvailability {
         let in_progress = (now_ms - start_ms).div_euclid(slot_ms.max(1));
         let now = util_now_pct.filter(|_| (-1..slots).contains(&in_progress));
         let first = if now.is_some() { in_progress.min(0) } else { 0 };
-        let idle = (first..slots).map(|k| match now {
-            Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(f64::INFINITY),
-            _ => slot_score(k as usize),
-        });
-        EdgeAvailability::from_idle_slots(
-            start_ms + first * slot_ms,
-            slot_ms,
-            idle,
-            idle_threshold_pct,
-            util_now_pct,
-        )
+        let idle = |sure: bool| {
+            (first..slots).map(move |k| match now {
+                Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(f64::INFINITY),
+                _ => slot_score(k as usize, sure),
+            })
+        };
+        let grid_ms = start_ms + first * slot_ms;
+        EdgeAvailability {
+            likely: runs(grid_ms, slot_ms, idle(false)),
+            ..EdgeAvailability::from_idle_slots(
+                grid_ms,
+                slot_ms,
+                idle(true),
+                idle_threshold_pct,
+                util_now_pct,
+            )
+        }
     }
 
     /// Builds windows from one per-slot utilisation series known for certain
@@ -182,10 +200,9 @@ impl EdgeAvailability {
         )
     }
 
-    /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
-    /// windows; `idle` gives each slot's [`idle_score`] (`+∞` where it is
-    /// certain), `None` where it is busy. A window's confidence is the
-    /// probability of its lowest score, taken once per window.
+    /// Builds the sure grade from `idle` (see [`runs`]); a load known
+    /// for certain has no likelier grade, so `likely` is left empty (the
+    /// same windows).
     fn from_idle_slots(
         start_ms: i64,
         slot_ms: i64,
@@ -193,33 +210,21 @@ impl EdgeAvailability {
         idle_threshold_pct: f64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        // (start, end, lowest score) of each run of idle slots.
-        let mut runs: Vec<(i64, i64, f64)> = Vec::new();
-        for (i, idle) in idle.into_iter().enumerate() {
-            let Some(score) = idle else {
-                continue;
-            };
-            let s = start_ms + i as i64 * slot_ms;
-            match runs.last_mut() {
-                Some((_, end, low)) if *end == s => {
-                    *end = s + slot_ms;
-                    *low = low.min(score);
-                }
-                _ => runs.push((s, s + slot_ms, score)),
-            }
-        }
-        let windows = runs
-            .into_iter()
-            .map(|(start_ms, end_ms, low)| Window {
-                start_ms,
-                end_ms,
-                confidence: score_probability(low),
-            })
-            .collect();
         EdgeAvailability {
-            windows,
+            windows: runs(start_ms, slot_ms, idle),
+            likely: Vec::new(),
             util_now_pct,
             idle_threshold_pct,
+        }
+    }
+
+    /// The likely grade's windows: `likely`, or the sure ones where it is
+    /// empty (a load known for certain, or an older snapshot).
+    pub fn likely_windows(&self) -> &[Window] {
+        if self.likely.is_empty() {
+            &self.windows
+        } else {
+            &self.likely
         }
     }
 
@@ -228,6 +233,35 @@ impl EdgeAvailability {
         self.util_now_pct
             .is_some_and(|u| u > self.idle_threshold_pct)
     }
+}
+
+/// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
+/// windows; `idle` gives each slot's [`idle_score`] (`+∞` where it is
+/// certain), `None` where it is busy. A window's confidence is the
+/// probability of its lowest score, taken once per window.
+fn runs(start_ms: i64, slot_ms: i64, idle: impl IntoIterator<Item = Option<f64>>) -> Vec<Window> {
+    // (start, end, lowest score) of each run of idle slots.
+    let mut runs: Vec<(i64, i64, f64)> = Vec::new();
+    for (i, idle) in idle.into_iter().enumerate() {
+        let Some(score) = idle else {
+            continue;
+        };
+        let s = start_ms + i as i64 * slot_ms;
+        match runs.last_mut() {
+            Some((_, end, low)) if *end == s => {
+                *end = s + slot_ms;
+                *low = low.min(score);
+            }
+            _ => runs.push((s, s + slot_ms, score)),
+        }
+    }
+    runs.into_iter()
+        .map(|(start_ms, end_ms, low)| Window {
+            start_ms,
+            end_ms,
+            confidence: score_probability(low),
+        })
+        .collect()
 }
 
 /// The three kinds of path, each with its own default when nothing was measured.
@@ -612,6 +646,32 @@ mod tests {
         );
         let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
         assert_eq!(known.windows[0].confidence, 1.0);
+    }
+
+    /// Threshold 30 %: P90 under it in slot 0 only, P50 under it in slots 0
+    /// to 2 (slot 3's P50 is 35): the sure grade is slot 0, the likely grade
+    /// slots 0 to 2; a box idle now joins the present to both.
+    #[test]
+    fn the_likely_grade_reads_the_p50_and_holds_the_sure_one() {
+        let at = |p50: f64, p90: f64| Some(Quantiles { p10: 0.0, p50, p90 });
+        let cpu = [
+            at(10.0, 20.0),
+            at(20.0, 40.0),
+            at(25.0, 60.0),
+            at(35.0, 50.0),
+        ];
+        let spans = |ws: &[Window]| -> Vec<(i64, i64)> {
+            ws.iter().map(|w| (w.start_ms, w.end_ms)).collect()
+        };
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&cpu], 30.0, 950, None);
+        assert_eq!(spans(&a.windows), vec![(1_000, 1_100)]);
+        assert_eq!(spans(a.likely_windows()), vec![(1_000, 1_300)]);
+        let now = EdgeAvailability::from_forecast(1_000, 100, &[&cpu], 30.0, 950, Some(5.0));
+        assert_eq!(spans(&now.windows), vec![(900, 1_100)]);
+        assert_eq!(spans(now.likely_windows()), vec![(900, 1_300)]);
+        // A load known for certain has one grade.
+        let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
+        assert_eq!(known.likely_windows(), known.windows.as_slice());
     }
 
     /// Hand-worked margins, grace 120 s: a 6-hour window (21 600 000 ms) at

@@ -112,9 +112,11 @@ impl Tidemill {
 }
 
 impl Scheduler for Tidemill {
+    /// Every idle flip: a box that turns idle is capacity a waiting job can
+    /// gain ground on, not only a change for the jobs running on it.
     fn edge_interest(&self) -> EdgeInterest {
         if self.config.use_edge {
-            EdgeInterest::InUse
+            EdgeInterest::All
         } else {
             EdgeInterest::None
         }
@@ -194,6 +196,7 @@ impl Scheduler for Tidemill {
             let next = dec
                 .segments
                 .iter()
+                .chain(&dec.ahead)
                 .flat_map(|s| [s.start_ms, s.end_ms])
                 .filter(|&t| t > v.now_ms)
                 .min();
