@@ -372,6 +372,17 @@ impl EdgeWorld {
         Some(self.origin_ms + (bin + next) * self.bin_ms + self.delay_ms)
     }
 
+    /// The first time after `t_ms` at which box `e` reports itself idle
+    /// again: its next flip, or the one after when the next is to busy.
+    pub fn next_reported_flip_to_idle(&self, e: usize, t_ms: i64) -> Option<i64> {
+        let f = self.next_reported_flip(e, t_ms)?;
+        if self.reported_idle(e, f) {
+            Some(f)
+        } else {
+            self.next_reported_flip(e, f)
+        }
+    }
+
     /// Splits `[t0, t1)` on box `e` into (idle ms, busy ms) by the truth.
     pub fn split_idle(&self, e: usize, t0: i64, t1: i64) -> (i64, i64) {
         let (mut idle, mut busy) = (0, 0);
@@ -714,6 +725,15 @@ mod tests {
         assert!(!w.reported_idle(0, 8 * h + 60_000));
         assert_eq!(w.next_reported_flip(0, 7 * h), Some(8 * h + 60_000));
         assert_eq!(w.next_reported_flip(0, 9 * h), Some(20 * h + 60_000));
+        // The next flip from 07:00 is to busy; the box turns idle at 20:00.
+        assert_eq!(
+            w.next_reported_flip_to_idle(0, 7 * h),
+            Some(20 * h + 60_000)
+        );
+        assert_eq!(
+            w.next_reported_flip_to_idle(0, 9 * h),
+            Some(20 * h + 60_000)
+        );
         assert_eq!(w.split_idle(0, 7 * h, 9 * h), (h, h));
     }
 

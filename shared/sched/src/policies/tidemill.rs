@@ -112,11 +112,11 @@ impl Tidemill {
 }
 
 impl Scheduler for Tidemill {
-    /// Every idle flip: a box that turns idle is capacity a waiting job can
-    /// gain ground on, not only a change for the jobs running on it.
+    /// Every flip on the boxes its jobs use, and every box that turns idle:
+    /// new capacity a waiting job can gain ground on.
     fn edge_interest(&self) -> EdgeInterest {
         if self.config.use_edge {
-            EdgeInterest::All
+            EdgeInterest::InUseAndFreed
         } else {
             EdgeInterest::None
         }
