@@ -450,7 +450,12 @@ async fn watch_jobs(
             println!("{stamp} nodes: {}", listed.join(", "));
             printed.nodes = true;
         }
-        for n in nodes.iter().filter(|n| n.forecast.is_some()) {
+        // Forecasts follow the node list, even when one edge forecasts
+        // before the last has joined (seen on a loaded box).
+        for n in nodes
+            .iter()
+            .filter(|n| printed.nodes && n.forecast.is_some())
+        {
             if printed.forecasts.insert(n.id.clone()) {
                 let (c, id) = (client.clone(), n.id.clone());
                 let f = blocking(move || c.forecast(&id)).await?;
