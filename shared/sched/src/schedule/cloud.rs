@@ -185,11 +185,12 @@ impl Round<'_> {
         let spec = &ctx.job.spec;
         ctx.tables[g.class].is_some()
             && self.world.nodes[g.nodes[0]].memory_per_device_bytes >= spec.memory_per_worker_bytes
-            && g.nodes.iter().all(|&q| {
-                self.world
-                    .constraints
-                    .allows(spec.id, &self.world.nodes[q].id)
-            })
+            && (!self.world.constraints.requires.contains_key(&spec.id)
+                || g.nodes.iter().all(|&q| {
+                    self.world
+                        .constraints
+                        .allows(spec.id, &self.world.nodes[q].id)
+                }))
     }
 
     /// `c`'s workers on nodes of its group free in the slot in progress, if
