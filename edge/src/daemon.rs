@@ -226,6 +226,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     });
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
+    if let Err(e) = crate::ckprobe::checkpoint_dir(&confine).await {
+        tracing::error!(node_id, error = %e, "tasks cannot save checkpoints here: a task would run, and every checkpoint it tried would be lost; `tidemill-edge doctor` says how to fix it");
+    }
     let executor = Executor::new(
         journal.clone(),
         outbox.clone(),
