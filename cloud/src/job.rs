@@ -419,6 +419,10 @@ pub struct JobRecord {
     /// current placement, which the planner uses in place of its tables.
     #[serde(default)]
     pub measured_ips: Option<f64>,
+    /// What its latest ended task left in its checkpoint dir, as the edge
+    /// saw it; absent until a task of it has ended.
+    #[serde(default)]
+    pub checkpoint: Option<tidemill_proto::CheckpointState>,
     /// Seconds it has run.
     pub attained_s: f64,
     /// The tidal scheduler's latest plan and why; absent under first-fit or

@@ -5,6 +5,7 @@
 
 pub mod accel;
 pub mod ckprobe;
+pub mod ckwatch;
 pub mod cli;
 pub mod config;
 pub mod confine;
