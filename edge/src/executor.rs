@@ -389,8 +389,10 @@ impl Executor {
             }
         };
         let pid = child.id().expect("a just-spawned child has a pid");
-        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
+        // Journaled before it is logged: once the line is out, a restart
+        // after a crash knows the task ran (and its pid).
         self.journal.lock().unwrap().task_started(a.task_id, pid)?;
+        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
         self.journal_event(&a, TaskEvent::Started { pid })?;
 
         let tail = Arc::new(Mutex::new(VecDeque::new()));
