@@ -390,13 +390,13 @@ impl Cluster {
         self.wait_until_ended_within(id, JOB_PATIENCE);
     }
 
-    /// Waits until job `id` has run to an end, `patience` at most.
+    /// Waits until job `id` has run to an end or was turned away,
+    /// `patience` at most.
     pub fn wait_until_ended_within(&self, id: u64, patience: Duration) {
         let job_line = format!("job_id={id} ");
-        self.cloud
-            .wait_until("the job to end", 1, patience, |l| {
-                l.contains(&job_line) && ran_to_an_end(l)
-            });
+        self.cloud.wait_until("the job to end", 1, patience, |l| {
+            l.contains(&job_line) && (ran_to_an_end(l) || l.contains("action=rejected"))
+        });
     }
 
     /// Waits until job `id` has ended, echoes its log lines and asserts
