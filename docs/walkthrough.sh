@@ -61,6 +61,7 @@ retry "$B/tidemill-cloud" forecast e1
 #    checkpoints to, and resumes from, $TIDEMILL_CHECKPOINT_DIR.
 TRAINER=$(cat <<'SH'
 ck="$TIDEMILL_CHECKPOINT_DIR/step"; i=$(cat "$ck" 2>/dev/null || echo 0)
+[ "$i" -eq 0 ] || echo "resumed at $i"
 trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
 while [ "$i" -lt "$1" ]; do sleep "$2" & wait $!; i=$((i + 1)); echo "$i" > "$ck"; done
 echo "trained $i iterations on $TIDEMILL_NODE_ID"

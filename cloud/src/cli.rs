@@ -824,6 +824,9 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         let slack = crate::job::signed_span((job.deadline - t).num_milliseconds());
         println!("finished:   {} (slack {slack})", t.to_rfc3339());
     }
+    if let Some(ck) = &job.checkpoint {
+        println!("checkpoint: {}", checkpoint_line(ck));
+    }
     if let Some(p) = &job.plan {
         print_plan(job, p);
     }
@@ -837,6 +840,20 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         println!("output:     {why}");
     }
     Ok(())
+}
+
+/// What a job's latest ended task left in its checkpoint dir, for `jobs show`.
+fn checkpoint_line(ck: &tidemill_proto::CheckpointState) -> String {
+    let error = ck
+        .last_error
+        .as_deref()
+        .map_or_else(String::new, |e| format!(" (last error: {e})"));
+    let held = format!("{} files, {:.1} MB", ck.files, ck.bytes as f64 / 1e6);
+    match (ck.saved_by_task, ck.files) {
+        (true, _) => format!("{held}, saved by its last task"),
+        (false, 0) => format!("none saved{error}"),
+        (false, _) => format!("none saved by its last task{error}; {held} kept from before"),
+    }
 }
 
 fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {

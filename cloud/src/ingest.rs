@@ -512,7 +512,9 @@ async fn serve_stream(
                     }
                     for (seq, kind) in &a.stored {
                         tracing::debug!(node_id = %node_id, seq, kind = %kind.as_str(), "report stored");
-                        if *kind == ReportKind::Forecast {
+                        // A forecast dropped for a value out of range was not stored.
+                        let dropped = a.dropped.iter().any(|d| d.seq == *seq);
+                        if *kind == ReportKind::Forecast && !dropped {
                             tracing::debug!(node_id = %node_id, seq, "forecast stored");
                         }
                     }

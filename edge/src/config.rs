@@ -408,6 +408,28 @@ impl EdgeConfig {
             .to_string()
     }
 
+    /// Makes the data dir and the task roots absolute, once, at start: a
+    /// relative path would otherwise mean something else to a task, whose
+    /// working directory is its own work dir, and to every later `chdir`.
+    pub fn absolute_paths(&mut self) -> Result<(), ConfigError> {
+        let cwd_gone = |key, path: &Path| ConfigError::Invalid {
+            key,
+            value: format!("\"{}\"", path.display()),
+            rule: "a relative path needs a working directory that still exists; give an absolute path",
+        };
+        self.data_dir = std::path::absolute(&self.data_dir)
+            .map_err(|_| cwd_gone("data_dir", &self.data_dir))?;
+        for (key, dir) in [
+            ("tasks.work_dir", &mut self.tasks.work_dir),
+            ("tasks.checkpoint_dir", &mut self.tasks.checkpoint_dir),
+        ] {
+            if !dir.as_os_str().is_empty() {
+                *dir = std::path::absolute(&*dir).map_err(|_| cwd_gone(key, dir))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The node id: configured, else the host name.
     pub fn resolved_node_id(&self) -> String {
         if !self.node_id.is_empty() {
@@ -448,6 +470,24 @@ mod tests {
         let cfg: EdgeConfig = config_file::parse(&uncommented, Path::new("x")).unwrap();
         assert_eq!(cfg.capabilities.unwrap().cpu_cores, Some(4));
         assert_eq!(cfg.replay.unwrap().speed, 60.0);
+    }
+
+    /// A relative data dir and task roots become absolute against the
+    /// working directory; empty task roots stay empty (under the data dir).
+    #[test]
+    fn relative_paths_become_absolute_once() {
+        let mut cfg = EdgeConfig {
+            data_dir: "edge-e0".into(),
+            ..EdgeConfig::default()
+        };
+        cfg.tasks.checkpoint_dir = "shared/ck".into();
+        cfg.absolute_paths().unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(cfg.data_dir, cwd.join("edge-e0"));
+        assert_eq!(cfg.tasks.checkpoint_dir, cwd.join("shared/ck"));
+        assert!(cfg.tasks.work_dir.as_os_str().is_empty());
+        cfg.absolute_paths().unwrap();
+        assert_eq!(cfg.data_dir, cwd.join("edge-e0"), "idempotent");
     }
 
     #[test]

@@ -226,6 +226,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     });
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
+    if let Err(e) = crate::ckprobe::checkpoint_dir(&confine).await {
+        tracing::error!(node_id, error = %e, "tasks cannot save checkpoints here: a task would run, and every checkpoint it tried would be lost; `tidemill-edge doctor` says how to fix it");
+    }
     let executor = Executor::new(
         journal.clone(),
         outbox.clone(),
@@ -331,12 +334,19 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         let since = now - i64::from(cfg.forecast.history_days) * 86_400_000;
         let mut history = journal.lock().unwrap().history(since)?;
         let prime = cfg.replay.as_ref().is_some_and(|r| r.prime_history);
-        if history.is_empty() && prime {
+        if prime {
+            // The trace's readings stand for the box's past, before the
+            // journal's own: on the first start, all of the window; after a
+            // restart, what precedes the samples journaled since, so that a
+            // replaying edge, like a real one, keeps its history.
             let step_ms = ((cfg.sample_interval_secs * 1000.0) as i64).max(PRIME_STEP_MS);
-            history = sampler
-                .replay_history(since, now, step_ms)
+            let until = history.first().map_or(now, |row| row.0);
+            let mut primed = sampler
+                .replay_history(since, until, step_ms)
                 .unwrap_or_default();
-            tracing::info!(node_id = %node_id, rows = history.len(), "forecaster primed with the replayed trace's history");
+            tracing::info!(node_id = %node_id, rows = primed.len(), journaled = history.len(), "forecaster primed with the replayed trace's history");
+            primed.append(&mut history);
+            history = primed;
         }
         Forecasting::new(cfg.forecast.clone(), refresh_ms, history)?
     };

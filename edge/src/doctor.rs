@@ -60,7 +60,46 @@ pub async fn run(cfg: &EdgeConfig, source: &str) -> Report {
     probe_port(&mut report, cfg, running.is_some());
     accelerators(&mut report, cfg).await;
     confinement(&mut report, cfg);
+    checkpoints(&mut report, cfg).await;
     report
+}
+
+/// Whether the task user can create, write and read back a file in a
+/// checkpoint dir, as a task would ([`crate::ckprobe`]).
+async fn checkpoints(report: &mut Report, cfg: &EdgeConfig) {
+    if !cfg.data_dir.is_dir() {
+        report.fail(
+            "checkpoints",
+            "not checked: the data dir does not exist",
+            "fix the data dir first",
+        );
+        return;
+    }
+    let confine = match crate::confine::Confinement::detect(
+        &cfg.tasks,
+        &cfg.data_dir,
+        &cfg.resolved_node_id(),
+    ) {
+        Ok(confine) => confine,
+        Err(e) => {
+            report.fail("checkpoints", e.to_string(), "fix [tasks] as it says");
+            return;
+        }
+    };
+    match crate::ckprobe::checkpoint_dir(&confine).await {
+        Ok(dir) => report.ok(
+            "checkpoints",
+            format!(
+                "the task user created, wrote and read back a file in {}",
+                dir.display()
+            ),
+        ),
+        Err(e) => report.fail(
+            "checkpoints",
+            format!("tasks cannot save checkpoints: {e}"),
+            "let task users pass (o+x) through every directory above data_dir and [tasks] checkpoint_dir (a dir under /root or a home dir is not), on a writable file system",
+        ),
+    }
 }
 
 /// The node's certificate: present, issued by the CA the edge trusts, valid.
@@ -399,7 +438,8 @@ pub enum ReapError {
 /// how many tasks it looked at. The journal is left as it is, so the next
 /// start reports each as yielded.
 pub fn reap(config: Option<&Path>) -> Result<usize, ReapError> {
-    let cfg = EdgeConfig::load(config)?;
+    let mut cfg = EdgeConfig::load(config)?;
+    cfg.absolute_paths()?;
     if !cfg.data_dir.join(crate::journal::JOURNAL_FILE).exists() {
         return Ok(0);
     }

@@ -4,6 +4,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod accel;
+pub mod ckprobe;
+pub mod ckwatch;
 pub mod cli;
 pub mod config;
 pub mod confine;

@@ -127,6 +127,7 @@ fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
         "clock",
         "probe",
         "accelerators",
+        "checkpoints",
     ] {
         assert_eq!(status_of(&report, check), "ok", "{check}:\n{report}");
     }
@@ -152,6 +153,54 @@ fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
         .nth(1)
         .unwrap_or_default();
     assert!(fix.contains("fix:") && fix.contains("UDP port"), "{report}");
+}
+
+/// A data dir that task users cannot reach (under a 0700 dir, as one under
+/// /root is) fails the checkpoint check, naming the file the task user could
+/// not create; the same dir given relative to the working directory, with
+/// `doctor`'s own `--data-dir`, passes once the dir above is passable.
+#[test]
+fn edge_doctor_checks_that_tasks_can_save_checkpoints() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::Uid::effective().is_root() {
+        println!("PENDING not root: tasks run as this user, who owns the data dir");
+        return;
+    }
+    let dir = support::tempdir();
+    let closed = dir.path().join("closed");
+    std::fs::create_dir_all(closed.join("edge")).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let doctor = || {
+        let out = Command::new(EDGE)
+            .args([
+                "doctor",
+                "--data-dir",
+                "edge",
+                "--coordinator",
+                "127.0.0.1:9",
+            ])
+            .current_dir(&closed)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let report = doctor();
+    assert_eq!(status_of(&report, "checkpoints"), "FAIL", "{report}");
+    let expected = closed.join("edge/checkpoints");
+    assert!(
+        report.contains(&format!("cannot create {}", expected.display()))
+            && report.contains("Permission denied"),
+        "the failure names the path, absolute, and the error:\n{report}"
+    );
+
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let report = doctor();
+    assert_eq!(status_of(&report, "checkpoints"), "ok", "{report}");
+    assert_eq!(
+        std::fs::read_dir(&expected).unwrap().count(),
+        0,
+        "the probe leaves nothing behind"
+    );
 }
 
 #[test]

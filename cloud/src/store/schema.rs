@@ -182,4 +182,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN dispatched_ms INTEGER;
     ALTER TABLE tasks ADD COLUMN taken_back INTEGER NOT NULL DEFAULT 0;
 ",
+    // What the job's latest ended task left in its checkpoint dir, as its
+    // edge saw it (tidemill_proto::CheckpointState, JSON).
+    "
+    ALTER TABLE jobs ADD COLUMN checkpoint TEXT;
+",
 ];

@@ -119,6 +119,7 @@ pub(super) fn task(seq: u64, task_id: u64, job_id: u64, event: TaskEvent) -> Rep
             t_ms: 5,
             event,
             output_tail: vec!["hi".into()],
+            checkpoint: None,
         }),
     }
 }

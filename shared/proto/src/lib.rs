@@ -14,9 +14,9 @@ pub mod fuzzing;
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use env::{COORDINATOR_SET_ENV, EDGE_SET_ENV, is_reserved_env};
 pub use msg::{
-    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
-    Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
-    TaskProgress, TaskStatus, TrainArrival, Welcome, WireError,
+    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CheckpointState, CloudMsg, Command,
+    EdgeMsg, ErrorCode, Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample,
+    TaskAssignment, TaskEvent, TaskProgress, TaskStatus, TrainArrival, Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -317,6 +317,45 @@ pub struct TaskStatus {
     pub event: TaskEvent,
     /// The last lines of the task's combined stdout and stderr.
     pub output_tail: Vec<String>,
+    /// What its job's checkpoint dir held when it ended (end events only;
+    /// absent from older edges).
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointState>,
+}
+
+/// What a task left in its job's checkpoint dir, as the edge saw it there
+/// when the task ended: so that a job whose checkpoint writes all failed is
+/// not reported as one that can resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// Regular files in the dir and below it (links not followed).
+    pub files: u64,
+    /// Their size in bytes.
+    pub bytes: u64,
+    /// Whether the task itself wrote any of them (rather than an earlier task).
+    pub saved_by_task: bool,
+    /// Where the task saved none: the last line of its output that named
+    /// the checkpoint dir and reads as an error (the failed write's message).
+    pub last_error: Option<String>,
+}
+
+impl CheckpointState {
+    /// The longest `last_error` kept, in bytes.
+    pub const MAX_ERROR_LEN: usize = 512;
+
+    /// This state with `last_error` cut to [`Self::MAX_ERROR_LEN`] bytes on a
+    /// character boundary: the line comes from a task's output, and a
+    /// receiver does not trust the sender to have bounded it.
+    pub fn bounded(mut self) -> Self {
+        if let Some(e) = self.last_error.as_mut() {
+            let mut end = e.len().min(Self::MAX_ERROR_LEN);
+            while !e.is_char_boundary(end) {
+                end -= 1;
+            }
+            e.truncate(end);
+        }
+        self
+    }
 }
 
 /// What happened to a task.
