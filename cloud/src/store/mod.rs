@@ -15,6 +15,7 @@ use tidemill_runtime::sqlite::{self, DbError};
 use crate::report_checks::ReportBounds;
 
 mod capacity;
+mod checkpoints;
 mod identity;
 mod jobs;
 mod nodes;
@@ -28,6 +29,7 @@ mod testkit;
 mod tidal;
 mod trust;
 
+pub use checkpoints::TransferRecord;
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;

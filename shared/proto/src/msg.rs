@@ -543,4 +543,6 @@ pub enum ErrorCode {
     /// The sender is not allowed to do this: no, a revoked or an unknown
     /// certificate, or a bad join token. The message says which.
     Unauthorized,
+    /// A checkpoint chunk's bytes did not match its hash: send it again.
+    Corrupt,
 }
