@@ -25,7 +25,7 @@ mod reports;
 mod schema;
 mod secrets;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod tidal;
 mod trust;
 
