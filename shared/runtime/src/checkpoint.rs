@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tidemill_proto::{CHUNK_BYTES, Manifest, ManifestError};
+use tidemill_proto::{Manifest, ManifestError};
 
 use crate::identity::sha256_hex;
 
@@ -317,15 +317,15 @@ fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
     std::fs::rename(&tmp, path).map_err(io(path))
 }
 
-/// Splits `data` of one file into the chunk hashes a manifest lists.
-pub fn chunk_hashes(data: &[u8]) -> Vec<String> {
-    data.chunks(CHUNK_BYTES as usize).map(sha256_hex).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemill_proto::ManifestFile;
+    use tidemill_proto::{CHUNK_BYTES, ManifestFile};
+
+    /// The chunk hashes a manifest lists for a file holding `data`.
+    fn chunk_hashes(data: &[u8]) -> Vec<String> {
+        data.chunks(CHUNK_BYTES as usize).map(sha256_hex).collect()
+    }
 
     fn manifest(step: u64, data: &[u8]) -> Manifest {
         Manifest {
