@@ -8,7 +8,7 @@
 //! rate so the box's own traffic keeps the rest, and a cut transfer resumes
 //! from the chunks that arrived.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -16,6 +16,7 @@ use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, Manifest, Transfer};
 use tidemill_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use tidemill_runtime::clock::{Clock, SystemClock};
 use tidemill_runtime::frames::{self, FrameError};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::link::Probes;
@@ -145,8 +146,11 @@ pub struct Mover {
     /// The checkpoints this edge holds.
     pub store: CheckpointStore,
     cfg: CheckpointConfig,
-    link: Mutex<Option<(quinn::Connection, Option<Arc<Probes>>)>>,
+    link: watch::Sender<Link>,
 }
+
+/// The connection transfers use, with the probes that measure its rate.
+pub type Link = Option<(quinn::Connection, Option<Arc<Probes>>)>;
 
 impl Mover {
     /// A mover over the store under `data_dir`.
@@ -155,7 +159,7 @@ impl Mover {
             node_id,
             store: CheckpointStore::new(data_dir.join(STORE_DIR), cfg.max_bytes, cfg.keep),
             cfg,
-            link: Mutex::new(None),
+            link: watch::Sender::new(None),
         })
     }
 
@@ -166,12 +170,12 @@ impl Mover {
 
     /// The connection transfers use from now on (`None`: disconnected), and
     /// the probes that measure its rate.
-    pub fn set_link(&self, link: Option<(quinn::Connection, Option<Arc<Probes>>)>) {
-        *self.link.lock().unwrap() = link;
+    pub fn set_link(&self, link: Link) {
+        self.link.send_replace(link);
     }
 
     fn conn(&self) -> Result<(quinn::Connection, Option<f64>), MoveError> {
-        let link = self.link.lock().unwrap();
+        let link = self.link.borrow();
         let (conn, probes) = link.as_ref().ok_or(MoveError::NoLink)?;
         let rate = probes
             .as_ref()
@@ -203,6 +207,9 @@ impl Mover {
                 } if manifest_id == id => missing,
                 other => return Err(expect("the checkpoint offer", other)),
             };
+            if missing.len() < m.chunk_count() {
+                tracing::info!(node_id = %self.node_id, job_id, missing = missing.len(), chunks = m.chunk_count(), "the coordinator holds part of the checkpoint already; sending the rest");
+            }
             let mut inflight = JoinSet::new();
             let mut bad = 0;
             for index in missing {
@@ -346,7 +353,50 @@ impl Mover {
     }
 }
 
+impl MoveError {
+    /// Whether the connection went: the transfer resumes on the next one.
+    fn link_lost(&self) -> bool {
+        matches!(
+            self,
+            MoveError::NoLink
+                | MoveError::Frame(
+                    FrameError::Connection(_)
+                        | FrameError::Read(_)
+                        | FrameError::Write(_)
+                        | FrameError::Closed(_)
+                )
+        )
+    }
+}
+
 impl Mover {
+    /// Runs `attempt` until it ends other than by a lost link, each retry
+    /// on the connection the link makes next: what arrived before the cut
+    /// is kept, so each retry moves only the rest. The caller bounds it.
+    async fn resuming<T, F, Fut>(
+        &self,
+        (what, job_id, patient): (&str, u64, bool),
+        mut attempt: F,
+    ) -> Result<T, MoveError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, MoveError>>,
+    {
+        loop {
+            let lost = self.link.borrow().as_ref().map(|(c, _)| c.stable_id());
+            match attempt().await {
+                Err(e) if patient && e.link_lost() => {
+                    tracing::info!(node_id = %self.node_id, job_id, error = %e, "the link went during {what}; it resumes once the edge is connected again");
+                    let mut next = self.link.subscribe();
+                    let _ = next
+                        .wait_for(|l| l.as_ref().is_some_and(|(c, _)| Some(c.stable_id()) != lost))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Before a task of job `job_id` starts in `dir` (owned by `user`):
     /// fetches the coordinator's newest checkpoint of the job if it is newer
     /// than the one in `dir`, and writes it there. Returns the step the task
@@ -361,13 +411,19 @@ impl Mover {
         let here = crate::checkpoint_files::local_step(dir);
         let limit = Duration::from_secs(self.cfg.transfer_timeout_secs);
         let fetched = tidemill_runtime::clock::timeout(&SystemClock, limit, async {
-            let Some(m) = self.latest(task_id, job_id).await? else {
+            let latest = self.resuming(("a checkpoint request", job_id, true), || {
+                self.latest(task_id, job_id)
+            });
+            let Some(m) = latest.await? else {
                 return Ok(None);
             };
             if here.is_some_and(|s| s >= m.step) {
                 return Ok(None);
             }
-            let (id, transfer) = self.download(task_id, job_id, &m).await?;
+            let fetch = self.resuming(("a checkpoint fetch", job_id, true), || {
+                self.download(task_id, job_id, &m)
+            });
+            let (id, transfer) = fetch.await?;
             Ok::<_, MoveError>(Some((id, m, transfer)))
         })
         .await;
@@ -414,8 +470,10 @@ impl Mover {
     /// After a task of job `job_id` stopped without finishing: reads the
     /// checkpoint it left in `dir` and sends it to the coordinator, within
     /// `[checkpoint] transfer_timeout_secs`. What fails is logged; the
-    /// coordinator keeps its previous complete checkpoint.
-    pub async fn save(&self, (task_id, job_id): (u64, u64), dir: &std::path::Path) {
+    /// coordinator keeps its previous complete checkpoint. Unless
+    /// `patient` is false (the daemon is stopping), a transfer cut by a lost
+    /// link resumes on the next connection.
+    pub async fn save(&self, (task_id, job_id): (u64, u64), dir: &std::path::Path, patient: bool) {
         let (store, dir_buf, max) = (self.store.clone(), dir.to_path_buf(), self.cfg.max_bytes);
         let read = tokio::task::spawn_blocking(move || {
             crate::checkpoint_files::snapshot(&store, job_id, &dir_buf, max)
@@ -437,12 +495,10 @@ impl Mover {
             }
         };
         let limit = Duration::from_secs(self.cfg.transfer_timeout_secs);
-        let sent = tidemill_runtime::clock::timeout(
-            &SystemClock,
-            limit,
-            self.upload(task_id, job_id, (&id, &m)),
-        )
-        .await;
+        let upload = self.resuming(("a checkpoint upload", job_id, patient), || {
+            self.upload(task_id, job_id, (&id, &m))
+        });
+        let sent = tidemill_runtime::clock::timeout(&SystemClock, limit, upload).await;
         match sent {
             Ok(Ok(t)) => {
                 tracing::info!(node_id = %self.node_id, job_id, task_id, step = m.step, bytes = t.bytes, moved = t.moved_bytes, seconds = t.seconds, "checkpoint sent to the coordinator")

@@ -131,7 +131,7 @@ impl Executor {
 
     /// The connection checkpoints move over (`None`: disconnected), with the
     /// probes that measure its rate.
-    pub fn set_link(&self, link: Option<(quinn::Connection, Option<Arc<crate::link::Probes>>)>) {
+    pub fn set_link(&self, link: crate::checkpoint_move::Link) {
         if let Some(m) = self.mover.get() {
             m.set_link(link);
         }
@@ -503,7 +503,9 @@ impl Executor {
             }
         );
         if let Some(m) = self.mover.get().filter(|_| !done) {
-            m.save((a.task_id, a.job_id), &dirs.checkpoints).await;
+            let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+            m.save((a.task_id, a.job_id), &dirs.checkpoints, !stopping)
+                .await;
         }
         self.finish(&a, event, tail)
     }
