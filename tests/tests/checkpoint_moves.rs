@@ -3,14 +3,23 @@
 //! on one accelerated clock; a job whose trainer writes a multi-megabyte
 //! checkpoint each step is moved once by the tide coming in and once by a
 //! drain, and each time resumes on the new node from the step its last
-//! checkpoint recorded, its files brought there through the coordinator.
+//! checkpoint recorded, its files brought there through the coordinator;
+//! and an upload cut halfway by a dead WAN relay resumes and completes.
 
 mod support;
 
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use support::PATIENCE;
-use support::cluster::{Cluster, Net, job};
+use support::cluster::{Cluster, Net, job, write_idle_trace};
+use tidemill_sim::wan::impair::PathSwitch;
+use tidemill_sim::wan::relay::Relay;
+use tidemill_sim::wan::scenario::{Impairment, PathSpec};
 
 /// Iterations the job declares.
 const ITERATIONS: u64 = 42;
@@ -32,7 +41,6 @@ while [ "$i" -lt "$1" ]; do
   i=$((i+1)); n=$((n+1)); echo "$n" > trained
   { echo "step $i"; head -c 4194304 /dev/urandom; } > "$ck/model.bin.tmp" && mv "$ck/model.bin.tmp" "$ck/model.bin"
   echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
-  echo "TIDEMILL_PROGRESS iter=$i"
 done
 echo "trained $i iterations on $TIDEMILL_NODE_ID"
 "#;
@@ -179,4 +187,157 @@ fn a_job_moved_by_the_tide_and_by_a_drain_resumes_each_time_from_its_last_checkp
             && shown.contains(&format!("{second} → cloud: step {s2}")),
         "{shown}"
     );
+}
+
+/// `cmd` with the coordinator address it dials replaced by `via`, the
+/// shared checkpoint root dropped (each edge keeps its own), and `env` set.
+fn dialling(cmd: &Command, via: SocketAddr, env: &[(&str, &str)]) -> Command {
+    let mut out = Command::new(cmd.get_program());
+    let args: Vec<OsString> = cmd.get_args().map(OsString::from).collect();
+    for (k, arg) in args.iter().enumerate() {
+        if k > 0 && args[k - 1] == "--coordinator" {
+            out.arg(via.to_string());
+        } else {
+            out.arg(arg);
+        }
+    }
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) if key != "TIDEMILL_TASKS__CHECKPOINT_DIR" => out.env(key, v),
+            _ => out.env_remove(key),
+        };
+    }
+    out.env_remove("TIDEMILL_TASKS__CHECKPOINT_DIR");
+    for (key, value) in env {
+        out.env(key, value);
+    }
+    out
+}
+
+/// Chunk files the coordinator holds of job `id`'s checkpoints.
+fn chunks_held(data_dir: &Path, id: u64) -> usize {
+    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
+    std::fs::read_dir(job)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flatten()
+        .flatten()
+        .filter(|f| {
+            let name = f.file_name().to_string_lossy().into_owned();
+            name.starts_with('c') && !name.ends_with(".part")
+        })
+        .count()
+}
+
+#[test]
+fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
+    let dir = support::tempdir();
+    let names = ["near", "far"];
+    let trace = write_idle_trace(dir.path(), &names);
+    let coord = support::Coordinator::new(dir.path());
+    // One relay per edge: 16 Mb/s, 5 ms each way.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut via = HashMap::new();
+    let mut switches: HashMap<String, PathSwitch> = HashMap::new();
+    for (k, name) in names.iter().enumerate() {
+        let imp = Impairment {
+            delay_ms: 5.0,
+            rate_mbps: Some(16.0),
+            ..Impairment::default()
+        };
+        let spec = PathSpec {
+            name: (*name).to_string(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: coord.quic,
+            up: imp.clone(),
+            down: imp,
+            outage: Vec::new(),
+            flap: Vec::new(),
+        };
+        let relay = rt.block_on(Relay::bind(spec, 7 + k as u64)).unwrap();
+        via.insert(name.to_string(), relay.local_addr());
+        switches.insert(name.to_string(), relay.switch());
+        rt.spawn(relay.run());
+    }
+    // The whole link for the transfer, so that it lasts seconds, not tens.
+    let wrap = |node: &str, cmd: Command| {
+        dialling(
+            &cmd,
+            via[node],
+            &[("TIDEMILL_CHECKPOINT__LINK_SHARE", "1.0")],
+        )
+    };
+    let net = Net {
+        coord,
+        edge: &wrap,
+        probe_interval_secs: 1,
+    };
+    let cluster = Cluster::start_on(
+        dir.path(),
+        &trace,
+        &[("near", "near"), ("far", "far")],
+        &[],
+        &names,
+        "",
+        None,
+        net,
+    );
+    // 16 MiB a checkpoint: 32 chunks, 8 s at 16 Mb/s.
+    std::fs::write(
+        dir.path().join("trainer.sh"),
+        TRAINER.replace("4194304", "16777216"),
+    )
+    .unwrap();
+    let id = cluster.submit(
+        dir.path(),
+        &job("cut", 24, 48.0, "best-effort", "best-effort"),
+    );
+    let first = started(&cluster, id, 1);
+    let seen = |l: &str| l.contains(&format!("node_id={first} ")) && l.contains("kind=samples");
+    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
+    cluster
+        .cloud
+        .wait_until("training", samples + 4, PATIENCE, seen);
+    let said = cluster.coord.cli(&["nodes", "drain", &first]);
+    assert!(said.contains("drained"), "{said}");
+
+    // Halfway through the upload, the relay dies for longer than the
+    // connection's idle timeout (4 s), then comes back.
+    let deadline = Instant::now() + PATIENCE;
+    while chunks_held(&cluster.coord.data_dir, id) < 16 {
+        assert!(
+            Instant::now() < deadline,
+            "no half of the checkpoint arrived"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    switches[&first].cut();
+    let edge = &cluster.nodes.iter().find(|(n, _)| *n == first).unwrap().1;
+    edge.wait_until("the link lost mid-transfer", 1, PATIENCE, |l| {
+        l.contains("the link went during a checkpoint upload")
+    });
+    let held = chunks_held(&cluster.coord.data_dir, id);
+    assert!(held < 33, "the cut came before the end: {held} chunks held");
+    switches[&first].heal();
+    edge.wait_until("the upload resumed", 1, PATIENCE, |l| {
+        l.contains("the coordinator holds part of the checkpoint already; sending the rest")
+    });
+    let (job, _) = cluster.wait_until_succeeded(id);
+    let other = job["node"].as_str().unwrap();
+    assert_ne!(other, first);
+    let up = &job["checkpoint_transfers"][0];
+    let step = up["step"].as_u64().unwrap();
+    assert_eq!(up["from"], first.as_str(), "{job:#}");
+    assert!(up["bytes"].as_u64().unwrap() > 16 << 20, "{up}");
+    let tail = job["output_tail"].to_string();
+    assert!(
+        tail.contains(&format!("resumed at {step} on {other}")),
+        "{tail}"
+    );
+    let events = cluster.coord.job_events(id);
+    let resumed = format!("resumed from the checkpoint of step {step}");
+    assert!(events.iter().any(|e| e.contains(&resumed)), "{events:#?}");
+    eprintln!("the cut upload: {up}");
 }
