@@ -221,3 +221,99 @@ pub(super) fn report_resume(
     );
     event(tx, now_ms, Some(node_id), Some(job), "checkpoint", &what)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tidemill_proto::{Report, ReportBody, TaskProgress, TaskResume, Transfer};
+    use tidemill_sched::RoundPlan;
+
+    use super::*;
+    use crate::job::{JobFile, ProgressSource};
+    use crate::store::testkit::{hello, start_on};
+
+    fn report(seq: u64, body: ReportBody) -> Report {
+        Report { seq, body }
+    }
+
+    /// A task that resumed from a checkpoint sets the job's progress to
+    /// the checkpoint's step: not the count it reported before it moved
+    /// (66), which the work after the checkpoint, lost, had raised.
+    #[test]
+    fn progress_after_a_resume_is_the_step_of_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("e1"), 0).unwrap();
+        let spec = JobFile::from_toml(
+            "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
+             [work]\nmodel = \"m\"\niterations = 150\nglobal_batch = 32\nmodel_bytes = 1000\n",
+            "j",
+        )
+        .unwrap();
+        let job = store.submit(&spec, 1).unwrap();
+        let plan = RoundPlan {
+            now_ms: 2,
+            decisions: vec![start_on(job, &[("e1", 1)])],
+        };
+        let addrs = HashMap::from([("e1".to_string(), "127.0.0.1".to_string())]);
+        store.apply_round(&plan, &addrs).unwrap();
+        let task: i64 = store
+            .conn
+            .query_row(
+                "SELECT id FROM tasks WHERE job_id = ?1",
+                [job as i64],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let task = task as u64;
+        let said = TaskProgress {
+            task_id: task,
+            job_id: job,
+            t_ms: 10,
+            iterations: 66,
+        };
+        store
+            .apply_report("e1", &report(1, ReportBody::Progress(said)), 10)
+            .unwrap();
+        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 66.0);
+        let resumed = TaskResume {
+            task_id: task,
+            job_id: job,
+            t_ms: 20,
+            step: 40,
+            transfer: Some(Transfer {
+                bytes: 9_000_000,
+                moved_bytes: 9_000_000,
+                seconds: 1.5,
+                resent_chunks: 0,
+            }),
+        };
+        store
+            .apply_report("e1", &report(2, ReportBody::Resumed(resumed)), 20)
+            .unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(
+            (shown.done_iters, shown.progress),
+            (40.0, ProgressSource::Reported)
+        );
+        let t = &store.transfers(job).unwrap()[0];
+        assert_eq!(
+            (t.from.as_str(), t.to.as_str(), t.step, t.bytes),
+            ("cloud", "e1", 40, 9_000_000)
+        );
+        assert!((t.rate_bps() - 6_000_000.0).abs() < 1e-6);
+        // A resume report of a task this node does not have is an event, not progress.
+        let stranger = TaskResume {
+            task_id: task + 9,
+            job_id: job,
+            t_ms: 30,
+            step: 1,
+            transfer: None,
+        };
+        store
+            .apply_report("e1", &report(3, ReportBody::Resumed(stranger)), 30)
+            .unwrap();
+        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 40.0);
+    }
+}
