@@ -29,6 +29,21 @@ pub const STORE_DIR: &str = "checkpoint-store";
 /// enough that one transfer never floods it.
 const WINDOW: usize = 4;
 
+/// Wall seconds of the link's rate the chunks in flight may take together:
+/// each must reach the coordinator within its stream timeout (10 s by
+/// default), and chunks in flight share the link.
+const WINDOW_S: f64 = 4.0;
+
+/// Chunks in flight on a link of `rate_bps` (bytes/s): [`WINDOW`], fewer on
+/// a slow link, at least one.
+fn window(rate_bps: Option<f64>) -> usize {
+    rate_bps
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .map_or(WINDOW, |r| {
+            ((r * WINDOW_S / f64::from(tidemill_proto::CHUNK_BYTES)) as usize).clamp(1, WINDOW)
+        })
+}
+
 /// Offers (or fetch rounds) before a transfer gives up: each resends what
 /// failed its hash in the round before.
 const ROUNDS: usize = 3;
@@ -213,7 +228,7 @@ impl Mover {
             let mut inflight = JoinSet::new();
             let mut bad = 0;
             for index in missing {
-                while inflight.len() >= WINDOW {
+                while inflight.len() >= window(rate) {
                     bad += chunk_sent(inflight.join_next().await)?;
                 }
                 let data = self.store.read_chunk(job_id, id, index)?;
@@ -287,7 +302,7 @@ impl Mover {
         for _ in 0..ROUNDS {
             let mut inflight = JoinSet::new();
             for index in missing {
-                while inflight.len() >= WINDOW {
+                while inflight.len() >= window(rate) {
                     let (bad, len) = self.chunk_fetched(job_id, &id, inflight.join_next().await)?;
                     (resent, moved) = (resent + bad, moved + len);
                 }
@@ -523,5 +538,20 @@ fn chunk_sent(
         CloudMsg::CheckpointChunkStored { .. } => Ok(0),
         CloudMsg::Error(e) if e.code == ErrorCode::Corrupt => Ok(1),
         other => Err(expect("a checkpoint chunk", other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_link_has_fewer_chunks_in_flight_so_each_arrives_within_the_stream_timeout() {
+        assert_eq!(window(None), WINDOW);
+        assert_eq!(window(Some(100e6 / 8.0)), WINDOW);
+        // 2 Mb/s: 1 MB in 4 s, one chunk and a bit.
+        assert_eq!(window(Some(2e6 / 8.0)), 1);
+        assert_eq!(window(Some(4e6 / 8.0)), 3);
+        assert_eq!(window(Some(0.0)), WINDOW, "unmeasured");
     }
 }
