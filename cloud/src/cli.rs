@@ -830,6 +830,7 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
     if let Some(p) = &job.plan {
         print_plan(job, p);
     }
+    print_transfers(&job.checkpoint_transfers);
     if !job.output_tail.is_empty() {
         println!("output (last {} lines):", job.output_tail.len());
         for line in &job.output_tail {
@@ -853,6 +854,38 @@ fn checkpoint_line(ck: &tidemill_proto::CheckpointState) -> String {
         (true, _) => format!("{held}, saved by its last task"),
         (false, 0) => format!("none saved{error}"),
         (false, _) => format!("none saved by its last task{error}; {held} kept from before"),
+    }
+}
+
+/// A job's checkpoint transfers, for `jobs show`: each leg's size, rate,
+/// time and the step it carried, which a task resumed from.
+fn print_transfers(transfers: &[crate::store::TransferRecord]) {
+    if transfers.is_empty() {
+        return;
+    }
+    println!("checkpoint transfers:");
+    for t in transfers {
+        let resent = match t.resent_chunks {
+            0 => String::new(),
+            n => format!(", {n} chunks sent again after a bad hash"),
+        };
+        let resumed = if t.moved_bytes < t.bytes {
+            format!(
+                " ({} moved, the rest held from a cut transfer)",
+                t.moved_bytes
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  {} → {}: step {}, {} bytes{resumed} in {:.2} s at {:.2} Mb/s{resent}",
+            t.from,
+            t.to,
+            t.step,
+            t.bytes,
+            t.seconds,
+            t.rate_bps() * 8.0 / 1e6
+        );
     }
 }
 

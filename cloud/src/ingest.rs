@@ -546,6 +546,25 @@ async fn serve_stream(
             Ok(renewed) => (None, Some(renewed)),
             Err((code, why)) => refuse(code, why),
         },
+        Ok(Ok(Some(
+            msg @ (EdgeMsg::CheckpointOffer { .. }
+            | EdgeMsg::CheckpointChunk { .. }
+            | EdgeMsg::CheckpointCommit { .. }
+            | EdgeMsg::CheckpointLatest { .. }
+            | EdgeMsg::CheckpointFetch { .. }),
+        ))) => {
+            let (c, node) = (coord.clone(), node_id.clone());
+            match tokio::task::spawn_blocking(move || crate::checkpoints::answer(&c, &node, msg))
+                .await
+            {
+                Ok(Ok(reply)) => (None, Some(reply)),
+                Ok(Err((code, why))) => refuse(code, why),
+                Err(e) => refuse(
+                    ErrorCode::Internal,
+                    format!("checkpoint request failed: {e}"),
+                ),
+            }
+        }
         Ok(Ok(Some(EdgeMsg::PeersRequest))) => (
             None,
             Some(CloudMsg::Peers(
@@ -594,5 +613,10 @@ fn variant(msg: &EdgeMsg) -> &'static str {
         EdgeMsg::Probe { .. } => "a probe",
         EdgeMsg::PeersRequest => "a peers request",
         EdgeMsg::ClockRequest => "a clock request",
+        EdgeMsg::CheckpointOffer { .. } => "a checkpoint offer",
+        EdgeMsg::CheckpointChunk { .. } => "a checkpoint chunk",
+        EdgeMsg::CheckpointCommit { .. } => "a checkpoint commit",
+        EdgeMsg::CheckpointLatest { .. } => "a checkpoint request",
+        EdgeMsg::CheckpointFetch { .. } => "a checkpoint chunk request",
     }
 }

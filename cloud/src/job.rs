@@ -433,6 +433,10 @@ pub struct JobRecord {
     /// judged by the latest sample); absent when it started outside any.
     #[serde(default)]
     pub start_window: Option<StartWindow>,
+    /// Its checkpoints' moves, oldest first: each leg (edge to coordinator,
+    /// coordinator to edge) with its size, rate, time and step.
+    #[serde(default)]
+    pub checkpoint_transfers: Vec<crate::store::TransferRecord>,
 }
 
 /// Where a job's count of iterations done comes from.

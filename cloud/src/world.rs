@@ -252,7 +252,9 @@ fn job_state(
             min_workers: w.min_workers,
             max_workers: w.max_workers,
             memory_per_worker_bytes: w.memory_per_worker_bytes,
-            checkpoint_bytes: w.checkpoint_bytes,
+            // What the job's edge measured when it last sent its
+            // checkpoint, once it has; the job file's estimate before.
+            checkpoint_bytes: j.checkpoint_bytes.unwrap_or(w.checkpoint_bytes),
             checkpoint_interval_s: j.spec.checkpoint_interval_s(),
             on_infeasible: j.spec.on_infeasible,
         },
@@ -326,7 +328,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_measured_rate_overrides_the_table_for_the_job_on_its_placement() {
+    fn what_was_measured_overrides_the_job_file_a_rate_on_its_placement_and_the_checkpoint_size() {
         let spec = crate::job::JobFile::from_toml(
             "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
              [work]\nmodel = \"m\"\niterations = 1000\nglobal_batch = 32\nmodel_bytes = 1000\n",
@@ -352,6 +354,7 @@ pub(crate) mod tests {
             busy: true,
             predicted_ips: Some(0.1),
             measured_ips: Some(0.05),
+            checkpoint_bytes: None,
         };
         let mut tables = ThroughputTables::default();
         for class in ["cpu", "gpu"] {
@@ -385,6 +388,14 @@ pub(crate) mod tests {
         };
         let state = job_state(&unmeasured, &classes, &mut tables).unwrap();
         assert_eq!(state.spec.model, "m");
+        assert_eq!(state.spec.checkpoint_bytes, 0, "the job file's estimate");
+        // Once its edge sent a checkpoint, its move is priced by that size.
+        let measured = PlannedJob {
+            checkpoint_bytes: Some(12_345_678),
+            ..unmeasured
+        };
+        let state = job_state(&measured, &classes, &mut tables).unwrap();
+        assert_eq!(state.spec.checkpoint_bytes, 12_345_678);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct EdgeConfig {
     /// The local status port (off unless set).
     #[serde(default)]
     pub status: StatusConfig,
+    /// How checkpoints move with their jobs.
+    pub checkpoint: crate::checkpoint_move::CheckpointConfig,
 }
 
 /// The local status port (`[status]`): off by default, loopback only unless
@@ -294,6 +296,9 @@ impl EdgeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
         self.status.validate()?;
+        if let Some((key, value, rule)) = self.checkpoint.problem() {
+            return invalid(key, value, rule);
+        }
         if !(self.sample_interval_secs.is_finite() && self.sample_interval_secs >= 0.01) {
             return invalid(
                 "sample_interval_secs",

@@ -238,6 +238,11 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         (wall.clone(), sample_clock.clone()),
         confine,
     );
+    executor.set_mover(crate::checkpoint_move::Mover::new(
+        node_id.clone(),
+        &std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone()),
+        cfg.checkpoint.clone(),
+    ));
     executor.recover()?;
     let pruning = tokio::spawn({
         let executor = executor.clone();

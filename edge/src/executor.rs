@@ -90,6 +90,8 @@ pub struct Executor {
     confine: Confinement,
     /// Set once the daemon stops: new assignments are yielded at once.
     stopping: std::sync::atomic::AtomicBool,
+    /// Moves jobs' checkpoints to and from the coordinator, once set.
+    mover: std::sync::OnceLock<Arc<crate::checkpoint_move::Mover>>,
 }
 
 impl Executor {
@@ -119,7 +121,22 @@ impl Executor {
             running: Mutex::new(HashMap::new()),
             idle: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            mover: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Moves checkpoints with their jobs from now on: fetched before a task
+    /// starts, sent when one stops unfinished.
+    pub fn set_mover(&self, mover: Arc<crate::checkpoint_move::Mover>) {
+        let _ = self.mover.set(mover);
+    }
+
+    /// The connection checkpoints move over (`None`: disconnected), with the
+    /// probes that measure its rate.
+    pub fn set_link(&self, link: crate::checkpoint_move::Link) {
+        if let Some(m) = self.mover.get() {
+            m.set_link(link);
+        }
     }
 
     /// Reports tasks that a previous run of the daemon left unfinished as
@@ -230,6 +247,11 @@ impl Executor {
             (TASKS_DIR, &tasks, hours(self.cfg.keep_ended_hours)),
             (
                 CHECKPOINTS_DIR,
+                &jobs,
+                hours(self.cfg.checkpoint_retention_days * 24),
+            ),
+            (
+                crate::checkpoint_move::STORE_DIR,
                 &jobs,
                 hours(self.cfg.checkpoint_retention_days * 24),
             ),
@@ -360,6 +382,13 @@ impl Executor {
         if private_net && a.env.contains_key("MASTER_ADDR") {
             env.push(("MASTER_ADDR".to_string(), "127.0.0.1".to_string()));
         }
+        let resumed = match self.mover.get() {
+            Some(m) => {
+                m.resume((a.task_id, a.job_id), &dirs.checkpoints, dirs.user)
+                    .await
+            }
+            None => None,
+        };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .current_dir(&dirs.work)
@@ -394,6 +423,19 @@ impl Executor {
         self.journal.lock().unwrap().task_started(a.task_id, pid)?;
         tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
         self.journal_event(&a, TaskEvent::Started { pid })?;
+        if let Some((step, transfer)) = resumed {
+            let resume = tidemill_proto::TaskResume {
+                task_id: a.task_id,
+                job_id: a.job_id,
+                t_ms: self.stamps.now_ms(),
+                step,
+                transfer,
+            };
+            self.journal
+                .lock()
+                .unwrap()
+                .append(&ReportBody::Resumed(resume))?;
+        }
 
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let progress = ProgressSink {
@@ -468,6 +510,21 @@ impl Executor {
         let checkpoint = checkpoint.state();
         if !checkpoint.saved_by_task && checkpoint.last_error.is_some() {
             tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, files = checkpoint.files, "the task saved no checkpoint, and its output names an error in its checkpoint dir (`jobs show` has the line)");
+        }
+        // Unfinished, the job goes on from its checkpoint, here or on
+        // another node: the coordinator has it before it hears of the stop.
+        let done = matches!(
+            event,
+            TaskEvent::Exited {
+                exit_code: Some(0),
+                cancelled: false,
+                ..
+            }
+        );
+        if let Some(m) = self.mover.get().filter(|_| !done) {
+            let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+            m.save((a.task_id, a.job_id), &dirs.checkpoints, !stopping)
+                .await;
         }
         self.finish(&a, event, tail, Some(checkpoint))
     }

@@ -4,6 +4,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod accel;
+pub mod checkpoint_files;
+pub mod checkpoint_move;
 pub mod ckprobe;
 pub mod ckwatch;
 pub mod cli;

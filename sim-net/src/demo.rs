@@ -776,6 +776,7 @@ mod tests {
             attained_s: 0.0,
             plan: None,
             start_window: None,
+            checkpoint_transfers: Vec::new(),
         }
     }
 

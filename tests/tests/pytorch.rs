@@ -237,11 +237,21 @@ fn first_and_last_loss(tail: &str) -> (f64, f64) {
 
 /// A cluster of `names`, each idle all day.
 fn idle_cluster(dir: &Path, names: &[&str], throughput: &str) -> Cluster {
+    idle_cluster_with(dir, names, throughput, &|_, cmd| cmd)
+}
+
+/// [`idle_cluster`], each edge's command as `edge` makes it.
+fn idle_cluster_with(
+    dir: &Path,
+    names: &[&str],
+    throughput: &str,
+    edge: &dyn Fn(&str, std::process::Command) -> std::process::Command,
+) -> Cluster {
     let trace = write_idle_trace(dir, names);
     let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
     let net = Net {
         coord: torch_coordinator(support::Coordinator::new(dir)),
-        edge: &|_, cmd| cmd,
+        edge,
         probe_interval_secs: 1,
     };
     Cluster::start_on(dir, &trace, &nodes, &[], names, throughput, None, net)
@@ -370,7 +380,13 @@ fn wait_for_checkpoint(cluster: &Cluster, id: u64, path: &Path) {
 #[ignore = "needs torch: run tests/pytorch/run.sh"]
 fn scenario_3_a_drained_edge_yields_and_the_job_resumes_elsewhere_from_its_checkpoint() {
     let dir = support::tempdir();
-    let cluster = idle_cluster(dir.path(), &["ebb", "flood"], "");
+    // No shared storage: each edge keeps its checkpoints under its own data
+    // dir, and the checkpoint moves with the job through the coordinator.
+    let own_dirs = |_: &str, mut cmd: std::process::Command| {
+        cmd.env_remove("TIDEMILL_TASKS__CHECKPOINT_DIR");
+        cmd
+    };
+    let cluster = idle_cluster_with(dir.path(), &["ebb", "flood"], "", &own_dirs);
     let job = TorchJob {
         name: "moved",
         iterations: 400,
@@ -381,9 +397,20 @@ fn scenario_3_a_drained_edge_yields_and_the_job_resumes_elsewhere_from_its_check
         own_rate: true,
     };
     let id = submit(&cluster, dir.path(), &job);
-    let checkpoints = support::checkpoint_dir(dir.path(), id);
-    wait_for_checkpoint(&cluster, id, &checkpoints.join("checkpoint.pt"));
+    let job_line = format!("job_id={id} ");
+    cluster
+        .cloud
+        .wait_until("the job to run", 1, PATIENCE, |l| {
+            l.contains(&job_line) && l.contains("state=running")
+        });
     let first = cluster.coord.job(id)["node"].as_str().unwrap().to_string();
+    let own = |node: &str| {
+        dir.path()
+            .join(node)
+            .join("checkpoints")
+            .join(format!("job-{id}"))
+    };
+    wait_for_checkpoint(&cluster, id, &own(&first).join("tidemill-step"));
     let said = cluster.coord.cli(&["nodes", "drain", &first]);
     assert!(said.contains(&format!("node {first} drained")), "{said}");
 
@@ -406,6 +433,18 @@ fn scenario_3_a_drained_edge_yields_and_the_job_resumes_elsewhere_from_its_check
     );
     assert!(tail.contains("trained 400 iterations"), "{tail}");
     assert_met_deadline(&shown);
+    // It resumed from the checkpoint the drained edge saved, brought to the
+    // other edge's own dir.
+    let other = shown["node"].as_str().unwrap();
+    assert!(own(other).join("checkpoint.pt").exists());
+    let legs = shown["checkpoint_transfers"].as_array().unwrap();
+    let from_first = legs
+        .iter()
+        .any(|t| t["from"] == first.as_str() && t["step"] == u64::from(at));
+    let to_other = legs
+        .iter()
+        .any(|t| t["to"] == other && t["step"] == u64::from(at));
+    assert!(from_first && to_other, "{legs:#?}");
 }
 
 #[test]

@@ -303,6 +303,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         attained_s: r.get(13)?,
         plan: json_column::<Option<PlanView>>(r, 14)?,
         start_window: json_column::<Option<StartWindow>>(r, 15)?,
+        checkpoint_transfers: Vec::new(),
         progress: if r.get(16)? {
             ProgressSource::Reported
         } else {

@@ -52,6 +52,9 @@ pub struct PlannedJob {
     /// Iterations per second measured from its own reports on `location`
     /// ([`corrected_rate`]), once two reports were far enough apart.
     pub measured_ips: Option<f64>,
+    /// Bytes of the latest checkpoint kept for it, as measured when its
+    /// edge sent it; `None` before the first.
+    pub checkpoint_bytes: Option<u64>,
 }
 
 /// Where the nodes that may become rank 0 can be reached, by node id.
@@ -81,6 +84,7 @@ impl Store {
             .prepare(
                 "SELECT j.id, j.spec, j.submitted_ms, j.admission, j.reservation, j.done_iters,
                         j.attained_s, j.location, j.steps_from_ms, j.rate_ips, j.measured_ips,
+                        j.checkpoint_bytes,
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
                          WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1),
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
@@ -94,8 +98,8 @@ impl Store {
             .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| {
-                let open: i64 = r.get(11)?;
-                let stopping: i64 = r.get(12)?;
+                let open: i64 = r.get(12)?;
+                let stopping: i64 = r.get(13)?;
                 let steps_from: Option<i64> = r.get(8)?;
                 let running = open > 0 && stopping == 0;
                 Ok(PlannedJob {
@@ -116,6 +120,7 @@ impl Store {
                     busy: open > 0,
                     predicted_ips: r.get(9)?,
                     measured_ips: r.get(10)?,
+                    checkpoint_bytes: r.get::<_, Option<i64>>(11)?.map(|b| b as u64),
                 })
             })
             .map_err(&err)?;

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::Manifest;
+
 /// What an edge sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EdgeMsg {
@@ -56,6 +58,57 @@ pub enum EdgeMsg {
     /// connection that only checks the link (`tidemill-edge doctor`);
     /// answered by [`CloudMsg::Clock`].
     ClockRequest,
+    /// Offers the coordinator a complete checkpoint of the job of `task_id`
+    /// (a task of this node), to keep for the job's next start elsewhere;
+    /// answered by [`CloudMsg::CheckpointMissing`].
+    CheckpointOffer {
+        /// The task whose checkpoint dir it was read from.
+        task_id: u64,
+        /// What it holds.
+        manifest: Manifest,
+    },
+    /// One chunk of an offered checkpoint; answered by
+    /// [`CloudMsg::CheckpointChunkStored`] once its hash matched.
+    CheckpointChunk {
+        /// The job.
+        job_id: u64,
+        /// The offered manifest's id (`tidemill_runtime::checkpoint::manifest_id`).
+        manifest_id: String,
+        /// The chunk's number across the manifest's files.
+        index: u32,
+        /// Its bytes.
+        #[serde(with = "crate::checkpoint::bin")]
+        data: Vec<u8>,
+    },
+    /// Every chunk of an offered checkpoint was sent; answered by
+    /// [`CloudMsg::CheckpointStored`] once the whole verified.
+    CheckpointCommit {
+        /// The job.
+        job_id: u64,
+        /// The manifest's id.
+        manifest_id: String,
+    },
+    /// Asks for the latest complete checkpoint the coordinator keeps for the
+    /// job of `task_id`, a task assigned to this node; answered by
+    /// [`CloudMsg::CheckpointLatest`].
+    CheckpointLatest {
+        /// The task about to start.
+        task_id: u64,
+        /// Its job.
+        job_id: u64,
+    },
+    /// Asks for one chunk of a kept checkpoint; answered by
+    /// [`CloudMsg::CheckpointChunk`].
+    CheckpointFetch {
+        /// The task about to start.
+        task_id: u64,
+        /// Its job.
+        job_id: u64,
+        /// The manifest's id.
+        manifest_id: String,
+        /// The chunk's number.
+        index: u32,
+    },
 }
 
 /// What the coordinator sends.
@@ -91,6 +144,38 @@ pub enum CloudMsg {
     Clock {
         /// The coordinator's wall clock, Unix ms (never an accelerated one).
         now_ms: i64,
+    },
+    /// Answers [`EdgeMsg::CheckpointOffer`]: the chunks still to send (none
+    /// when a complete copy is kept already; a resumed offer lists only what
+    /// did not arrive before).
+    CheckpointMissing {
+        /// The manifest's id, as the coordinator computed it.
+        manifest_id: String,
+        /// Chunk numbers to send.
+        missing: Vec<u32>,
+    },
+    /// Answers [`EdgeMsg::CheckpointChunk`]: the chunk matched and is kept.
+    CheckpointChunkStored {
+        /// The chunk's number.
+        index: u32,
+    },
+    /// Answers [`EdgeMsg::CheckpointCommit`]: the checkpoint is complete.
+    CheckpointStored {
+        /// The step it holds.
+        step: u64,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// Answers [`EdgeMsg::CheckpointLatest`]: the newest complete checkpoint
+    /// of the job, if the coordinator keeps one.
+    CheckpointLatest(Option<Manifest>),
+    /// Answers [`EdgeMsg::CheckpointFetch`].
+    CheckpointChunk {
+        /// The chunk's number.
+        index: u32,
+        /// Its bytes; the edge checks them against the manifest's hash.
+        #[serde(with = "crate::checkpoint::bin")]
+        data: Vec<u8>,
     },
 }
 
@@ -287,6 +372,37 @@ pub enum ReportBody {
     /// Iterations a task says it has done, from its `TIDEMILL_PROGRESS`
     /// output lines, so the coordinator need not estimate them.
     Progress(TaskProgress),
+    /// A task started from a checkpoint: the job's progress is the step that
+    /// checkpoint holds, and the transfer that brought it, if one did.
+    Resumed(TaskResume),
+}
+
+/// What a task resumed from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResume {
+    /// The task.
+    pub task_id: u64,
+    /// Its job.
+    pub job_id: u64,
+    /// When it started, Unix ms of the edge's sampling clock.
+    pub t_ms: i64,
+    /// The step its checkpoint holds.
+    pub step: u64,
+    /// How the checkpoint came to this node; `None` when it was here already.
+    pub transfer: Option<Transfer>,
+}
+
+/// One checkpoint transfer, as its receiver timed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Bytes of the checkpoint.
+    pub bytes: u64,
+    /// Bytes actually moved (less when a resumed transfer had some already).
+    pub moved_bytes: u64,
+    /// Wall seconds it took.
+    pub seconds: f64,
+    /// Chunks that failed their hash and were sent again.
+    pub resent_chunks: u32,
 }
 
 /// A task's own count of its iterations, as its latest
@@ -466,4 +582,6 @@ pub enum ErrorCode {
     /// The sender is not allowed to do this: no, a revoked or an unknown
     /// certificate, or a bad join token. The message says which.
     Unauthorized,
+    /// A checkpoint chunk's bytes did not match its hash: send it again.
+    Corrupt,
 }

@@ -1,0 +1,343 @@
+//! A moved job keeps its progress with no shared storage: three edges, each
+//! with its own checkpoint dir under its own data dir, replay tidal traces
+//! on one accelerated clock; a job whose trainer writes a multi-megabyte
+//! checkpoint each step is moved once by the tide coming in and once by a
+//! drain, and each time resumes on the new node from the step its last
+//! checkpoint recorded, its files brought there through the coordinator;
+//! and an upload cut halfway by a dead WAN relay resumes and completes.
+
+mod support;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::PATIENCE;
+use support::cluster::{Cluster, Net, job, write_idle_trace};
+use tidemill_sim::wan::impair::PathSwitch;
+use tidemill_sim::wan::relay::Relay;
+use tidemill_sim::wan::scenario::{Impairment, PathSpec};
+
+/// Iterations the job declares.
+const ITERATIONS: u64 = 42;
+
+/// A trainer that saves a 4 MiB model headed by its step after every
+/// iteration, then the step in `tidemill-step` (the convention the edge
+/// reads), resumes from them, refuses a model that does not match its step,
+/// and counts in its work dir the iterations this task trained.
+const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR"
+i=$(cat "$ck/tidemill-step" 2>/dev/null || echo 0)
+if [ "$i" -gt 0 ]; then
+  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i"; exit 1; }
+  echo "resumed at $i on $TIDEMILL_NODE_ID"
+fi
+n=0
+trap 'echo "checkpointed at $i"; exit 0' TERM
+while [ "$i" -lt "$1" ]; do
+  sleep "$2" & wait $!
+  i=$((i+1)); n=$((n+1)); echo "$n" > trained
+  { echo "step $i"; head -c 4194304 /dev/urandom; } > "$ck/model.bin.tmp" && mv "$ck/model.bin.tmp" "$ck/model.bin"
+  echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
+done
+echo "trained $i iterations on $TIDEMILL_NODE_ID"
+"#;
+
+/// Eight days of three edges. `ebb` is idle 0-3 h on the first day and 0-8 h
+/// on the others, so its forecast (primed with the days before) expects 8 h
+/// and the tide comes in early; `flood` and `spare` are busy until 2 h.
+fn write_tides(dir: &Path) -> std::path::PathBuf {
+    let mut csv = String::from("node,time_s,cpu,mem,gpu\n");
+    for i in 0..8 * 288 {
+        let hour = f64::from(i % 288) / 12.0;
+        let ebb_until = if i < 288 { 3.0 } else { 8.0 };
+        let ebb = if hour < ebb_until { 8.0 } else { 85.0 };
+        let other = if hour < 2.0 { 85.0 } else { 8.0 };
+        csv.push_str(&format!(
+            "ebb,{t},{ebb},30,\nflood,{t},{other},30,\nspare,{t},{other},30,\n",
+            t = i * 300
+        ));
+    }
+    let path = dir.join("trace.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+/// Waits until job `id` has started `n` times; returns the node it runs on.
+fn started(cluster: &Cluster, id: u64, n: usize) -> String {
+    let job_line = format!("job_id={id} ");
+    cluster
+        .cloud
+        .wait_until("the job to start", n, PATIENCE, |l| {
+            l.contains(&job_line) && l.contains("state=running")
+        });
+    cluster.coord.job(id)["node"].as_str().unwrap().to_string()
+}
+
+/// Iterations the trainer counted itself, over every task on every node.
+fn trained_in_total(dir: &Path, nodes: &[&str]) -> u64 {
+    nodes
+        .iter()
+        .filter_map(|n| std::fs::read_dir(dir.join(n).join("tasks")).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("trained")).ok())
+        .map(|n| n.trim().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_job_moved_by_the_tide_and_by_a_drain_resumes_each_time_from_its_last_checkpoint() {
+    let dir = support::tempdir();
+    let trace = write_tides(dir.path());
+    let names = ["ebb", "flood", "spare"];
+    let nodes: Vec<(&str, &str)> = names.iter().map(|n| (*n, *n)).collect();
+    // No shared checkpoint root: each edge keeps its own under its data dir.
+    let own_dirs = |_: &str, mut cmd: std::process::Command| {
+        cmd.env_remove("TIDEMILL_TASKS__CHECKPOINT_DIR");
+        cmd
+    };
+    let net = Net {
+        coord: support::Coordinator::new(dir.path()),
+        edge: &own_dirs,
+        probe_interval_secs: 1,
+    };
+    let cluster = Cluster::start_on(dir.path(), &trace, &nodes, &[], &names, "", None, net);
+    std::fs::write(dir.path().join("trainer.sh"), TRAINER).unwrap();
+    let id = cluster.submit(
+        dir.path(),
+        &job("carried", ITERATIONS as u32, 12.0, "slo", "reject"),
+    );
+    assert_eq!(started(&cluster, id, 1), "ebb");
+    // The tide comes in on ebb at 3 h: the job moves.
+    let second = started(&cluster, id, 2);
+    assert_ne!(second, "ebb");
+    // It trains a while there, then its node is drained.
+    let seen = |l: &str| l.contains(&format!("node_id={second} ")) && l.contains("kind=samples");
+    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
+    cluster
+        .cloud
+        .wait_until("training on the second node", samples + 4, PATIENCE, seen);
+    let said = cluster.coord.cli(&["nodes", "drain", &second]);
+    assert!(said.contains(&format!("node {second} drained")), "{said}");
+    let (job, log) = cluster.wait_until_succeeded(id);
+    let third = job["node"].as_str().unwrap().to_string();
+    assert!(
+        ![second.as_str(), "ebb"].contains(&third.as_str()),
+        "{job:#}"
+    );
+    assert!(
+        log.iter().any(
+            |l| l.contains("asked to checkpoint and stop") && l.contains("tide came in on ebb")
+        ),
+        "the first move was the tide's"
+    );
+
+    // Each leg: up from the node the job left, down to the one it went
+    // to, carrying the same step, which the new task resumed from.
+    let legs: Vec<(String, String, u64)> = job["checkpoint_transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert!(t["bytes"].as_u64().unwrap() > 4 << 20, "{t}");
+            (
+                t["from"].as_str().unwrap().to_string(),
+                t["to"].as_str().unwrap().to_string(),
+                t["step"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let [(a, _, s1), (_, b, s1_down), (c, _, s2), (_, d, s2_down)] = &legs[..] else {
+        panic!("two moves of two legs each: {legs:#?}")
+    };
+    assert_eq!(
+        (a.as_str(), b, c, d),
+        ("ebb", &second, &second, &third),
+        "{legs:#?}"
+    );
+    assert_eq!((s1, s2), (s1_down, s2_down), "{legs:#?}");
+    assert!(0 < *s1 && s1 < s2 && *s2 < ITERATIONS, "{legs:#?}");
+    let events = cluster.coord.job_events(id);
+    for step in [s1, s2] {
+        let resumed = format!("resumed from the checkpoint of step {step}");
+        assert!(events.iter().any(|e| e.contains(&resumed)), "{events:#?}");
+    }
+    let tail = job["output_tail"].to_string();
+    assert!(
+        tail.contains(&format!("resumed at {s2} on {third}")),
+        "{tail}"
+    );
+    assert!(
+        tail.contains(&format!("trained {ITERATIONS} iterations on {third}")),
+        "{tail}"
+    );
+
+    // The trainer's own count: the moves cost at most a step each.
+    let trained = trained_in_total(dir.path(), &names);
+    assert!(
+        (ITERATIONS..=ITERATIONS * 12 / 10).contains(&trained),
+        "trained {trained} iterations for {ITERATIONS}"
+    );
+    let shown = cluster.coord.cli(&["jobs", "show", &id.to_string()]);
+    assert!(
+        shown.contains("checkpoint transfers:")
+            && shown.contains(&format!("{second} → cloud: step {s2}")),
+        "{shown}"
+    );
+}
+
+/// `cmd` with the coordinator address it dials replaced by `via`, the
+/// shared checkpoint root dropped (each edge keeps its own), and `env` set.
+fn dialling(cmd: &Command, via: SocketAddr, env: &[(&str, &str)]) -> Command {
+    let mut out = Command::new(cmd.get_program());
+    let args: Vec<OsString> = cmd.get_args().map(OsString::from).collect();
+    for (k, arg) in args.iter().enumerate() {
+        if k > 0 && args[k - 1] == "--coordinator" {
+            out.arg(via.to_string());
+        } else {
+            out.arg(arg);
+        }
+    }
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) if key != "TIDEMILL_TASKS__CHECKPOINT_DIR" => out.env(key, v),
+            _ => out.env_remove(key),
+        };
+    }
+    out.env_remove("TIDEMILL_TASKS__CHECKPOINT_DIR");
+    for (key, value) in env {
+        out.env(key, value);
+    }
+    out
+}
+
+/// Chunk files the coordinator holds of job `id`'s checkpoints.
+fn chunks_held(data_dir: &Path, id: u64) -> usize {
+    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
+    std::fs::read_dir(job)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flatten()
+        .flatten()
+        .filter(|f| {
+            let name = f.file_name().to_string_lossy().into_owned();
+            name.starts_with('c') && !name.ends_with(".part")
+        })
+        .count()
+}
+
+#[test]
+fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
+    let dir = support::tempdir();
+    let names = ["near", "far"];
+    let trace = write_idle_trace(dir.path(), &names);
+    let coord = support::Coordinator::new(dir.path());
+    // One relay per edge: 16 Mb/s, 5 ms each way.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut via = HashMap::new();
+    let mut switches: HashMap<String, PathSwitch> = HashMap::new();
+    for (k, name) in names.iter().enumerate() {
+        let imp = Impairment {
+            delay_ms: 5.0,
+            rate_mbps: Some(16.0),
+            ..Impairment::default()
+        };
+        let spec = PathSpec {
+            name: (*name).to_string(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: coord.quic,
+            up: imp.clone(),
+            down: imp,
+            outage: Vec::new(),
+            flap: Vec::new(),
+        };
+        let relay = rt.block_on(Relay::bind(spec, 7 + k as u64)).unwrap();
+        via.insert(name.to_string(), relay.local_addr());
+        switches.insert(name.to_string(), relay.switch());
+        rt.spawn(relay.run());
+    }
+    // The whole link for the transfer, so that it lasts seconds, not tens.
+    let wrap = |node: &str, cmd: Command| {
+        dialling(
+            &cmd,
+            via[node],
+            &[("TIDEMILL_CHECKPOINT__LINK_SHARE", "1.0")],
+        )
+    };
+    let net = Net {
+        coord,
+        edge: &wrap,
+        probe_interval_secs: 1,
+    };
+    let cluster = Cluster::start_on(
+        dir.path(),
+        &trace,
+        &[("near", "near"), ("far", "far")],
+        &[],
+        &names,
+        "",
+        None,
+        net,
+    );
+    // 16 MiB a checkpoint: 32 chunks, 8 s at 16 Mb/s.
+    std::fs::write(
+        dir.path().join("trainer.sh"),
+        TRAINER.replace("4194304", "16777216"),
+    )
+    .unwrap();
+    let id = cluster.submit(
+        dir.path(),
+        &job("cut", 24, 48.0, "best-effort", "best-effort"),
+    );
+    let first = started(&cluster, id, 1);
+    let seen = |l: &str| l.contains(&format!("node_id={first} ")) && l.contains("kind=samples");
+    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
+    cluster
+        .cloud
+        .wait_until("training", samples + 4, PATIENCE, seen);
+    let said = cluster.coord.cli(&["nodes", "drain", &first]);
+    assert!(said.contains("drained"), "{said}");
+
+    // Halfway through the upload, the relay dies for longer than the
+    // connection's idle timeout (4 s), then comes back.
+    let deadline = Instant::now() + PATIENCE;
+    while chunks_held(&cluster.coord.data_dir, id) < 16 {
+        assert!(
+            Instant::now() < deadline,
+            "no half of the checkpoint arrived"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    switches[&first].cut();
+    let edge = &cluster.nodes.iter().find(|(n, _)| *n == first).unwrap().1;
+    edge.wait_until("the link lost mid-transfer", 1, PATIENCE, |l| {
+        l.contains("the link went during a checkpoint upload")
+    });
+    let held = chunks_held(&cluster.coord.data_dir, id);
+    assert!(held < 33, "the cut came before the end: {held} chunks held");
+    switches[&first].heal();
+    edge.wait_until("the upload resumed", 1, PATIENCE, |l| {
+        l.contains("the coordinator holds part of the checkpoint already; sending the rest")
+    });
+    let (job, _) = cluster.wait_until_succeeded(id);
+    let other = job["node"].as_str().unwrap();
+    assert_ne!(other, first);
+    let up = &job["checkpoint_transfers"][0];
+    let step = up["step"].as_u64().unwrap();
+    assert_eq!(up["from"], first.as_str(), "{job:#}");
+    assert!(up["bytes"].as_u64().unwrap() > 16 << 20, "{up}");
+    let tail = job["output_tail"].to_string();
+    assert!(
+        tail.contains(&format!("resumed at {step} on {other}")),
+        "{tail}"
+    );
+    let events = cluster.coord.job_events(id);
+    let resumed = format!("resumed from the checkpoint of step {step}");
+    assert!(events.iter().any(|e| e.contains(&resumed)), "{events:#?}");
+    eprintln!("the cut upload: {up}");
+}
