@@ -89,7 +89,6 @@ fn trained_in_total(dir: &Path, nodes: &[&str]) -> u64 {
 }
 
 #[test]
-#[ignore = "known coordinator bug, seen in 2 of 3 runs here: when a forecast slot begins between the tide-in stop and the next round, the busy sample predates the slot, cloud/src/world.rs edge_availability drops it, and the P90 forecast (idle) restarts the job on the busy box; run with --ignored"]
 fn a_job_moved_by_the_tide_and_by_a_drain_resumes_each_time_from_its_last_checkpoint() {
     let dir = support::tempdir();
     let trace = write_tides(dir.path());
