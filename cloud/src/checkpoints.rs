@@ -152,7 +152,19 @@ pub fn answer(coord: &Coordinator, node_id: &str, msg: EdgeMsg) -> Result<CloudM
             Ok(CloudMsg::CheckpointChunkStored { index })
         }
         EdgeMsg::CheckpointCommit { manifest_id, .. } => {
-            let m = keeper.store.commit(job_id, &manifest_id).map_err(refusal)?;
+            let committed = keeper.store.commit(job_id, &manifest_id);
+            if let Err(CheckpointError::Incomplete { corrupt, .. }) = &committed {
+                // Chunks that rotted on this disk are sent again too.
+                if let Some(u) = keeper
+                    .uploads
+                    .lock()
+                    .unwrap()
+                    .get_mut(&(job_id, manifest_id.clone()))
+                {
+                    u.resent += *corrupt as u32;
+                }
+            }
+            let m = committed.map_err(refusal)?;
             let upload = keeper
                 .uploads
                 .lock()

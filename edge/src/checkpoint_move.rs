@@ -398,14 +398,18 @@ impl Mover {
         Fut: std::future::Future<Output = Result<T, MoveError>>,
     {
         loop {
-            let lost = self.link.borrow().as_ref().map(|(c, _)| c.stable_id());
+            // Marks the link the attempt uses as seen: a retry waits for one
+            // set after it. (Not `stable_id`: a new connection may reuse the
+            // freed address of the one that went, and so its id.)
+            let mut next = self.link.subscribe();
             match attempt().await {
                 Err(e) if patient && e.link_lost() => {
                     tracing::info!(node_id = %self.node_id, job_id, error = %e, "the link went during {what}; it resumes once the edge is connected again");
-                    let mut next = self.link.subscribe();
-                    let _ = next
-                        .wait_for(|l| l.as_ref().is_some_and(|(c, _)| Some(c.stable_id()) != lost))
-                        .await;
+                    loop {
+                        if next.changed().await.is_err() || next.borrow_and_update().is_some() {
+                            break;
+                        }
+                    }
                 }
                 other => return other,
             }

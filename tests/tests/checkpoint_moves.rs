@@ -4,7 +4,8 @@
 //! checkpoint each step is moved once by the tide coming in and once by a
 //! drain, and each time resumes on the new node from the step its last
 //! checkpoint recorded, its files brought there through the coordinator;
-//! and an upload cut halfway by a dead WAN relay resumes and completes.
+//! and an upload cut halfway by a dead WAN relay resumes and completes, a
+//! chunk that rotted on the coordinator's disk meanwhile sent again.
 
 mod support;
 
@@ -231,6 +232,27 @@ fn chunks_held(data_dir: &Path, id: u64) -> usize {
         .count()
 }
 
+/// Flips the bytes of one chunk the coordinator holds of job `id`, as a
+/// disk might.
+fn corrupt_a_held_chunk(data_dir: &Path, id: u64) {
+    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
+    let chunk = std::fs::read_dir(job)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flatten()
+        .flatten()
+        .map(|f| f.path())
+        .find(|p| p.file_name().is_some_and(|n| n == "c0"))
+        .expect("the coordinator holds the first chunk");
+    let mut data = std::fs::read(&chunk).unwrap();
+    for b in &mut data {
+        *b ^= 0xFF;
+    }
+    std::fs::write(&chunk, &data).unwrap();
+}
+
 #[test]
 fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
     let dir = support::tempdir();
@@ -304,8 +326,9 @@ fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
     assert!(said.contains("drained"), "{said}");
 
     // Halfway through the upload, the relay dies for longer than the
-    // connection's idle timeout (4 s), then comes back.
-    let deadline = Instant::now() + PATIENCE;
+    // connection's idle timeout (4 s), then comes back. Before it: the
+    // drain, the task's yield and half the upload through the relay.
+    let deadline = Instant::now() + 2 * PATIENCE;
     while chunks_held(&cluster.coord.data_dir, id) < 16 {
         assert!(
             Instant::now() < deadline,
@@ -320,6 +343,10 @@ fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
     });
     let held = chunks_held(&cluster.coord.data_dir, id);
     assert!(held < 33, "the cut came before the end: {held} chunks held");
+    // While the link is down, a chunk the coordinator holds rots on its
+    // disk: the commit finds it no longer matches its hash, and the edge
+    // sends it again.
+    corrupt_a_held_chunk(&cluster.coord.data_dir, id);
     switches[&first].heal();
     edge.wait_until("the upload resumed", 1, PATIENCE, |l| {
         l.contains("the coordinator holds part of the checkpoint already; sending the rest")
@@ -336,6 +363,12 @@ fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
         tail.contains(&format!("resumed at {step} on {other}")),
         "{tail}"
     );
+    assert!(up["resent_chunks"].as_u64().unwrap() >= 1, "{up}");
+    cluster
+        .cloud
+        .wait_until("the rotten chunk seen", 1, PATIENCE, |l| {
+            l.contains("a stored chunk no longer matches its hash; it is sent again")
+        });
     let events = cluster.coord.job_events(id);
     let resumed = format!("resumed from the checkpoint of step {step}");
     assert!(events.iter().any(|e| e.contains(&resumed)), "{events:#?}");

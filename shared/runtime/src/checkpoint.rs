@@ -65,6 +65,8 @@ pub enum CheckpointError {
         id: String,
         /// How many chunks are missing or were found corrupt.
         missing: usize,
+        /// Of those, how many were on disk but no longer matched their hash.
+        corrupt: usize,
     },
     /// The disk failed.
     #[error("checkpoint store {path}: {source}; check the data dir's disk and permissions")]
@@ -198,7 +200,7 @@ impl CheckpointStore {
     pub fn commit(&self, job_id: u64, id: &str) -> Result<Manifest, CheckpointError> {
         let (dir, m) = self.manifest(job_id, id)?;
         if !dir.join(COMPLETE).exists() {
-            let mut missing = 0;
+            let (mut missing, mut corrupt) = (0, 0);
             for i in 0..m.chunk_count() as u32 {
                 let path = dir.join(format!("c{i}"));
                 match std::fs::read(&path) {
@@ -207,6 +209,7 @@ impl CheckpointStore {
                         tracing::warn!(job_id, chunk = i, checkpoint = %id, "a stored chunk no longer matches its hash; it is sent again");
                         std::fs::remove_file(&path).map_err(io(&path))?;
                         missing += 1;
+                        corrupt += 1;
                     }
                     Err(_) => missing += 1,
                 }
@@ -215,6 +218,7 @@ impl CheckpointStore {
                 return Err(CheckpointError::Incomplete {
                     id: id.to_string(),
                     missing,
+                    corrupt,
                 });
             }
             write_atomic(&dir.join(COMPLETE), b"")?;
@@ -368,7 +372,11 @@ mod tests {
         ));
         assert!(matches!(
             store.commit(4, &id),
-            Err(CheckpointError::Incomplete { missing: 2, .. })
+            Err(CheckpointError::Incomplete {
+                missing: 2,
+                corrupt: 0,
+                ..
+            })
         ));
         assert!(
             store.latest(4).is_none(),
@@ -401,7 +409,11 @@ mod tests {
         std::fs::write(&c1, &bytes).unwrap();
         assert!(matches!(
             store.commit(4, &id),
-            Err(CheckpointError::Incomplete { missing: 1, .. })
+            Err(CheckpointError::Incomplete {
+                missing: 1,
+                corrupt: 1,
+                ..
+            })
         ));
         assert_eq!(store.offer(4, &m).unwrap().1, vec![1]);
         store.put(4, &id, 1, chunk(&d, 1)).unwrap();
