@@ -28,21 +28,28 @@ const ITERATIONS: u64 = 42;
 /// A trainer that saves a 4 MiB model headed by its step after every
 /// iteration, then the step in `tidemill-step` (the convention the edge
 /// reads), resumes from them, refuses a model that does not match its step,
-/// and counts in its work dir the iterations this task trained.
+/// and counts in its work dir the iterations this task trained. Asked to
+/// stop, it finishes the step it is in, model and step file both, as a real
+/// trainer does within its grace period; a model write cut short (the stop
+/// reaches the whole process group) is never named by the step file.
 const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR"
 i=$(cat "$ck/tidemill-step" 2>/dev/null || echo 0)
 if [ "$i" -gt 0 ]; then
-  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i"; exit 1; }
+  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i: $(head -c 12 "$ck/model.bin" | od -An -c)"; exit 1; }
   echo "resumed at $i on $TIDEMILL_NODE_ID"
 fi
-n=0
-trap 'echo "checkpointed at $i"; exit 0' TERM
+n=0 stop=
+trap 'stop=1' TERM
 while [ "$i" -lt "$1" ]; do
   sleep "$2" & wait $!
-  i=$((i+1)); n=$((n+1)); echo "$n" > trained
-  { echo "step $i"; head -c 4194304 /dev/urandom; } > "$ck/model.bin.tmp" && mv "$ck/model.bin.tmp" "$ck/model.bin"
+  [ -z "$stop" ] || break
+  n=$((n+1)); echo "$n" > trained
+  { echo "step $((i+1))"; head -c 4194304 /dev/urandom; } > "$ck/model.bin.tmp" || break
+  mv "$ck/model.bin.tmp" "$ck/model.bin"; i=$((i+1))
   echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
+  [ -z "$stop" ] || break
 done
+[ -z "$stop" ] || { echo "checkpointed at $i"; exit 0; }
 echo "trained $i iterations on $TIDEMILL_NODE_ID"
 "#;
 
@@ -216,7 +223,7 @@ fn dialling(cmd: &Command, via: SocketAddr, env: &[(&str, &str)]) -> Command {
 }
 
 /// Chunk files the coordinator holds of job `id`'s checkpoints.
-fn chunks_held(data_dir: &Path, id: u64) -> usize {
+fn held_chunks(data_dir: &Path, id: u64) -> Vec<std::path::PathBuf> {
     let job = data_dir.join("checkpoints").join(format!("job-{id}"));
     std::fs::read_dir(job)
         .into_iter()
@@ -225,25 +232,23 @@ fn chunks_held(data_dir: &Path, id: u64) -> usize {
         .filter_map(|d| std::fs::read_dir(d.path()).ok())
         .flatten()
         .flatten()
-        .filter(|f| {
-            let name = f.file_name().to_string_lossy().into_owned();
+        .map(|f| f.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
             name.starts_with('c') && !name.ends_with(".part")
         })
-        .count()
+        .collect()
+}
+
+fn chunks_held(data_dir: &Path, id: u64) -> usize {
+    held_chunks(data_dir, id).len()
 }
 
 /// Flips the bytes of one chunk the coordinator holds of job `id`, as a
 /// disk might.
 fn corrupt_a_held_chunk(data_dir: &Path, id: u64) {
-    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
-    let chunk = std::fs::read_dir(job)
+    let chunk = held_chunks(data_dir, id)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|d| std::fs::read_dir(d.path()).ok())
-        .flatten()
-        .flatten()
-        .map(|f| f.path())
         .find(|p| p.file_name().is_some_and(|n| n == "c0"))
         .expect("the coordinator holds the first chunk");
     let mut data = std::fs::read(&chunk).unwrap();
