@@ -6,6 +6,7 @@
 pub mod accel;
 pub mod checkpoint_files;
 pub mod checkpoint_move;
+pub mod checkpoint_shared;
 pub mod ckprobe;
 pub mod ckwatch;
 pub mod cli;
