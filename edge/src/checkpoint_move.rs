@@ -214,6 +214,11 @@ impl Mover {
         &self.node_id
     }
 
+    /// The shared store checkpoints are kept in, if that is the backend.
+    pub fn shared(&self) -> Option<&SharedStore> {
+        self.shared.as_ref()
+    }
+
     /// Tells the coordinator of a checkpoint put in the shared store.
     pub(crate) async fn tell(&self, report: &EdgeMsg) -> Result<(), MoveError> {
         let (conn, _) = self.conn()?;

@@ -412,6 +412,14 @@ impl SharedStore {
         Ok(())
     }
 
+    /// Deletes every checkpoint of `job_id` (its job finished).
+    pub async fn remove_job(&self, job_id: u64) -> Result<(), SharedError> {
+        for (id, ..) in self.listed(job_id).await? {
+            self.remove(job_id, &id).await?;
+        }
+        Ok(())
+    }
+
     /// Writes an object, reads it back and deletes it (`tidemill-edge
     /// doctor`).
     pub async fn probe(&self, node_id: &str) -> Result<(), SharedError> {
@@ -432,6 +440,25 @@ impl SharedStore {
 }
 
 impl Mover {
+    /// After a task of `job_id` finished its job: deletes the job's
+    /// checkpoints from the shared store, if that is the backend (no task
+    /// of the job will start again).
+    pub async fn finished(&self, job_id: u64) {
+        let Some(shared) = self.shared() else { return };
+        match shared.remove_job(job_id).await {
+            Ok(()) => {
+                tracing::info!(
+                    node_id = self.node_id(),
+                    job_id,
+                    "the job finished; its checkpoints are deleted from the shared store"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(node_id = self.node_id(), job_id, error = %e, "cannot delete a finished job's checkpoints from the shared store; delete its job-<id> there by hand")
+            }
+        }
+    }
+
     /// After a task of job `job_id` stopped: puts checkpoint `id`, read
     /// into this edge's store, in `shared`, then tells the coordinator of
     /// it, all within `[checkpoint] transfer_timeout_secs`. What fails is
@@ -640,6 +667,12 @@ mod tests {
             .map(|(_, m)| m.step)
             .collect();
         assert_eq!(steps, vec![3, 2]);
+        block(f.shared.remove_job(4)).unwrap();
+        assert!(block(f.shared.complete(4)).unwrap().is_empty());
+        assert!(
+            !f.tmp.path().join("shared/job-4").exists(),
+            "no empty dirs left"
+        );
     }
 
     #[test]
