@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, Manifest, Transfer};
 use tidemill_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use tidemill_runtime::clock::{Clock, SystemClock};
@@ -19,6 +18,7 @@ use tidemill_runtime::frames::{self, FrameError};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use crate::checkpoint_config::CheckpointConfig;
 use crate::checkpoint_shared::{SharedError, SharedStore};
 use crate::link::Probes;
 
@@ -48,44 +48,6 @@ fn window(rate_bps: Option<f64>) -> usize {
 /// Offers (or fetch rounds) before a transfer gives up: each resends what
 /// failed its hash in the round before.
 const ROUNDS: usize = 3;
-
-/// `[checkpoint]`: how checkpoints move with their jobs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointConfig {
-    /// Complete checkpoints kept per job in the edge's store.
-    pub keep: usize,
-    /// Largest checkpoint sent or fetched, bytes.
-    pub max_bytes: u64,
-    /// Share of the coordinator link's measured rate a transfer may use.
-    pub link_share: f64,
-    /// Wall seconds a transfer may take before the task goes on without it.
-    pub transfer_timeout_secs: u64,
-}
-
-impl CheckpointConfig {
-    /// Why the settings are unusable, if they are: (key, value, rule).
-    pub fn problem(&self) -> Option<(&'static str, String, &'static str)> {
-        if self.keep == 0 || self.max_bytes == 0 || self.transfer_timeout_secs == 0 {
-            return Some((
-                "checkpoint",
-                format!(
-                    "keep {}, max_bytes {}, transfer_timeout_secs {}",
-                    self.keep, self.max_bytes, self.transfer_timeout_secs
-                ),
-                "each must be at least 1",
-            ));
-        }
-        if !(self.link_share > 0.0 && self.link_share <= 1.0) {
-            return Some((
-                "checkpoint.link_share",
-                self.link_share.to_string(),
-                "must be above 0 and at most 1",
-            ));
-        }
-        None
-    }
-}
 
 /// Why a checkpoint did not move.
 #[derive(Debug, thiserror::Error)]

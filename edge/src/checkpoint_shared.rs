@@ -17,19 +17,18 @@
 //! them: a corrupt one makes the whole checkpoint unusable, and the previous
 //! complete one is used.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use serde::Deserialize;
 use tidemill_proto::{EdgeMsg, Manifest, Transfer};
 use tidemill_runtime::checkpoint::{CheckpointError, CheckpointStore, manifest_id};
 use tidemill_runtime::clock::SystemClock;
 
-use crate::checkpoint_move::{CheckpointConfig, Mover, Pacer};
+use crate::checkpoint_config::local_path;
+use crate::checkpoint_move::{Mover, Pacer};
 
 /// The marker a complete checkpoint's prefix holds, written last.
 const COMPLETE: &str = "complete";
@@ -37,105 +36,6 @@ const COMPLETE: &str = "complete";
 const MANIFEST: &str = "manifest";
 /// The object `tidemill-edge doctor` writes, reads back and deletes.
 const PROBE: &str = "tidemill-doctor-probe";
-
-/// Where a job's checkpoints are kept between its tasks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// The coordinator keeps them; edges send and fetch them over their
-    /// mutual-TLS links (`crate::checkpoint_move`).
-    #[default]
-    Coordinator,
-    /// The operators' shared store at `[checkpoint] url`.
-    Shared,
-}
-
-/// `[checkpoint]` as written: how checkpoints move, and where they are kept.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckpointToml {
-    keep: usize,
-    max_bytes: u64,
-    link_share: f64,
-    transfer_timeout_secs: u64,
-    backend: Backend,
-    url: String,
-}
-
-/// `[checkpoint]`: the transfer settings, and the backend that keeps
-/// checkpoints between a job's tasks.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(from = "CheckpointToml")]
-pub struct CheckpointTable {
-    /// How transfers go, whatever the backend.
-    pub moves: CheckpointConfig,
-    /// Where checkpoints are kept.
-    pub backend: Backend,
-    /// The shared store's URL (`file:///path`, or an absolute path), for
-    /// backend "shared".
-    pub url: String,
-}
-
-impl From<CheckpointToml> for CheckpointTable {
-    fn from(t: CheckpointToml) -> Self {
-        CheckpointTable {
-            moves: CheckpointConfig {
-                keep: t.keep,
-                max_bytes: t.max_bytes,
-                link_share: t.link_share,
-                transfer_timeout_secs: t.transfer_timeout_secs,
-            },
-            backend: t.backend,
-            url: t.url,
-        }
-    }
-}
-
-impl CheckpointTable {
-    /// Why the settings are unusable, if they are: (key, value, rule).
-    pub fn problem(&self) -> Option<(&'static str, String, &'static str)> {
-        if let Some(p) = self.moves.problem() {
-            return Some(p);
-        }
-        let url = || format!("{:?}", self.url);
-        match (self.backend, self.url.trim().is_empty()) {
-            (Backend::Coordinator, true) => None,
-            (Backend::Coordinator, false) => Some((
-                "checkpoint.url",
-                url(),
-                "is used only with backend = \"shared\": set backend = \"shared\" to keep checkpoints there, or leave url empty",
-            )),
-            (Backend::Shared, true) => Some((
-                "checkpoint.url",
-                url(),
-                "must name the shared store when backend = \"shared\", as file:///mnt/tidemill-checkpoints (a local or NFS path every edge mounts at the same place)",
-            )),
-            (Backend::Shared, false) => local_path(&self.url)
-                .err()
-                .map(|rule| ("checkpoint.url", url(), rule)),
-        }
-    }
-}
-
-/// The directory a shared-store URL names, or the rule it breaks.
-pub fn local_path(url: &str) -> Result<PathBuf, &'static str> {
-    let url = url.trim();
-    let path = match url.split_once("://") {
-        Some(("file", rest)) => rest,
-        Some(_) => {
-            return Err(
-                "names a store this edge is not built to reach: only a local or NFS path is supported (S3, GCS and Azure are not built in); mount the share and give its path, as file:///mnt/tidemill-checkpoints",
-            );
-        }
-        None => url,
-    };
-    if !path.starts_with('/') {
-        return Err(
-            "must be an absolute path, as file:///mnt/tidemill-checkpoints or /mnt/tidemill-checkpoints (file://host/path is not supported)",
-        );
-    }
-    Ok(PathBuf::from(path))
-}
 
 /// Why the shared store failed.
 #[derive(Debug, thiserror::Error)]
@@ -735,43 +635,5 @@ mod tests {
             err.contains("missing") && err.contains("[checkpoint] url"),
             "{err}"
         );
-    }
-
-    fn table(backend: Backend, url: &str) -> CheckpointTable {
-        CheckpointTable {
-            moves: CheckpointConfig {
-                keep: 2,
-                max_bytes: 1 << 30,
-                link_share: 0.5,
-                transfer_timeout_secs: 600,
-            },
-            backend,
-            url: url.into(),
-        }
-    }
-
-    #[test]
-    fn a_bad_shared_url_is_a_config_error_naming_the_key_and_the_fix() {
-        for ok in ["file:///srv/ck", "/srv/ck", " file:///mnt/nfs/ck "] {
-            assert_eq!(table(Backend::Shared, ok).problem(), None, "{ok}");
-        }
-        assert_eq!(table(Backend::Coordinator, "").problem(), None);
-        for (backend, url, says) in [
-            (Backend::Shared, "", "must name the shared store"),
-            (Backend::Shared, "s3://bucket/ck", "mount the share"),
-            (Backend::Shared, "gs://bucket", "not built in"),
-            (Backend::Shared, "relative/ck", "absolute path"),
-            (Backend::Shared, "file://host/ck", "absolute path"),
-            (
-                Backend::Coordinator,
-                "file:///srv/ck",
-                "backend = \"shared\"",
-            ),
-        ] {
-            let (key, value, rule) = table(backend, url).problem().expect(url);
-            assert_eq!(key, "checkpoint.url");
-            assert!(value.contains(url.trim()), "{value}");
-            assert!(rule.contains(says), "{url}: {rule}");
-        }
     }
 }

@@ -73,10 +73,11 @@ async fn write_and_read(
 /// an object there, reads it back and deletes it. Returns the store's path,
 /// or a sentence saying what failed; `None` with the coordinator backend.
 pub async fn shared_store(
-    cfg: &crate::checkpoint_shared::CheckpointTable,
+    cfg: &crate::checkpoint_config::CheckpointTable,
     node_id: &str,
 ) -> Option<Result<String, String>> {
-    use crate::checkpoint_shared::{Backend, SharedStore};
+    use crate::checkpoint_config::Backend;
+    use crate::checkpoint_shared::SharedStore;
     if cfg.backend != Backend::Shared {
         return None;
     }

@@ -55,7 +55,7 @@ pub struct EdgeConfig {
     #[serde(default)]
     pub status: StatusConfig,
     /// How checkpoints move with their jobs, and where they are kept.
-    pub checkpoint: crate::checkpoint_shared::CheckpointTable,
+    pub checkpoint: crate::checkpoint_config::CheckpointTable,
 }
 
 /// The local status port (`[status]`): off by default, loopback only unless
@@ -550,7 +550,7 @@ mod tests {
         let cfg = load("file:///mnt/ck");
         assert_eq!(
             cfg.checkpoint.backend,
-            crate::checkpoint_shared::Backend::Shared
+            crate::checkpoint_config::Backend::Shared
         );
         cfg.validate().unwrap();
         let err = load("s3://bucket/ck").validate().unwrap_err().to_string();

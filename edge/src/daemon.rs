@@ -14,8 +14,9 @@ use tidemill_runtime::probe;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
 
+use crate::checkpoint_config::Backend;
 use crate::checkpoint_move::Mover;
-use crate::checkpoint_shared::{Backend, SharedStore};
+use crate::checkpoint_shared::SharedStore;
 use crate::config::EdgeConfig;
 use crate::confine::{ConfineError, Confinement};
 use crate::executor::Executor;
