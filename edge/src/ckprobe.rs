@@ -92,3 +92,13 @@ pub async fn shared_store(
             .map_err(|e| e.to_string()),
     )
 }
+
+/// Whether the directory shared-store `url` names may be written by group
+/// or others (the edge alone should).
+pub fn writable_by_others(url: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    crate::checkpoint_config::local_path(url)
+        .ok()
+        .and_then(|dir| std::fs::metadata(dir).ok())
+        .is_some_and(|m| m.permissions().mode() & 0o022 != 0)
+}

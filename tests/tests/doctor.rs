@@ -281,7 +281,7 @@ fn cloud_doctor_passes_while_serving_and_fails_on_a_taken_port() {
 /// With `[checkpoint] backend = "shared"`, `config check` refuses a URL the
 /// edge cannot reach, naming the key, the value and the fix, and `doctor`
 /// fails a store that is not there, naming it, then passes once it exists,
-/// leaving nothing behind.
+/// leaving nothing behind, and warns while others may write there.
 #[test]
 fn edge_doctor_and_config_check_report_a_bad_or_unreachable_shared_checkpoint_store() {
     let dir = support::tempdir();
@@ -327,6 +327,11 @@ fn edge_doctor_and_config_check_report_a_bad_or_unreachable_shared_checkpoint_st
         "the failure names the store:\n{report}"
     );
     std::fs::create_dir(&store).unwrap();
+    let mode = |m| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    mode(0o700);
     let (_, report) = edge(&doctor, &url);
     assert_eq!(status_of(&report, "checkpoint-store"), "ok", "{report}");
     assert_eq!(
@@ -334,4 +339,9 @@ fn edge_doctor_and_config_check_report_a_bad_or_unreachable_shared_checkpoint_st
         0,
         "the probe leaves nothing"
     );
+    // Anyone else who can write there could plant a checkpoint.
+    mode(0o777);
+    let (_, report) = edge(&doctor, &url);
+    assert_eq!(status_of(&report, "checkpoint-store"), "warn", "{report}");
+    assert!(report.contains("go-w"), "{report}");
 }
