@@ -77,6 +77,9 @@ pub fn answer(coord: &Coordinator, node_id: &str, msg: EdgeMsg) -> Result<CloudM
         EdgeMsg::CheckpointChunk { job_id, .. } | EdgeMsg::CheckpointCommit { job_id, .. } => {
             (*job_id, None)
         }
+        EdgeMsg::CheckpointShared {
+            task_id, manifest, ..
+        } => (manifest.job_id, Some(*task_id)),
         EdgeMsg::CheckpointLatest { task_id, job_id }
         | EdgeMsg::CheckpointFetch {
             task_id, job_id, ..
@@ -170,39 +173,37 @@ pub fn answer(coord: &Coordinator, node_id: &str, msg: EdgeMsg) -> Result<CloudM
                 .lock()
                 .unwrap()
                 .remove(&(job_id, manifest_id));
-            let bytes = m.bytes();
-            let (seconds, moved, resent) = upload.map_or((0.0, 0, 0), |u| {
+            let took = upload.map_or((0.0, 0, 0), |u| {
                 (u.since.elapsed().as_secs_f64(), u.moved, u.resent)
             });
-            let record = TransferRecord {
-                t_ms: tidemill_runtime::clock::Clock::now_ms(&*coord.clock),
-                from: node_id.to_string(),
-                to: tidemill_proto::CLOUD_PEER.to_string(),
-                bytes,
-                moved_bytes: moved,
-                seconds,
-                step: m.step,
-                resent_chunks: resent,
-            };
-            tracing::info!(
-                node_id,
-                job_id,
-                step = m.step,
-                bytes,
-                seconds,
-                resent,
-                "checkpoint stored"
+            stored(coord, node_id, &m, tidemill_proto::CLOUD_PEER, took)
+        }
+        // The chunks went to the operators' shared store, not here: the
+        // manifest is checked as an offer's would be, and only what it says
+        // is recorded (the size prices the job's next move).
+        EdgeMsg::CheckpointShared {
+            manifest, transfer, ..
+        } => {
+            manifest
+                .check(job_id, coord.cfg.checkpoint.max_bytes)
+                .map_err(|e| refusal(e.into()))?;
+            let seconds = transfer.seconds;
+            let took = (
+                if seconds.is_finite() {
+                    seconds.max(0.0)
+                } else {
+                    0.0
+                },
+                transfer.moved_bytes,
+                transfer.resent_chunks,
             );
-            coord
-                .store
-                .lock()
-                .unwrap()
-                .checkpoint_stored(job_id, &record)
-                .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
-            Ok(CloudMsg::CheckpointStored {
-                step: m.step,
-                bytes,
-            })
+            stored(
+                coord,
+                node_id,
+                &manifest,
+                tidemill_proto::SHARED_STORE_PEER,
+                took,
+            )
         }
         EdgeMsg::CheckpointLatest { .. } => Ok(CloudMsg::CheckpointLatest(
             keeper.store.latest(job_id).map(|(_, m)| m),
@@ -218,6 +219,48 @@ pub fn answer(coord: &Coordinator, node_id: &str, msg: EdgeMsg) -> Result<CloudM
         }
         _ => unreachable!("matched above"),
     }
+}
+
+/// Records that checkpoint `m` went from `node_id` to `to` in `(seconds,
+/// moved bytes, resent chunks)`, and answers the edge.
+fn stored(
+    coord: &Coordinator,
+    node_id: &str,
+    m: &tidemill_proto::Manifest,
+    to: &str,
+    (seconds, moved, resent): (f64, u64, u32),
+) -> Result<CloudMsg, Refusal> {
+    let (job_id, bytes) = (m.job_id, m.bytes());
+    let record = TransferRecord {
+        t_ms: tidemill_runtime::clock::Clock::now_ms(&*coord.clock),
+        from: node_id.to_string(),
+        to: to.to_string(),
+        bytes,
+        moved_bytes: moved,
+        seconds,
+        step: m.step,
+        resent_chunks: resent,
+    };
+    tracing::info!(
+        node_id,
+        job_id,
+        step = m.step,
+        bytes,
+        seconds,
+        resent,
+        to,
+        "checkpoint stored"
+    );
+    coord
+        .store
+        .lock()
+        .unwrap()
+        .checkpoint_stored(job_id, &record)
+        .map_err(|e| (ErrorCode::Internal, e.to_string()))?;
+    Ok(CloudMsg::CheckpointStored {
+        step: m.step,
+        bytes,
+    })
 }
 
 /// Deletes the checkpoints of jobs that are no longer queued or running.
@@ -567,5 +610,77 @@ mod tests {
             .collect();
         assert_eq!(jobs, vec![std::ffi::OsString::from(format!("job-{job}"))]);
         assert!(!dir.path().join("etc").exists());
+    }
+
+    #[test]
+    fn a_shared_store_checkpoint_is_recorded_from_its_manifest_and_bad_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (coord, job, task) = coordinator(dir.path());
+        let (m, _) = checkpoint(job, 42);
+        let transfer = tidemill_proto::Transfer {
+            bytes: m.bytes(),
+            moved_bytes: m.bytes(),
+            seconds: 0.5,
+            resent_chunks: 0,
+            shared: true,
+        };
+        let shared = |manifest: Manifest| EdgeMsg::CheckpointShared {
+            task_id: task,
+            manifest,
+            transfer: transfer.clone(),
+        };
+        // Only a node the job has a task on may say so.
+        assert_eq!(
+            code(answer(&coord, "n2", shared(m.clone()))),
+            ErrorCode::Unauthorized
+        );
+        let mut escape = m.clone();
+        escape.files[0].name = "../../etc/passwd".into();
+        let mut huge = m.clone();
+        huge.files[0].size = u64::MAX / 2;
+        let mut other_job = m.clone();
+        other_job.job_id = job + 1;
+        for bad in [escape, huge] {
+            assert_eq!(
+                code(answer(&coord, "n1", shared(bad))),
+                ErrorCode::UnexpectedMessage
+            );
+        }
+        assert_eq!(
+            code(answer(&coord, "n1", shared(other_job))),
+            ErrorCode::Unauthorized,
+            "a manifest names its own job, which must be one of the node's"
+        );
+        assert!(
+            coord
+                .store
+                .lock()
+                .unwrap()
+                .transfers(job)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            answer(&coord, "n1", shared(m.clone())).unwrap(),
+            CloudMsg::CheckpointStored {
+                step: 42,
+                bytes: m.bytes()
+            }
+        );
+        let store = coord.store.lock().unwrap();
+        let t = &store.transfers(job).unwrap()[0];
+        assert_eq!(
+            (t.from.as_str(), t.to.as_str(), t.step, t.bytes),
+            ("n1", tidemill_proto::SHARED_STORE_PEER, 42, m.bytes())
+        );
+        assert_eq!(store.checkpoint_sizes().unwrap()[&job], m.bytes());
+        assert!(
+            keeper_holds_nothing(dir.path()),
+            "no chunk went through the coordinator"
+        );
+    }
+
+    fn keeper_holds_nothing(dir: &std::path::Path) -> bool {
+        std::fs::read_dir(dir.join(CHECKPOINTS_DIR)).map_or(true, |mut d| d.next().is_none())
     }
 }

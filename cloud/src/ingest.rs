@@ -551,7 +551,8 @@ async fn serve_stream(
             | EdgeMsg::CheckpointChunk { .. }
             | EdgeMsg::CheckpointCommit { .. }
             | EdgeMsg::CheckpointLatest { .. }
-            | EdgeMsg::CheckpointFetch { .. }),
+            | EdgeMsg::CheckpointFetch { .. }
+            | EdgeMsg::CheckpointShared { .. }),
         ))) => {
             let (c, node) = (coord.clone(), node_id.clone());
             match tokio::task::spawn_blocking(move || crate::checkpoints::answer(&c, &node, msg))
@@ -618,5 +619,6 @@ fn variant(msg: &EdgeMsg) -> &'static str {
         EdgeMsg::CheckpointCommit { .. } => "a checkpoint commit",
         EdgeMsg::CheckpointLatest { .. } => "a checkpoint request",
         EdgeMsg::CheckpointFetch { .. } => "a checkpoint chunk request",
+        EdgeMsg::CheckpointShared { .. } => "a shared-store checkpoint report",
     }
 }

@@ -72,7 +72,8 @@ impl Classified for EdgeMsg {
             | EdgeMsg::CheckpointChunk { .. }
             | EdgeMsg::CheckpointCommit { .. }
             | EdgeMsg::CheckpointLatest { .. }
-            | EdgeMsg::CheckpointFetch { .. } => Traffic::Checkpoint,
+            | EdgeMsg::CheckpointFetch { .. }
+            | EdgeMsg::CheckpointShared { .. } => Traffic::Checkpoint,
         }
     }
 }

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tidemill_proto::{CloudMsg, EdgeMsg, ErrorCode, Manifest, Transfer};
 use tidemill_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use tidemill_runtime::clock::{Clock, SystemClock};
@@ -19,6 +18,8 @@ use tidemill_runtime::frames::{self, FrameError};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use crate::checkpoint_config::CheckpointConfig;
+use crate::checkpoint_shared::{SharedError, SharedStore};
 use crate::link::Probes;
 
 /// Under the data dir, the checkpoints this edge holds (root's alone; the
@@ -48,44 +49,6 @@ fn window(rate_bps: Option<f64>) -> usize {
 /// failed its hash in the round before.
 const ROUNDS: usize = 3;
 
-/// `[checkpoint]`: how checkpoints move with their jobs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointConfig {
-    /// Complete checkpoints kept per job in the edge's store.
-    pub keep: usize,
-    /// Largest checkpoint sent or fetched, bytes.
-    pub max_bytes: u64,
-    /// Share of the coordinator link's measured rate a transfer may use.
-    pub link_share: f64,
-    /// Wall seconds a transfer may take before the task goes on without it.
-    pub transfer_timeout_secs: u64,
-}
-
-impl CheckpointConfig {
-    /// Why the settings are unusable, if they are: (key, value, rule).
-    pub fn problem(&self) -> Option<(&'static str, String, &'static str)> {
-        if self.keep == 0 || self.max_bytes == 0 || self.transfer_timeout_secs == 0 {
-            return Some((
-                "checkpoint",
-                format!(
-                    "keep {}, max_bytes {}, transfer_timeout_secs {}",
-                    self.keep, self.max_bytes, self.transfer_timeout_secs
-                ),
-                "each must be at least 1",
-            ));
-        }
-        if !(self.link_share > 0.0 && self.link_share <= 1.0) {
-            return Some((
-                "checkpoint.link_share",
-                self.link_share.to_string(),
-                "must be above 0 and at most 1",
-            ));
-        }
-        None
-    }
-}
-
 /// Why a checkpoint did not move.
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {
@@ -98,6 +61,9 @@ pub enum MoveError {
     /// The stream failed.
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The shared store failed.
+    #[error(transparent)]
+    Shared(#[from] SharedError),
     /// The coordinator refused.
     #[error("the coordinator refused {what}: {message}")]
     Refused {
@@ -127,14 +93,15 @@ fn expect(what: &'static str, reply: CloudMsg) -> MoveError {
 }
 
 /// Spaces chunks so that a transfer keeps to its rate.
-struct Pacer {
+pub struct Pacer {
     rate_bps: Option<f64>,
     start: Instant,
     sent: u64,
 }
 
 impl Pacer {
-    fn new(rate_bps: Option<f64>) -> Self {
+    /// A pacer at `rate_bps` bytes/s (`None`: unpaced).
+    pub fn new(rate_bps: Option<f64>) -> Self {
         Pacer {
             rate_bps: rate_bps.filter(|r| r.is_finite() && *r > 0.0),
             start: Instant::now(),
@@ -142,8 +109,13 @@ impl Pacer {
         }
     }
 
+    /// Bytes admitted so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
     /// Waits until `len` more bytes keep within the rate.
-    async fn admit(&mut self, len: usize) {
+    pub async fn admit(&mut self, len: usize) {
         if let Some(rate) = self.rate_bps {
             let due = Duration::from_secs_f64(self.sent as f64 / rate);
             let waited = self.start.elapsed();
@@ -162,6 +134,9 @@ pub struct Mover {
     pub store: CheckpointStore,
     cfg: CheckpointConfig,
     link: watch::Sender<Link>,
+    /// The operators' shared store, when `[checkpoint] backend = "shared"`:
+    /// checkpoints go there instead of through the coordinator.
+    shared: Option<SharedStore>,
 }
 
 /// The connection transfers use, with the probes that measure its rate.
@@ -175,12 +150,44 @@ impl Mover {
             store: CheckpointStore::new(data_dir.join(STORE_DIR), cfg.max_bytes, cfg.keep),
             cfg,
             link: watch::Sender::new(None),
+            shared: None,
         })
+    }
+
+    /// A mover that keeps checkpoints in `shared`, not at the coordinator.
+    pub fn with_shared(
+        node_id: String,
+        data_dir: &std::path::Path,
+        cfg: CheckpointConfig,
+        shared: SharedStore,
+    ) -> Arc<Self> {
+        let mut mover = Arc::into_inner(Self::new(node_id, data_dir, cfg)).expect("just made");
+        mover.shared = Some(shared);
+        Arc::new(mover)
     }
 
     /// The settings.
     pub fn cfg(&self) -> &CheckpointConfig {
         &self.cfg
+    }
+
+    /// The node this edge is.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The shared store checkpoints are kept in, if that is the backend.
+    pub fn shared(&self) -> Option<&SharedStore> {
+        self.shared.as_ref()
+    }
+
+    /// Tells the coordinator of a checkpoint put in the shared store.
+    pub(crate) async fn tell(&self, report: &EdgeMsg) -> Result<(), MoveError> {
+        let (conn, _) = self.conn()?;
+        match frames::request(&conn, report).await? {
+            CloudMsg::CheckpointStored { .. } => Ok(()),
+            other => Err(expect("the shared-store checkpoint report", other)),
+        }
     }
 
     /// The connection transfers use from now on (`None`: disconnected), and
@@ -191,11 +198,17 @@ impl Mover {
 
     fn conn(&self) -> Result<(quinn::Connection, Option<f64>), MoveError> {
         let link = self.link.borrow();
-        let (conn, probes) = link.as_ref().ok_or(MoveError::NoLink)?;
-        let rate = probes
-            .as_ref()
-            .map(|p| p.cloud.lock().unwrap().bandwidth_bps * self.cfg.link_share);
-        Ok((conn.clone(), rate))
+        let (conn, _) = link.as_ref().ok_or(MoveError::NoLink)?;
+        Ok((conn.clone(), self.rate()))
+    }
+
+    /// `link_share` of the coordinator link's measured rate, bytes/s: the
+    /// pace of a transfer, whichever way it goes (the shared store is
+    /// reached over the same uplink); `None` while unmeasured.
+    pub(crate) fn rate(&self) -> Option<f64> {
+        let link = self.link.borrow();
+        let probes = link.as_ref()?.1.as_ref()?;
+        Some(probes.cloud.lock().unwrap().bandwidth_bps * self.cfg.link_share)
     }
 
     /// Sends stored checkpoint `id` of `job_id` to the coordinator; returns
@@ -257,6 +270,7 @@ impl Mover {
                         moved_bytes: pacer.sent,
                         seconds: started.elapsed().as_secs_f64(),
                         resent_chunks: resent,
+                        shared: false,
                     });
                 }
                 // Chunks were missing or found corrupt: the next offer
@@ -330,6 +344,7 @@ impl Mover {
                             moved_bytes: moved,
                             seconds: started.elapsed().as_secs_f64(),
                             resent_chunks: resent,
+                            shared: false,
                         }),
                     ));
                 }
@@ -388,7 +403,7 @@ impl Mover {
     /// Runs `attempt` until it ends other than by a lost link, each retry
     /// on the connection the link makes next: what arrived before the cut
     /// is kept, so each retry moves only the rest. The caller bounds it.
-    async fn resuming<T, F, Fut>(
+    pub(crate) async fn resuming<T, F, Fut>(
         &self,
         (what, job_id, patient): (&str, u64, bool),
         mut attempt: F,
@@ -430,6 +445,12 @@ impl Mover {
         let here = crate::checkpoint_files::local_step(dir);
         let limit = Duration::from_secs(self.cfg.transfer_timeout_secs);
         let fetched = tidemill_runtime::clock::timeout(&SystemClock, limit, async {
+            if let Some(shared) = &self.shared {
+                let from = (self.node_id.as_str(), job_id);
+                let got =
+                    crate::checkpoint_shared::newest(shared, &self.store, from, here, self.rate());
+                return Ok(got.await?);
+            }
             let latest = self.resuming(("a checkpoint request", job_id, true), || {
                 self.latest(task_id, job_id)
             });
@@ -513,6 +534,11 @@ impl Mover {
                 return;
             }
         };
+        if let Some(shared) = &self.shared {
+            return self
+                .share(shared, (task_id, job_id), (&id, &m), patient)
+                .await;
+        }
         let limit = Duration::from_secs(self.cfg.transfer_timeout_secs);
         let upload = self.resuming(("a checkpoint upload", job_id, patient), || {
             self.upload(task_id, job_id, (&id, &m))

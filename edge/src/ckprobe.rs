@@ -2,7 +2,8 @@
 //! started the way the executor starts a task, create, write and read back a
 //! file in a job's checkpoint dir (`tidemill-edge doctor`). A task that
 //! cannot would run and report success while every checkpoint it tried to
-//! save was lost.
+//! save was lost. With `[checkpoint] backend = "shared"`, also whether the
+//! edge can write, read back and delete an object in the shared store.
 
 use std::path::PathBuf;
 
@@ -66,4 +67,38 @@ async fn write_and_read(
     } else {
         format!("as {user}: {why}")
     })
+}
+
+/// With `[checkpoint] backend = "shared"`: opens the shared store, writes
+/// an object there, reads it back and deletes it. Returns the store's path,
+/// or a sentence saying what failed; `None` with the coordinator backend.
+pub async fn shared_store(
+    cfg: &crate::checkpoint_config::CheckpointTable,
+    node_id: &str,
+) -> Option<Result<String, String>> {
+    use crate::checkpoint_config::Backend;
+    use crate::checkpoint_shared::SharedStore;
+    if cfg.backend != Backend::Shared {
+        return None;
+    }
+    let probed = async {
+        let store = SharedStore::open(&cfg.url, cfg.moves.max_bytes, cfg.moves.keep)?;
+        store.probe(node_id).await
+    };
+    Some(
+        probed
+            .await
+            .map(|()| cfg.url.clone())
+            .map_err(|e| e.to_string()),
+    )
+}
+
+/// Whether the directory shared-store `url` names may be written by group
+/// or others (the edge alone should).
+pub fn writable_by_others(url: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    crate::checkpoint_config::local_path(url)
+        .ok()
+        .and_then(|dir| std::fs::metadata(dir).ok())
+        .is_some_and(|m| m.permissions().mode() & 0o022 != 0)
 }

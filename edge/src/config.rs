@@ -54,8 +54,8 @@ pub struct EdgeConfig {
     /// The local status port (off unless set).
     #[serde(default)]
     pub status: StatusConfig,
-    /// How checkpoints move with their jobs.
-    pub checkpoint: crate::checkpoint_move::CheckpointConfig,
+    /// How checkpoints move with their jobs, and where they are kept.
+    pub checkpoint: crate::checkpoint_config::CheckpointTable,
 }
 
 /// The local status port (`[status]`): off by default, loopback only unless
@@ -528,5 +528,45 @@ mod tests {
                 .to_string()
                 .contains("sample_interval_secs")
         );
+    }
+
+    /// The shared checkpoint backend is set like any key, and a URL this
+    /// edge cannot reach is refused at load, naming the key, the value and
+    /// the fix.
+    #[test]
+    fn a_shared_checkpoint_url_is_checked_at_load() {
+        let load = |url: &str| {
+            let env = [
+                (
+                    "TIDEMILL_CHECKPOINT__BACKEND".to_string(),
+                    "shared".to_string(),
+                ),
+                ("TIDEMILL_CHECKPOINT__URL".to_string(), url.to_string()),
+            ];
+            let (cfg, _): (EdgeConfig, _) =
+                config_file::load_layered(None, DEFAULT_CONFIG, &[], &env).unwrap();
+            cfg
+        };
+        let cfg = load("file:///mnt/ck");
+        assert_eq!(
+            cfg.checkpoint.backend,
+            crate::checkpoint_config::Backend::Shared
+        );
+        cfg.validate().unwrap();
+        let err = load("s3://bucket/ck").validate().unwrap_err().to_string();
+        assert!(
+            err.contains("checkpoint.url")
+                && err.contains("s3://bucket/ck")
+                && err.contains("file:///"),
+            "{err}"
+        );
+        let env = [(
+            "TIDEMILL_CHECKPOINT__BACKEND".to_string(),
+            "nfs".to_string(),
+        )];
+        let err = config_file::load_layered::<EdgeConfig>(None, DEFAULT_CONFIG, &[], &env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nfs") && err.contains("coordinator"), "{err}");
     }
 }

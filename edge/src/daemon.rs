@@ -14,6 +14,9 @@ use tidemill_runtime::probe;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
 
+use crate::checkpoint_config::Backend;
+use crate::checkpoint_move::Mover;
+use crate::checkpoint_shared::SharedStore;
 use crate::config::EdgeConfig;
 use crate::confine::{ConfineError, Confinement};
 use crate::executor::Executor;
@@ -69,6 +72,10 @@ pub enum EdgeError {
     /// The local status port cannot start.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
+    /// The shared checkpoint store (`[checkpoint] backend = "shared"`)
+    /// cannot be opened.
+    #[error(transparent)]
+    SharedCheckpoints(#[from] crate::checkpoint_shared::SharedError),
 }
 
 /// How long a stopping edge waits for the coordinator to acknowledge what it
@@ -238,11 +245,15 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         (wall.clone(), sample_clock.clone()),
         confine,
     );
-    executor.set_mover(crate::checkpoint_move::Mover::new(
-        node_id.clone(),
-        &std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone()),
-        cfg.checkpoint.clone(),
-    ));
+    let store_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+    let moves = cfg.checkpoint.moves.clone();
+    executor.set_mover(match cfg.checkpoint.backend {
+        Backend::Coordinator => Mover::new(node_id.clone(), &store_dir, moves),
+        Backend::Shared => {
+            let shared = SharedStore::open(&cfg.checkpoint.url, moves.max_bytes, moves.keep)?;
+            Mover::with_shared(node_id.clone(), &store_dir, moves, shared)
+        }
+    });
     executor.recover()?;
     let pruning = tokio::spawn({
         let executor = executor.clone();

@@ -61,6 +61,23 @@ pub async fn run(cfg: &EdgeConfig, source: &str) -> Report {
     accelerators(&mut report, cfg).await;
     confinement(&mut report, cfg);
     checkpoints(&mut report, cfg).await;
+    match crate::ckprobe::shared_store(&cfg.checkpoint, &cfg.resolved_node_id()).await {
+        Some(Ok(url)) if crate::ckprobe::writable_by_others(&url) => report.warn(
+            "checkpoint-store",
+            format!("the shared checkpoint store {url} is writable by group or others, who could plant a checkpoint a task then loads"),
+            "chmod go-w it (and export the share to the edge hosts alone)",
+        ),
+        Some(Ok(url)) => report.ok(
+            "checkpoint-store",
+            format!("wrote, read back and deleted an object in the shared checkpoint store {url}"),
+        ),
+        Some(Err(e)) => report.fail(
+            "checkpoint-store",
+            e,
+            "make [checkpoint] url an existing directory every edge mounts at the same place, writable by the edge (under the systemd unit, in its ReadWritePaths)",
+        ),
+        None => {}
+    }
     report
 }
 

@@ -521,10 +521,14 @@ impl Executor {
                 ..
             }
         );
-        if let Some(m) = self.mover.get().filter(|_| !done) {
-            let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
-            m.save((a.task_id, a.job_id), &dirs.checkpoints, !stopping)
-                .await;
+        match self.mover.get() {
+            Some(m) if !done => {
+                let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+                m.save((a.task_id, a.job_id), &dirs.checkpoints, !stopping)
+                    .await;
+            }
+            Some(m) => m.finished(a.job_id).await,
+            None => {}
         }
         self.finish(&a, event, tail, Some(checkpoint))
     }

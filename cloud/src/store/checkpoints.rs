@@ -205,7 +205,12 @@ pub(super) fn report_resume(
             r.job_id,
             &TransferRecord {
                 t_ms: now_ms,
-                from: tidemill_proto::CLOUD_PEER.to_string(),
+                from: if t.shared {
+                    tidemill_proto::SHARED_STORE_PEER
+                } else {
+                    tidemill_proto::CLOUD_PEER
+                }
+                .to_string(),
                 to: node_id.to_string(),
                 bytes: t.bytes,
                 moved_bytes: t.moved_bytes,
@@ -287,6 +292,7 @@ mod tests {
                 moved_bytes: 9_000_000,
                 seconds: 1.5,
                 resent_chunks: 0,
+                shared: false,
             }),
         };
         store

@@ -109,6 +109,19 @@ pub enum EdgeMsg {
         /// The chunk's number.
         index: u32,
     },
+    /// Tells the coordinator that this edge put a complete checkpoint of the
+    /// job of `task_id` (a task of this node) in the operators' shared
+    /// store (`[checkpoint] backend = "shared"`), so that it learns its size
+    /// and step as if it had been sent; no chunk goes through the
+    /// coordinator. Answered by [`CloudMsg::CheckpointStored`].
+    CheckpointShared {
+        /// The task whose checkpoint dir it was read from.
+        task_id: u64,
+        /// What it holds.
+        manifest: Manifest,
+        /// How the put went.
+        transfer: Transfer,
+    },
 }
 
 /// What the coordinator sends.
@@ -202,6 +215,10 @@ pub struct Peer {
 
 /// The name under which an edge reports its link to the coordinator.
 pub const CLOUD_PEER: &str = "cloud";
+
+/// The name under which a checkpoint transfer to or from the operators'
+/// shared store (`[checkpoint] backend = "shared"`) is recorded.
+pub const SHARED_STORE_PEER: &str = "shared-store";
 
 /// One measurement of a link from the reporting node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -403,6 +420,10 @@ pub struct Transfer {
     pub seconds: f64,
     /// Chunks that failed their hash and were sent again.
     pub resent_chunks: u32,
+    /// Whether it went through the operators' shared store
+    /// ([`SHARED_STORE_PEER`]) rather than through the coordinator.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// A task's own count of its iterations, as its latest
