@@ -18,40 +18,13 @@ use std::time::{Duration, Instant};
 
 use support::PATIENCE;
 use support::cluster::{Cluster, Net, job, write_idle_trace};
+use support::trainer::{self, started};
 use tidemill_sim::wan::impair::PathSwitch;
 use tidemill_sim::wan::relay::Relay;
 use tidemill_sim::wan::scenario::{Impairment, PathSpec};
 
 /// Iterations the job declares.
 const ITERATIONS: u64 = 42;
-
-/// A trainer that saves a 4 MiB model headed by its step after every
-/// iteration, then the step in `tidemill-step` (the convention the edge
-/// reads), resumes from them, refuses a model that does not match its step,
-/// and counts in its work dir the iterations this task trained. Asked to
-/// stop, it finishes the step it is in, model and step file both, as a real
-/// trainer does within its grace period; a model write cut short (the stop
-/// reaches the whole process group) is never named by the step file.
-const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR"
-i=$(cat "$ck/tidemill-step" 2>/dev/null || echo 0)
-if [ "$i" -gt 0 ]; then
-  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i: $(head -c 12 "$ck/model.bin" | od -An -c)"; exit 1; }
-  echo "resumed at $i on $TIDEMILL_NODE_ID"
-fi
-n=0 stop=
-trap 'stop=1' TERM
-while [ "$i" -lt "$1" ]; do
-  sleep "$2" & wait $!
-  [ -z "$stop" ] || break
-  n=$((n+1)); echo "$n" > trained
-  { echo "step $((i+1))"; head -c 4194304 /dev/urandom; } > "$ck/model.bin.tmp" || break
-  mv "$ck/model.bin.tmp" "$ck/model.bin"; i=$((i+1))
-  echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
-  [ -z "$stop" ] || break
-done
-[ -z "$stop" ] || { echo "checkpointed at $i"; exit 0; }
-echo "trained $i iterations on $TIDEMILL_NODE_ID"
-"#;
 
 /// Eight days of three edges. `ebb` is idle 0-3 h on the first day and 0-8 h
 /// on the others, so its forecast (primed with the days before) expects 8 h
@@ -71,17 +44,6 @@ fn write_tides(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("trace.csv");
     std::fs::write(&path, csv).unwrap();
     path
-}
-
-/// Waits until job `id` has started `n` times; returns the node it runs on.
-fn started(cluster: &Cluster, id: u64, n: usize) -> String {
-    let job_line = format!("job_id={id} ");
-    cluster
-        .cloud
-        .wait_until("the job to start", n, PATIENCE, |l| {
-            l.contains(&job_line) && l.contains("state=running")
-        });
-    cluster.coord.job(id)["node"].as_str().unwrap().to_string()
 }
 
 /// Iterations the trainer counted itself, over every task on every node.
@@ -113,7 +75,7 @@ fn a_job_moved_by_the_tide_and_by_a_drain_resumes_each_time_from_its_last_checkp
         probe_interval_secs: 1,
     };
     let cluster = Cluster::start_on(dir.path(), &trace, &nodes, &[], &names, "", None, net);
-    std::fs::write(dir.path().join("trainer.sh"), TRAINER).unwrap();
+    trainer::write(dir.path(), 4 << 20);
     let id = cluster.submit(
         dir.path(),
         &job("carried", ITERATIONS as u32, 12.0, "slo", "reject"),
@@ -123,13 +85,7 @@ fn a_job_moved_by_the_tide_and_by_a_drain_resumes_each_time_from_its_last_checkp
     let second = started(&cluster, id, 2);
     assert_ne!(second, "ebb");
     // It trains a while there, then its node is drained.
-    let seen = |l: &str| l.contains(&format!("node_id={second} ")) && l.contains("kind=samples");
-    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
-    cluster
-        .cloud
-        .wait_until("training on the second node", samples + 4, PATIENCE, seen);
-    let said = cluster.coord.cli(&["nodes", "drain", &second]);
-    assert!(said.contains(&format!("node {second} drained")), "{said}");
+    trainer::drain_after_training(&cluster, &second);
     let (job, log) = cluster.wait_until_succeeded(id);
     let third = job["node"].as_str().unwrap().to_string();
     assert!(
@@ -224,15 +180,8 @@ fn dialling(cmd: &Command, via: SocketAddr, env: &[(&str, &str)]) -> Command {
 
 /// Chunk files the coordinator holds of job `id`'s checkpoints.
 fn held_chunks(data_dir: &Path, id: u64) -> Vec<std::path::PathBuf> {
-    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
-    std::fs::read_dir(job)
+    trainer::held_by_coordinator(data_dir, id)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|d| std::fs::read_dir(d.path()).ok())
-        .flatten()
-        .flatten()
-        .map(|f| f.path())
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy();
             name.starts_with('c') && !name.ends_with(".part")
@@ -312,23 +261,13 @@ fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
         net,
     );
     // 16 MiB a checkpoint: 32 chunks, 8 s at 16 Mb/s.
-    std::fs::write(
-        dir.path().join("trainer.sh"),
-        TRAINER.replace("4194304", "16777216"),
-    )
-    .unwrap();
+    trainer::write(dir.path(), 16 << 20);
     let id = cluster.submit(
         dir.path(),
         &job("cut", 24, 48.0, "best-effort", "best-effort"),
     );
     let first = started(&cluster, id, 1);
-    let seen = |l: &str| l.contains(&format!("node_id={first} ")) && l.contains("kind=samples");
-    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
-    cluster
-        .cloud
-        .wait_until("training", samples + 4, PATIENCE, seen);
-    let said = cluster.coord.cli(&["nodes", "drain", &first]);
-    assert!(said.contains("drained"), "{said}");
+    trainer::drain_after_training(&cluster, &first);
 
     // Halfway through the upload, the relay dies for longer than the
     // connection's idle timeout (4 s), then comes back. Before it: the

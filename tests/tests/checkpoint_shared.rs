@@ -8,44 +8,11 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
 use support::PATIENCE;
 use support::cluster::{Cluster, Net, job, write_idle_trace};
-
-/// A trainer that saves a 2 MiB model headed by its step after every
-/// iteration, then the step in `tidemill-step` (the convention the edge
-/// reads), resumes from them and refuses a model that does not match its
-/// step.
-const TRAINER: &str = r#"ck="$TIDEMILL_CHECKPOINT_DIR"
-i=$(cat "$ck/tidemill-step" 2>/dev/null || echo 0)
-if [ "$i" -gt 0 ]; then
-  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i"; exit 1; }
-  echo "resumed at $i on $TIDEMILL_NODE_ID"
-fi
-trap 'echo "checkpointed at $i"; exit 0' TERM
-while [ "$i" -lt "$1" ]; do
-  sleep "$2" & wait $!
-  i=$((i+1))
-  { echo "step $i"; head -c 2097152 /dev/urandom; } > "$ck/model.bin.tmp" && mv "$ck/model.bin.tmp" "$ck/model.bin"
-  echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
-done
-echo "trained $i iterations on $TIDEMILL_NODE_ID"
-"#;
-
-/// Files (chunks, manifests, markers) the coordinator holds of job `id`'s
-/// checkpoints.
-fn held_by_coordinator(data_dir: &Path, id: u64) -> usize {
-    let job = data_dir.join("checkpoints").join(format!("job-{id}"));
-    std::fs::read_dir(job)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|d| std::fs::read_dir(d.path()).ok())
-        .flatten()
-        .count()
-}
+use support::trainer;
 
 #[test]
 fn a_drained_job_resumes_on_another_edge_from_the_shared_store_not_through_the_coordinator() {
@@ -78,24 +45,13 @@ fn a_drained_job_resumes_on_another_edge_from_the_shared_store_not_through_the_c
         None,
         net,
     );
-    std::fs::write(dir.path().join("trainer.sh"), TRAINER).unwrap();
+    trainer::write(dir.path(), 2 << 20);
     let id = cluster.submit(
         dir.path(),
         &job("shared", 24, 48.0, "best-effort", "best-effort"),
     );
-    let job_line = format!("job_id={id} ");
-    let running = |l: &str| l.contains(&job_line) && l.contains("state=running");
-    cluster
-        .cloud
-        .wait_until("the job to start", 1, PATIENCE, running);
-    let first = cluster.coord.job(id)["node"].as_str().unwrap().to_string();
-    let seen = |l: &str| l.contains(&format!("node_id={first} ")) && l.contains("kind=samples");
-    let samples = cluster.cloud.log().iter().filter(|l| seen(l)).count();
-    cluster
-        .cloud
-        .wait_until("training", samples + 4, PATIENCE, seen);
-    let said = cluster.coord.cli(&["nodes", "drain", &first]);
-    assert!(said.contains("drained"), "{said}");
+    let first = trainer::started(&cluster, id, 1);
+    trainer::drain_after_training(&cluster, &first);
     let edge = &cluster.nodes.iter().find(|(n, _)| *n == first).unwrap().1;
     edge.wait_until("the checkpoint put", 1, PATIENCE, |l| {
         l.contains("checkpoint put in the shared store")
@@ -154,8 +110,8 @@ fn a_drained_job_resumes_on_another_edge_from_the_shared_store_not_through_the_c
         "{shown}"
     );
     assert_eq!(
-        held_by_coordinator(&cluster.coord.data_dir, id),
-        0,
+        trainer::held_by_coordinator(&cluster.coord.data_dir, id),
+        Vec::<std::path::PathBuf>::new(),
         "no checkpoint went through the coordinator"
     );
     // The job finished: its checkpoints left the shared store.

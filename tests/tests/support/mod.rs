@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod rogue;
+pub mod trainer;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
