@@ -419,9 +419,12 @@ pub(super) fn apply_task_status(
             &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
             params![job, t.reason],
         )?,
+        // An ended job's reported count is what it did: the estimate
+        // credited since its last report (`settle_progress`) is dropped.
         Some(phase) => tx.execute(
             &format!(
-                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6 {live}"
+                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6,
+                        done_iters = COALESCE(reported_iters, done_iters) {live}"
             ),
             params![job, phase.as_str(), t.exit_code, tail, t.reason, s.t_ms],
         )?,

@@ -567,11 +567,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
-        use crate::job::ProgressSource;
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
+    /// A store under `dir` with a job of 1000 iterations started on `e1`,
+    /// its plan predicting 0.1 it/s; returns the store, the job and its task.
+    fn running_job(dir: &std::path::Path) -> (Store, u64, u64) {
+        let mut store = Store::open(dir).unwrap();
         store.register(&hello("e1"), 0).unwrap();
         let job_file = JobFile::from_toml(
             "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
@@ -605,6 +604,14 @@ mod tests {
             tidemill_proto::TaskEvent::Started { pid: 7 },
         );
         store.apply_report("e1", &started, 5).unwrap();
+        (store, job, task)
+    }
+
+    #[test]
+    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
+        use crate::job::ProgressSource;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
         store.advance_progress(100_005).unwrap();
         let shown = store.job(job).unwrap().unwrap();
         assert!(
@@ -685,6 +692,31 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+    }
+
+    #[test]
+    fn an_ended_job_counts_what_it_reported_not_the_estimate_since() {
+        use crate::job::{JobPhase, ProgressSource};
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
+        store
+            .apply_report("e1", &progress(2, task, job, 100_000, 60), 100_005)
+            .unwrap();
+        // The estimate goes on past the last report (0.1 it/s for 100 s).
+        store.advance_progress(200_005).unwrap();
+        assert!((store.job(job).unwrap().unwrap().done_iters - 70.0).abs() < 1e-9);
+        let exit = tidemill_proto::TaskEvent::Exited {
+            exit_code: Some(0),
+            signal: None,
+            cancelled: false,
+        };
+        let ended = crate::store::testkit::task(3, task, job, exit);
+        store.apply_report("e1", &ended, 200_010).unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(
+            (shown.state, shown.done_iters, shown.progress),
+            (JobPhase::Succeeded, 60.0, ProgressSource::Reported)
+        );
     }
 
     #[test]
