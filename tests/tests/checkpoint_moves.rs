@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::PATIENCE;
-use support::cluster::{Cluster, Net, job, write_idle_trace};
+use support::cluster::{Cluster, Net, job};
 use support::trainer::{self, started};
 use tidemill_sim::wan::impair::PathSwitch;
 use tidemill_sim::wan::relay::Relay;
@@ -210,14 +210,12 @@ fn corrupt_a_held_chunk(data_dir: &Path, id: u64) {
 #[test]
 fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
     let dir = support::tempdir();
-    let names = ["near", "far"];
-    let trace = write_idle_trace(dir.path(), &names);
     let coord = support::Coordinator::new(dir.path());
     // One relay per edge: 16 Mb/s, 5 ms each way.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut via = HashMap::new();
     let mut switches: HashMap<String, PathSwitch> = HashMap::new();
-    for (k, name) in names.iter().enumerate() {
+    for (k, name) in ["near", "far"].iter().enumerate() {
         let imp = Impairment {
             delay_ms: 5.0,
             rate_mbps: Some(16.0),
@@ -250,24 +248,8 @@ fn an_upload_cut_halfway_by_a_dead_relay_resumes_and_completes() {
         edge: &wrap,
         probe_interval_secs: 1,
     };
-    let cluster = Cluster::start_on(
-        dir.path(),
-        &trace,
-        &[("near", "near"), ("far", "far")],
-        &[],
-        &names,
-        "",
-        None,
-        net,
-    );
     // 16 MiB a checkpoint: 32 chunks, 8 s at 16 Mb/s.
-    trainer::write(dir.path(), 16 << 20);
-    let id = cluster.submit(
-        dir.path(),
-        &job("cut", 24, 48.0, "best-effort", "best-effort"),
-    );
-    let first = started(&cluster, id, 1);
-    trainer::drain_after_training(&cluster, &first);
+    let (cluster, id, first) = trainer::drained_from_one_of_two(dir.path(), net, 16 << 20, "cut");
 
     // Halfway through the upload, the relay dies for longer than the
     // connection's idle timeout (4 s), then comes back. Before it: the

@@ -11,14 +11,12 @@ mod support;
 use std::process::Command;
 
 use support::PATIENCE;
-use support::cluster::{Cluster, Net, job, write_idle_trace};
+use support::cluster::Net;
 use support::trainer;
 
 #[test]
 fn a_drained_job_resumes_on_another_edge_from_the_shared_store_not_through_the_coordinator() {
     let dir = support::tempdir();
-    let names = ["near", "far"];
-    let trace = write_idle_trace(dir.path(), &names);
     let store = dir.path().join("shared-checkpoints");
     std::fs::create_dir(&store).unwrap();
     let url = format!("file://{}", store.display());
@@ -35,23 +33,7 @@ fn a_drained_job_resumes_on_another_edge_from_the_shared_store_not_through_the_c
         edge: &shared,
         probe_interval_secs: 1,
     };
-    let cluster = Cluster::start_on(
-        dir.path(),
-        &trace,
-        &[("near", "near"), ("far", "far")],
-        &[],
-        &names,
-        "",
-        None,
-        net,
-    );
-    trainer::write(dir.path(), 2 << 20);
-    let id = cluster.submit(
-        dir.path(),
-        &job("shared", 24, 48.0, "best-effort", "best-effort"),
-    );
-    let first = trainer::started(&cluster, id, 1);
-    trainer::drain_after_training(&cluster, &first);
+    let (cluster, id, first) = trainer::drained_from_one_of_two(dir.path(), net, 2 << 20, "shared");
     let edge = &cluster.nodes.iter().find(|(n, _)| *n == first).unwrap().1;
     edge.wait_until("the checkpoint put", 1, PATIENCE, |l| {
         l.contains("checkpoint put in the shared store")

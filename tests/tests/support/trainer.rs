@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::PATIENCE;
-use super::cluster::Cluster;
+use super::cluster::{Cluster, Net, job, write_idle_trace};
 
 /// A trainer, run as `sh trainer.sh ITERATIONS SECONDS_A_STEP`, that saves a
 /// model of `model_bytes` headed by its step after every iteration, then the
@@ -66,6 +66,27 @@ pub fn drain_after_training(cluster: &Cluster, node: &str) {
         .wait_until("training", samples + 4, PATIENCE, seen);
     let said = cluster.coord.cli(&["nodes", "drain", node]);
     assert!(said.contains(&format!("node {node} drained")), "{said}");
+}
+
+/// Starts edges `near` and `far` on idle traces under `dir` through `net`,
+/// submits a best-effort job `name` of [`script`] with `model_bytes`
+/// checkpoints, and drains the node it starts on once it trains; returns
+/// the cluster, the job and that node.
+pub fn drained_from_one_of_two(
+    dir: &Path,
+    net: Net,
+    model_bytes: u64,
+    name: &'static str,
+) -> (Cluster, u64, String) {
+    let names = ["near", "far"];
+    let trace = write_idle_trace(dir, &names);
+    let nodes = [("near", "near"), ("far", "far")];
+    let cluster = Cluster::start_on(dir, &trace, &nodes, &[], &names, "", None, net);
+    write(dir, model_bytes);
+    let id = cluster.submit(dir, &job(name, 24, 48.0, "best-effort", "best-effort"));
+    let first = started(&cluster, id, 1);
+    drain_after_training(&cluster, &first);
+    (cluster, id, first)
 }
 
 /// Files under each of the coordinator's checkpoint dirs of job `id`
