@@ -5,7 +5,9 @@
 #   sh install.sh edge --coordinator HOST:PORT --token T   (or --token-file F)
 #
 # It places the binary in /usr/local/bin, the operations guide in
-# /usr/local/share/doc/tidemill (the unit's Documentation=), makes the data dir
+# /usr/local/share/doc/tidemill (the unit's Documentation=), for the edge the
+# trainer template /usr/local/share/tidemill/train_ddp.py that the example job
+# file (configs/job.toml) runs as shipped, makes the data dir
 # /var/lib/tidemill-<role> (0700; the cloud's owned by the system user
 # `tidemill`), writes /etc/tidemill/<role>.toml from the binary's documented
 # defaults only if that file is absent, installs the systemd unit, and enables
@@ -117,6 +119,12 @@ unit=$here/systemd/$name.service
 guide=$here/docs/operations.md
 [ -f "$guide" ] || guide=$here/../docs/operations.md
 [ -f "$guide" ] || die "docs/operations.md is missing; run install.sh from the release tarball or the repository's deploy/ directory"
+# The trainer template the example job runs: examples/ beside this script in
+# the release tarball, ../edge/examples/pytorch in the repository.
+trainer=$here/examples/train_ddp.py
+[ -f "$trainer" ] || trainer=$here/../edge/examples/pytorch/train_ddp.py
+[ "$role" = cloud ] || [ -f "$trainer" ] ||
+    die "examples/train_ddp.py is missing; run install.sh from the release tarball or the repository's deploy/ directory"
 
 if [ -z "$root" ] && [ "$dry" = false ] && [ "$(id -u)" != 0 ]; then
     die "run as root (sudo sh $0 ...), or give --root DIR or --dry-run"
@@ -144,6 +152,7 @@ etc=$root/etc/tidemill
 data=$root/var/lib/$name
 unitdir=$root/etc/systemd/system
 docdir=$root/usr/local/share/doc/tidemill
+sharedir=$root/usr/local/share/tidemill
 
 echo "installing $name from $binary"
 run install -d -m 0755 "$bindir" "$unitdir"
@@ -153,6 +162,12 @@ run install -m 0644 "$unit" "$unitdir/$name.service"
 run install -d -m 0755 "$docdir"
 run install -m 0644 "$guide" "$docdir/operations.md"
 run install -d -m 0700 "$data"
+if [ "$role" = edge ]; then
+    # World-readable and outside the data dir: every task user runs it, and
+    # ProtectSystem=strict leaves /usr readable.
+    run install -d -m 0755 "$sharedir"
+    run install -m 0755 "$trainer" "$sharedir/train_ddp.py"
+fi
 
 if [ "$role" = cloud ]; then
     if ! getent passwd tidemill >/dev/null 2>&1; then

@@ -58,9 +58,11 @@ retry "$B/tidemill-cloud" forecast e1
 #    (deepspeech2: 0.0301 iterations/s on a CPU box), 60 iterations (about
 #    35 minutes of tide), due 8 hours of tide from now. The trainer stands in
 #    for a real one: it steps at that rate on the accelerated clock and
-#    checkpoints to, and resumes from, $TIDEMILL_CHECKPOINT_DIR.
+#    checkpoints to, and resumes from, $TIDEMILL_CHECKPOINT_DIR (its step in
+#    tidemill-step, the file tidemill reads to move a checkpoint).
 TRAINER=$(cat <<'SH'
-ck="$TIDEMILL_CHECKPOINT_DIR/step"; i=$(cat "$ck" 2>/dev/null || echo 0)
+ck="$TIDEMILL_CHECKPOINT_DIR/tidemill-step"; i=$(cat "$ck" 2>/dev/null || echo 0)
+[ "$i" -eq 0 ] || echo "resumed at $i"
 trap 'echo "$i" > "$ck"; echo "checkpointed at $i"; exit 0' TERM
 while [ "$i" -lt "$1" ]; do sleep "$2" & wait $!; i=$((i + 1)); echo "$i" > "$ck"; done
 echo "trained $i iterations on $TIDEMILL_NODE_ID"

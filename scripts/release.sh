@@ -2,7 +2,8 @@
 # Builds the release tarball dist/tidemill-<version>-<arch>-linux.tar.gz: both
 # daemons as static executables (the `dist` profile: fat LTO, stripped; the
 # static glibc flags come from .cargo/config.toml), their systemd units,
-# deploy/install.sh, the documented default configs, docs/operations.md,
+# deploy/install.sh, the documented default configs and example job file, the
+# trainer template the example job runs (examples/), docs/operations.md,
 # LICENSE and CHANGELOG.md. Run from anywhere in the repository:
 #
 #   scripts/release.sh
@@ -33,11 +34,12 @@ name=tidemill-$version-$arch-linux
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 stage=$work/$name
-mkdir -p "$stage/bin" "$stage/systemd" "$stage/configs" "$stage/docs"
+mkdir -p "$stage/bin" "$stage/systemd" "$stage/configs" "$stage/docs" "$stage/examples"
 install -m 0755 "$bins/tidemill-edge" "$bins/tidemill-cloud" "$stage/bin/"
 install -m 0644 deploy/systemd/tidemill-edge.service deploy/systemd/tidemill-cloud.service "$stage/systemd/"
 install -m 0755 deploy/install.sh "$stage/"
-install -m 0644 configs/edge.toml configs/cloud.toml "$stage/configs/"
+install -m 0644 configs/edge.toml configs/cloud.toml configs/job.toml "$stage/configs/"
+install -m 0755 edge/examples/pytorch/train_ddp.py "$stage/examples/"
 install -m 0644 docs/operations.md "$stage/docs/"
 install -m 0644 LICENSE CHANGELOG.md "$stage/"
 

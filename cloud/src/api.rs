@@ -207,7 +207,8 @@ async fn show_job(
     Path(id): Path<u64>,
 ) -> Result<Json<JobRecord>, Failure> {
     let store = c.store.lock().unwrap();
-    let job = store.job(id)?.ok_or_else(|| not_found(id))?;
+    let mut job = store.job(id)?.ok_or_else(|| not_found(id))?;
+    job.checkpoint_transfers = store.transfers(id)?;
     let owner = store.job_owner(id)?.unwrap_or_default();
     Ok(Json(shown_to(job, &caller, &owner)))
 }

@@ -824,9 +824,13 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         let slack = crate::job::signed_span((job.deadline - t).num_milliseconds());
         println!("finished:   {} (slack {slack})", t.to_rfc3339());
     }
+    if let Some(ck) = &job.checkpoint {
+        println!("checkpoint: {}", checkpoint_line(ck));
+    }
     if let Some(p) = &job.plan {
         print_plan(job, p);
     }
+    print_transfers(&job.checkpoint_transfers);
     if !job.output_tail.is_empty() {
         println!("output (last {} lines):", job.output_tail.len());
         for line in &job.output_tail {
@@ -837,6 +841,52 @@ fn show(job: &JobRecord, json: bool) -> Outcome {
         println!("output:     {why}");
     }
     Ok(())
+}
+
+/// What a job's latest ended task left in its checkpoint dir, for `jobs show`.
+fn checkpoint_line(ck: &tidemill_proto::CheckpointState) -> String {
+    let error = ck
+        .last_error
+        .as_deref()
+        .map_or_else(String::new, |e| format!(" (last error: {e})"));
+    let held = format!("{} files, {:.1} MB", ck.files, ck.bytes as f64 / 1e6);
+    match (ck.saved_by_task, ck.files) {
+        (true, _) => format!("{held}, saved by its last task"),
+        (false, 0) => format!("none saved{error}"),
+        (false, _) => format!("none saved by its last task{error}; {held} kept from before"),
+    }
+}
+
+/// A job's checkpoint transfers, for `jobs show`: each leg's size, rate,
+/// time and the step it carried, which a task resumed from.
+fn print_transfers(transfers: &[crate::store::TransferRecord]) {
+    if transfers.is_empty() {
+        return;
+    }
+    println!("checkpoint transfers:");
+    for t in transfers {
+        let resent = match t.resent_chunks {
+            0 => String::new(),
+            n => format!(", {n} chunks sent again after a bad hash"),
+        };
+        let resumed = if t.moved_bytes < t.bytes {
+            format!(
+                " ({} moved, the rest held from a cut transfer)",
+                t.moved_bytes
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  {} → {}: step {}, {} bytes{resumed} in {:.2} s at {:.2} Mb/s{resent}",
+            t.from,
+            t.to,
+            t.step,
+            t.bytes,
+            t.seconds,
+            t.rate_bps() * 8.0 / 1e6
+        );
+    }
 }
 
 fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {

@@ -64,12 +64,25 @@ pub struct CloudConfig {
     pub scheduler: SchedulerConfig,
     /// What `/metrics` exposes.
     pub metrics: MetricsConfig,
+    /// The checkpoints the coordinator keeps for moving jobs.
+    pub checkpoint: CheckpointConfig,
     /// How far what edges say is trusted.
     #[serde(default)]
     pub trust: crate::trust::TrustConfig,
     /// How log lines are written: text or json.
     #[serde(default)]
     pub log_format: tidemill_runtime::lifecycle::LogFormat,
+}
+
+/// The checkpoints the coordinator keeps so that a moved job resumes where
+/// it stopped (`[checkpoint]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Complete checkpoints kept per job.
+    pub keep: usize,
+    /// Largest checkpoint taken, bytes.
+    pub max_bytes: u64,
 }
 
 /// Bounds on what `/metrics` exposes, so that a large fleet cannot blow up
@@ -317,6 +330,16 @@ impl CloudConfig {
                     self.api.request_timeout_secs,
                     self.api.max_connections,
                     self.api.max_connections_per_address
+                ),
+                "each must be at least 1",
+            );
+        }
+        if self.checkpoint.keep == 0 || self.checkpoint.max_bytes == 0 {
+            return invalid(
+                "checkpoint",
+                format!(
+                    "keep {}, max_bytes {}",
+                    self.checkpoint.keep, self.checkpoint.max_bytes
                 ),
                 "each must be at least 1",
             );

@@ -63,6 +63,8 @@ pub struct Coordinator {
     pub admission: Admission,
     /// Each node's hourly report budget (`[ingest]`).
     pub report_budget: ReportBudget,
+    /// The checkpoints kept for moving jobs (`[checkpoint]`).
+    pub checkpoints: crate::checkpoints::Keeper,
 }
 
 impl Coordinator {
@@ -90,6 +92,7 @@ impl Coordinator {
                 cfg.ingest.report_bytes_per_hour,
             ),
             metrics: Metrics::new(cfg.metrics.max_node_series),
+            checkpoints: crate::checkpoints::Keeper::new(&cfg.data_dir, &cfg.checkpoint),
             cfg,
             started_ms: clock.now_ms(),
             clock,

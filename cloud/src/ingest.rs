@@ -512,7 +512,9 @@ async fn serve_stream(
                     }
                     for (seq, kind) in &a.stored {
                         tracing::debug!(node_id = %node_id, seq, kind = %kind.as_str(), "report stored");
-                        if *kind == ReportKind::Forecast {
+                        // A forecast dropped for a value out of range was not stored.
+                        let dropped = a.dropped.iter().any(|d| d.seq == *seq);
+                        if *kind == ReportKind::Forecast && !dropped {
                             tracing::debug!(node_id = %node_id, seq, "forecast stored");
                         }
                     }
@@ -544,6 +546,26 @@ async fn serve_stream(
             Ok(renewed) => (None, Some(renewed)),
             Err((code, why)) => refuse(code, why),
         },
+        Ok(Ok(Some(
+            msg @ (EdgeMsg::CheckpointOffer { .. }
+            | EdgeMsg::CheckpointChunk { .. }
+            | EdgeMsg::CheckpointCommit { .. }
+            | EdgeMsg::CheckpointLatest { .. }
+            | EdgeMsg::CheckpointFetch { .. }
+            | EdgeMsg::CheckpointShared { .. }),
+        ))) => {
+            let (c, node) = (coord.clone(), node_id.clone());
+            match tokio::task::spawn_blocking(move || crate::checkpoints::answer(&c, &node, msg))
+                .await
+            {
+                Ok(Ok(reply)) => (None, Some(reply)),
+                Ok(Err((code, why))) => refuse(code, why),
+                Err(e) => refuse(
+                    ErrorCode::Internal,
+                    format!("checkpoint request failed: {e}"),
+                ),
+            }
+        }
         Ok(Ok(Some(EdgeMsg::PeersRequest))) => (
             None,
             Some(CloudMsg::Peers(
@@ -592,5 +614,11 @@ fn variant(msg: &EdgeMsg) -> &'static str {
         EdgeMsg::Probe { .. } => "a probe",
         EdgeMsg::PeersRequest => "a peers request",
         EdgeMsg::ClockRequest => "a clock request",
+        EdgeMsg::CheckpointOffer { .. } => "a checkpoint offer",
+        EdgeMsg::CheckpointChunk { .. } => "a checkpoint chunk",
+        EdgeMsg::CheckpointCommit { .. } => "a checkpoint commit",
+        EdgeMsg::CheckpointLatest { .. } => "a checkpoint request",
+        EdgeMsg::CheckpointFetch { .. } => "a checkpoint chunk request",
+        EdgeMsg::CheckpointShared { .. } => "a shared-store checkpoint report",
     }
 }

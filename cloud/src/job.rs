@@ -419,6 +419,10 @@ pub struct JobRecord {
     /// current placement, which the planner uses in place of its tables.
     #[serde(default)]
     pub measured_ips: Option<f64>,
+    /// What its latest ended task left in its checkpoint dir, as the edge
+    /// saw it; absent until a task of it has ended.
+    #[serde(default)]
+    pub checkpoint: Option<tidemill_proto::CheckpointState>,
     /// Seconds it has run.
     pub attained_s: f64,
     /// The tidal scheduler's latest plan and why; absent under first-fit or
@@ -429,6 +433,10 @@ pub struct JobRecord {
     /// judged by the latest sample); absent when it started outside any.
     #[serde(default)]
     pub start_window: Option<StartWindow>,
+    /// Its checkpoints' moves, oldest first: each leg (edge to coordinator,
+    /// coordinator to edge) with its size, rate, time and step.
+    #[serde(default)]
+    pub checkpoint_transfers: Vec<crate::store::TransferRecord>,
 }
 
 /// Where a job's count of iterations done comes from.
@@ -561,14 +569,15 @@ mod tests {
     fn the_documented_example_parses() {
         let job =
             JobFile::from_toml(include_str!("../../configs/job.toml"), "configs/job.toml").unwrap();
-        assert_eq!(job.command[0], "python3");
+        assert_eq!(job.command, ["/usr/local/share/tidemill/train_ddp.py"]);
         assert_eq!(job.deadline.to_rfc3339(), "2030-01-01T06:00:00+00:00");
-        assert_eq!(job.env.len(), 1);
+        assert_eq!(job.env.len(), 2);
+        assert!(job.secret_env.is_empty());
         assert_eq!(job.class, JobClass::Slo);
         let work = job.work.expect("the example has [work]");
         assert_eq!((work.min_workers, work.max_workers), (1, 8));
         assert_eq!(work.data_site(), DataSite::Cloud);
-        assert_eq!(work.iters_per_s["cpu"], 0.05);
+        assert_eq!(work.iters_per_s["cpu"], 20.0);
     }
 
     /// 45 minutes are 2700 s; a job that does not say gets the library's

@@ -8,6 +8,7 @@ pub mod api;
 pub mod api_trust;
 pub mod auth;
 pub mod budget;
+pub mod checkpoints;
 pub mod claims;
 pub mod cli;
 pub mod client;

@@ -27,14 +27,17 @@ pub enum Traffic {
     Probe,
     /// Registration, joins, renewals and refusals.
     Control,
+    /// Checkpoints moving with their jobs, both ways.
+    Checkpoint,
 }
 
 impl Traffic {
-    const ALL: [Traffic; 4] = [
+    const ALL: [Traffic; 5] = [
         Traffic::Report,
         Traffic::Command,
         Traffic::Probe,
         Traffic::Control,
+        Traffic::Checkpoint,
     ];
 
     fn label(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Traffic {
             Traffic::Command => "command",
             Traffic::Probe => "probe",
             Traffic::Control => "control",
+            Traffic::Checkpoint => "checkpoint",
         }
     }
 }
@@ -64,6 +68,12 @@ impl Classified for EdgeMsg {
             | EdgeMsg::Renew { .. }
             | EdgeMsg::Error(_)
             | EdgeMsg::ClockRequest => Traffic::Control,
+            EdgeMsg::CheckpointOffer { .. }
+            | EdgeMsg::CheckpointChunk { .. }
+            | EdgeMsg::CheckpointCommit { .. }
+            | EdgeMsg::CheckpointLatest { .. }
+            | EdgeMsg::CheckpointFetch { .. }
+            | EdgeMsg::CheckpointShared { .. } => Traffic::Checkpoint,
         }
     }
 }
@@ -79,6 +89,11 @@ impl Classified for CloudMsg {
             | CloudMsg::Renewed(_)
             | CloudMsg::Error(_)
             | CloudMsg::Clock { .. } => Traffic::Control,
+            CloudMsg::CheckpointMissing { .. }
+            | CloudMsg::CheckpointChunkStored { .. }
+            | CloudMsg::CheckpointStored { .. }
+            | CloudMsg::CheckpointLatest(_)
+            | CloudMsg::CheckpointChunk { .. } => Traffic::Checkpoint,
         }
     }
 }

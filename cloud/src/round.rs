@@ -54,6 +54,7 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             let jobs_before = now - coord.cfg.ended_job_retention_days as i64 * 86_400_000;
             let gone = store.prune(before, jobs_before)?;
             tracing::info!(rows = gone, "pruned history past the retention period");
+            crate::checkpoints::prune_ended(coord, &store.live_job_ids()?);
         }
         take_back_unstarted(coord, &mut store, now)?;
         planned_round(coord, &mut store, now)?;

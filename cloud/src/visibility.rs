@@ -12,10 +12,18 @@ pub fn may_see_output(caller: &Caller, owner: &str) -> bool {
     caller.scope >= Scope::Admin || (!owner.is_empty() && owner == caller.id)
 }
 
-/// `job` as `caller` may see it: its output withheld, with the reason in
-/// `output_hidden`, unless [`may_see_output`].
+/// `job` as `caller` may see it: its output (and its checkpoint's error
+/// line) withheld, with the reason in `output_hidden`, unless
+/// [`may_see_output`].
 pub fn shown_to(mut job: JobRecord, caller: &Caller, owner: &str) -> JobRecord {
-    if !may_see_output(caller, owner) && !job.output_tail.is_empty() {
+    if may_see_output(caller, owner) {
+        return job;
+    }
+    // The checkpoint's error line is a line of the task's output.
+    if let Some(ck) = job.checkpoint.as_mut() {
+        ck.last_error = None;
+    }
+    if !job.output_tail.is_empty() {
         let lines = match job.output_tail.len() {
             1 => "1 line".to_string(),
             n => format!("{n} lines"),

@@ -106,9 +106,12 @@ fn node_spec(
 /// Idle windows from the forecast, by the rule both the coordinator and the
 /// simulator use ([`EdgeAvailability::from_forecast`]) over the node's CPU and
 /// accelerator forecasts. The load now is the highest of the node's latest
-/// CPU and accelerator utilisation. A sample taken before the slot in
-/// progress began says nothing about that slot and is not used: the tide has
-/// not come in just because the last sample predates a window's start.
+/// CPU and accelerator utilisation. A sample that says idle but was taken
+/// before the slot in progress began is not used there (the forecast
+/// decides that slot: the tide may come in as it starts); a busy one is kept
+/// until a newer sample shows the box idle, since a box whose tide came in
+/// earlier than its forecast said must not get its task back at the next
+/// slot boundary. A window's start waits at most one sample for it.
 fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) -> EdgeAvailability {
     let sampled_ms = n.last_sample_at.map(|t| t.timestamp_millis());
     edge_availability([n.cpu_util, n.gpu_util], sampled_ms, forecast, now_ms)
@@ -127,7 +130,7 @@ pub(crate) fn edge_availability(
     if let (Some(f), Some(at)) = (forecast, sampled_ms) {
         let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
         let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
-        if at < slot_start {
+        if at < slot_start && util_now.is_some_and(|u| u < f.idle_threshold_pct) {
             util_now = None;
         }
     }
@@ -253,7 +256,9 @@ fn job_state(
             min_workers: w.min_workers,
             max_workers: w.max_workers,
             memory_per_worker_bytes: w.memory_per_worker_bytes,
-            checkpoint_bytes: w.checkpoint_bytes,
+            // What the job's edge measured when it last sent its
+            // checkpoint, once it has; the job file's estimate before.
+            checkpoint_bytes: j.checkpoint_bytes.unwrap_or(w.checkpoint_bytes),
             checkpoint_interval_s: j.spec.checkpoint_interval_s(),
             on_infeasible: j.spec.on_infeasible,
         },
@@ -327,7 +332,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_measured_rate_overrides_the_table_for_the_job_on_its_placement() {
+    fn what_was_measured_overrides_the_job_file_a_rate_on_its_placement_and_the_checkpoint_size() {
         let spec = crate::job::JobFile::from_toml(
             "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
              [work]\nmodel = \"m\"\niterations = 1000\nglobal_batch = 32\nmodel_bytes = 1000\n",
@@ -353,6 +358,7 @@ pub(crate) mod tests {
             busy: true,
             predicted_ips: Some(0.1),
             measured_ips: Some(0.05),
+            checkpoint_bytes: None,
         };
         let mut tables = ThroughputTables::default();
         for class in ["cpu", "gpu"] {
@@ -386,6 +392,14 @@ pub(crate) mod tests {
         };
         let state = job_state(&unmeasured, &classes, &mut tables).unwrap();
         assert_eq!(state.spec.model, "m");
+        assert_eq!(state.spec.checkpoint_bytes, 0, "the job file's estimate");
+        // Once its edge sent a checkpoint, its move is priced by that size.
+        let measured = PlannedJob {
+            checkpoint_bytes: Some(12_345_678),
+            ..unmeasured
+        };
+        let state = job_state(&measured, &classes, &mut tables).unwrap();
+        assert_eq!(state.spec.checkpoint_bytes, 12_345_678);
     }
 
     #[test]
@@ -405,9 +419,22 @@ pub(crate) mod tests {
         let busy = availability(&node(80.0), Some(&f), now);
         assert_eq!(busy.windows[0].start_ms, 1_000_000);
         assert!(busy.tide_in());
-        // Once the idle slot has begun, a busy sample from before it is stale.
-        let stale = availability(&node(80.0), Some(&f), 1_000_000 + 5_000);
-        assert!(!stale.tide_in(), "{stale:?}");
+        // Once the idle slot has begun, a busy sample from before it still
+        // holds until a newer one shows the box idle: a tide that came in
+        // earlier than forecast does not go out at a slot boundary.
+        let stale_busy = availability(&node(80.0), Some(&f), 1_000_000 + 5_000);
+        assert!(stale_busy.tide_in(), "{stale_busy:?}");
+        // An idle sample from before a slot the forecast calls busy does not
+        // open it: the forecast decides that slot.
+        let at = 1_900_000 + 5_000;
+        let stale_idle = availability(&node(10.0), Some(&f), at);
+        assert!(
+            !stale_idle
+                .windows
+                .iter()
+                .any(|w| w.start_ms <= at && at < w.end_ms),
+            "{stale_idle:?}"
+        );
         assert!(availability(&node(10.0), None, now).windows.is_empty());
     }
 }

@@ -40,6 +40,13 @@ enum Cmd {
         /// TOML config file; without it the documented defaults apply.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The data dir to check (overrides the config's, as `run`'s does).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The coordinator's QUIC address, HOST:PORT (overrides the config's,
+        /// as `run`'s does).
+        #[arg(long)]
+        coordinator: Option<String>,
     },
     /// Kill what a stopped or crashed daemon's tasks left running (systemd's
     /// ExecStopPost runs it); the next start reports them as yielded.
@@ -102,6 +109,7 @@ impl StatusArgs {
                 cfg.status = crate::config::StatusConfig::default();
             }
         }
+        cfg.absolute_paths()?;
         let snapshot = crate::status::query(&cfg.status, &cfg.data_dir, &cfg.resolved_node_id())?;
         Ok(if self.json {
             serde_json::to_string_pretty(&snapshot)? + "\n"
@@ -229,6 +237,7 @@ impl RunArgs {
                 r.clock_anchor_ms = Some(anchor);
             }
         }
+        cfg.absolute_paths()?;
         Ok(cfg)
     }
 }
@@ -290,7 +299,11 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Cmd::Doctor { config } => doctor(config.as_deref()),
+        Cmd::Doctor {
+            config,
+            data_dir,
+            coordinator,
+        } => doctor(config.as_deref(), data_dir, coordinator),
         Cmd::Reap { config } => match crate::doctor::reap(config.as_deref()) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(n) => {
@@ -357,14 +370,28 @@ fn start(args: &RunArgs) -> Result<(EdgeConfig, tokio::runtime::Runtime), ExitCo
 
 /// `doctor`: a config that does not load is the first failed check and
 /// ends the run; otherwise every check runs.
-fn doctor(config: Option<&std::path::Path>) -> ExitCode {
+fn doctor(
+    config: Option<&std::path::Path>,
+    data_dir: Option<PathBuf>,
+    coordinator: Option<String>,
+) -> ExitCode {
     lifecycle::exit_quietly_on_closed_pipe();
     lifecycle::init_logging("warn");
     let source = config.map_or_else(
         || "the default config".to_string(),
         |p| p.display().to_string(),
     );
-    let cfg = match EdgeConfig::load(config).and_then(|cfg| cfg.validate().map(|()| cfg)) {
+    let loaded = EdgeConfig::load(config).and_then(|mut cfg| {
+        if let Some(dir) = data_dir {
+            cfg.data_dir = dir;
+        }
+        if let Some(addr) = coordinator {
+            cfg.coordinator = addr;
+        }
+        cfg.absolute_paths()?;
+        cfg.validate().map(|()| cfg)
+    });
+    let cfg = match loaded {
         Ok(cfg) => cfg,
         Err(e) => {
             let mut report = tidemill_runtime::doctor::Report::default();

@@ -54,6 +54,8 @@ pub struct EdgeConfig {
     /// The local status port (off unless set).
     #[serde(default)]
     pub status: StatusConfig,
+    /// How checkpoints move with their jobs, and where they are kept.
+    pub checkpoint: crate::checkpoint_config::CheckpointTable,
 }
 
 /// The local status port (`[status]`): off by default, loopback only unless
@@ -294,6 +296,9 @@ impl EdgeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
         self.status.validate()?;
+        if let Some((key, value, rule)) = self.checkpoint.problem() {
+            return invalid(key, value, rule);
+        }
         if !(self.sample_interval_secs.is_finite() && self.sample_interval_secs >= 0.01) {
             return invalid(
                 "sample_interval_secs",
@@ -408,6 +413,28 @@ impl EdgeConfig {
             .to_string()
     }
 
+    /// Makes the data dir and the task roots absolute, once, at start: a
+    /// relative path would otherwise mean something else to a task, whose
+    /// working directory is its own work dir, and to every later `chdir`.
+    pub fn absolute_paths(&mut self) -> Result<(), ConfigError> {
+        let cwd_gone = |key, path: &Path| ConfigError::Invalid {
+            key,
+            value: format!("\"{}\"", path.display()),
+            rule: "a relative path needs a working directory that still exists; give an absolute path",
+        };
+        self.data_dir = std::path::absolute(&self.data_dir)
+            .map_err(|_| cwd_gone("data_dir", &self.data_dir))?;
+        for (key, dir) in [
+            ("tasks.work_dir", &mut self.tasks.work_dir),
+            ("tasks.checkpoint_dir", &mut self.tasks.checkpoint_dir),
+        ] {
+            if !dir.as_os_str().is_empty() {
+                *dir = std::path::absolute(&*dir).map_err(|_| cwd_gone(key, dir))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The node id: configured, else the host name.
     pub fn resolved_node_id(&self) -> String {
         if !self.node_id.is_empty() {
@@ -450,6 +477,24 @@ mod tests {
         assert_eq!(cfg.replay.unwrap().speed, 60.0);
     }
 
+    /// A relative data dir and task roots become absolute against the
+    /// working directory; empty task roots stay empty (under the data dir).
+    #[test]
+    fn relative_paths_become_absolute_once() {
+        let mut cfg = EdgeConfig {
+            data_dir: "edge-e0".into(),
+            ..EdgeConfig::default()
+        };
+        cfg.tasks.checkpoint_dir = "shared/ck".into();
+        cfg.absolute_paths().unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(cfg.data_dir, cwd.join("edge-e0"));
+        assert_eq!(cfg.tasks.checkpoint_dir, cwd.join("shared/ck"));
+        assert!(cfg.tasks.work_dir.as_os_str().is_empty());
+        cfg.absolute_paths().unwrap();
+        assert_eq!(cfg.data_dir, cwd.join("edge-e0"), "idempotent");
+    }
+
     #[test]
     fn tls_name_defaults_to_the_coordinator_host() {
         let mut cfg = EdgeConfig {
@@ -483,5 +528,45 @@ mod tests {
                 .to_string()
                 .contains("sample_interval_secs")
         );
+    }
+
+    /// The shared checkpoint backend is set like any key, and a URL this
+    /// edge cannot reach is refused at load, naming the key, the value and
+    /// the fix.
+    #[test]
+    fn a_shared_checkpoint_url_is_checked_at_load() {
+        let load = |url: &str| {
+            let env = [
+                (
+                    "TIDEMILL_CHECKPOINT__BACKEND".to_string(),
+                    "shared".to_string(),
+                ),
+                ("TIDEMILL_CHECKPOINT__URL".to_string(), url.to_string()),
+            ];
+            let (cfg, _): (EdgeConfig, _) =
+                config_file::load_layered(None, DEFAULT_CONFIG, &[], &env).unwrap();
+            cfg
+        };
+        let cfg = load("file:///mnt/ck");
+        assert_eq!(
+            cfg.checkpoint.backend,
+            crate::checkpoint_config::Backend::Shared
+        );
+        cfg.validate().unwrap();
+        let err = load("s3://bucket/ck").validate().unwrap_err().to_string();
+        assert!(
+            err.contains("checkpoint.url")
+                && err.contains("s3://bucket/ck")
+                && err.contains("file:///"),
+            "{err}"
+        );
+        let env = [(
+            "TIDEMILL_CHECKPOINT__BACKEND".to_string(),
+            "nfs".to_string(),
+        )];
+        let err = config_file::load_layered::<EdgeConfig>(None, DEFAULT_CONFIG, &[], &env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nfs") && err.contains("coordinator"), "{err}");
     }
 }

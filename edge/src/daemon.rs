@@ -14,6 +14,9 @@ use tidemill_runtime::probe;
 use tidemill_runtime::quic::{self, EndpointError, Timing};
 use tokio::sync::Notify;
 
+use crate::checkpoint_config::Backend;
+use crate::checkpoint_move::Mover;
+use crate::checkpoint_shared::SharedStore;
 use crate::config::EdgeConfig;
 use crate::confine::{ConfineError, Confinement};
 use crate::executor::Executor;
@@ -69,6 +72,10 @@ pub enum EdgeError {
     /// The local status port cannot start.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
+    /// The shared checkpoint store (`[checkpoint] backend = "shared"`)
+    /// cannot be opened.
+    #[error(transparent)]
+    SharedCheckpoints(#[from] crate::checkpoint_shared::SharedError),
 }
 
 /// How long a stopping edge waits for the coordinator to acknowledge what it
@@ -226,6 +233,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     });
     let outbox = Arc::new(Notify::new());
     let confine = Confinement::detect(&cfg.tasks, &cfg.data_dir, &node_id)?;
+    if let Err(e) = crate::ckprobe::checkpoint_dir(&confine).await {
+        tracing::error!(node_id, error = %e, "tasks cannot save checkpoints here: a task would run, and every checkpoint it tried would be lost; `tidemill-edge doctor` says how to fix it");
+    }
     let executor = Executor::new(
         journal.clone(),
         outbox.clone(),
@@ -235,6 +245,15 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         (wall.clone(), sample_clock.clone()),
         confine,
     );
+    let store_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+    let moves = cfg.checkpoint.moves.clone();
+    executor.set_mover(match cfg.checkpoint.backend {
+        Backend::Coordinator => Mover::new(node_id.clone(), &store_dir, moves),
+        Backend::Shared => {
+            let shared = SharedStore::open(&cfg.checkpoint.url, moves.max_bytes, moves.keep)?;
+            Mover::with_shared(node_id.clone(), &store_dir, moves, shared)
+        }
+    });
     executor.recover()?;
     let pruning = tokio::spawn({
         let executor = executor.clone();
@@ -331,12 +350,19 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
         let since = now - i64::from(cfg.forecast.history_days) * 86_400_000;
         let mut history = journal.lock().unwrap().history(since)?;
         let prime = cfg.replay.as_ref().is_some_and(|r| r.prime_history);
-        if history.is_empty() && prime {
+        if prime {
+            // The trace's readings stand for the box's past, before the
+            // journal's own: on the first start, all of the window; after a
+            // restart, what precedes the samples journaled since, so that a
+            // replaying edge, like a real one, keeps its history.
             let step_ms = ((cfg.sample_interval_secs * 1000.0) as i64).max(PRIME_STEP_MS);
-            history = sampler
-                .replay_history(since, now, step_ms)
+            let until = history.first().map_or(now, |row| row.0);
+            let mut primed = sampler
+                .replay_history(since, until, step_ms)
                 .unwrap_or_default();
-            tracing::info!(node_id = %node_id, rows = history.len(), "forecaster primed with the replayed trace's history");
+            tracing::info!(node_id = %node_id, rows = primed.len(), journaled = history.len(), "forecaster primed with the replayed trace's history");
+            primed.append(&mut history);
+            history = primed;
         }
         Forecasting::new(cfg.forecast.clone(), refresh_ms, history)?
     };

@@ -60,7 +60,63 @@ pub async fn run(cfg: &EdgeConfig, source: &str) -> Report {
     probe_port(&mut report, cfg, running.is_some());
     accelerators(&mut report, cfg).await;
     confinement(&mut report, cfg);
+    checkpoints(&mut report, cfg).await;
+    match crate::ckprobe::shared_store(&cfg.checkpoint, &cfg.resolved_node_id()).await {
+        Some(Ok(url)) if crate::ckprobe::writable_by_others(&url) => report.warn(
+            "checkpoint-store",
+            format!("the shared checkpoint store {url} is writable by group or others, who could plant a checkpoint a task then loads"),
+            "chmod go-w it (and export the share to the edge hosts alone)",
+        ),
+        Some(Ok(url)) => report.ok(
+            "checkpoint-store",
+            format!("wrote, read back and deleted an object in the shared checkpoint store {url}"),
+        ),
+        Some(Err(e)) => report.fail(
+            "checkpoint-store",
+            e,
+            "make [checkpoint] url an existing directory every edge mounts at the same place, writable by the edge (under the systemd unit, in its ReadWritePaths)",
+        ),
+        None => {}
+    }
     report
+}
+
+/// Whether the task user can create, write and read back a file in a
+/// checkpoint dir, as a task would ([`crate::ckprobe`]).
+async fn checkpoints(report: &mut Report, cfg: &EdgeConfig) {
+    if !cfg.data_dir.is_dir() {
+        report.fail(
+            "checkpoints",
+            "not checked: the data dir does not exist",
+            "fix the data dir first",
+        );
+        return;
+    }
+    let confine = match crate::confine::Confinement::detect(
+        &cfg.tasks,
+        &cfg.data_dir,
+        &cfg.resolved_node_id(),
+    ) {
+        Ok(confine) => confine,
+        Err(e) => {
+            report.fail("checkpoints", e.to_string(), "fix [tasks] as it says");
+            return;
+        }
+    };
+    match crate::ckprobe::checkpoint_dir(&confine).await {
+        Ok(dir) => report.ok(
+            "checkpoints",
+            format!(
+                "the task user created, wrote and read back a file in {}",
+                dir.display()
+            ),
+        ),
+        Err(e) => report.fail(
+            "checkpoints",
+            format!("tasks cannot save checkpoints: {e}"),
+            "let task users pass (o+x) through every directory above data_dir and [tasks] checkpoint_dir (a dir under /root or a home dir is not), on a writable file system",
+        ),
+    }
 }
 
 /// The node's certificate: present, issued by the CA the edge trusts, valid.
@@ -399,7 +455,8 @@ pub enum ReapError {
 /// how many tasks it looked at. The journal is left as it is, so the next
 /// start reports each as yielded.
 pub fn reap(config: Option<&Path>) -> Result<usize, ReapError> {
-    let cfg = EdgeConfig::load(config)?;
+    let mut cfg = EdgeConfig::load(config)?;
+    cfg.absolute_paths()?;
     if !cfg.data_dir.join(crate::journal::JOURNAL_FILE).exists() {
         return Ok(0);
     }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tidemill_proto::{Command, ReportBody, TaskAssignment, TaskEvent, TaskProgress, TaskStatus};
+use tidemill_proto::{
+    CheckpointState, Command, ReportBody, TaskAssignment, TaskEvent, TaskProgress, TaskStatus,
+};
 use tidemill_runtime::clock::SharedClock;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, watch};
@@ -88,6 +90,8 @@ pub struct Executor {
     confine: Confinement,
     /// Set once the daemon stops: new assignments are yielded at once.
     stopping: std::sync::atomic::AtomicBool,
+    /// Moves jobs' checkpoints to and from the coordinator, once set.
+    mover: std::sync::OnceLock<Arc<crate::checkpoint_move::Mover>>,
 }
 
 impl Executor {
@@ -117,7 +121,22 @@ impl Executor {
             running: Mutex::new(HashMap::new()),
             idle: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            mover: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Moves checkpoints with their jobs from now on: fetched before a task
+    /// starts, sent when one stops unfinished.
+    pub fn set_mover(&self, mover: Arc<crate::checkpoint_move::Mover>) {
+        let _ = self.mover.set(mover);
+    }
+
+    /// The connection checkpoints move over (`None`: disconnected), with the
+    /// probes that measure its rate.
+    pub fn set_link(&self, link: crate::checkpoint_move::Link) {
+        if let Some(m) = self.mover.get() {
+            m.set_link(link);
+        }
     }
 
     /// Reports tasks that a previous run of the daemon left unfinished as
@@ -136,7 +155,7 @@ impl Executor {
                 }
             };
             tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
-            journal.finish_task(a.task_id, &self.status(&a, yielded(reason), vec![]))?;
+            journal.finish_task(a.task_id, &self.status(&a, yielded(reason), vec![], None))?;
         }
         drop(journal);
         self.outbox.notify_one();
@@ -158,7 +177,7 @@ impl Executor {
                 }
                 if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                     tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, "assignment yielded: the daemon is stopping");
-                    return self.finish(&a, yielded(STOPPING.to_string()), vec![]);
+                    return self.finish(&a, yielded(STOPPING.to_string()), vec![], None);
                 }
                 let (cancel_tx, cancel_rx) = watch::channel(Stop::No);
                 self.running.lock().unwrap().insert(a.task_id, cancel_tx);
@@ -231,6 +250,11 @@ impl Executor {
                 &jobs,
                 hours(self.cfg.checkpoint_retention_days * 24),
             ),
+            (
+                crate::checkpoint_move::STORE_DIR,
+                &jobs,
+                hours(self.cfg.checkpoint_retention_days * 24),
+            ),
         ] {
             let Ok(entries) = std::fs::read_dir(self.data_dir.join(dir)) else {
                 continue;
@@ -253,13 +277,20 @@ impl Executor {
         Ok(gone)
     }
 
-    fn status(&self, a: &TaskAssignment, event: TaskEvent, output_tail: Vec<String>) -> ReportBody {
+    fn status(
+        &self,
+        a: &TaskAssignment,
+        event: TaskEvent,
+        output_tail: Vec<String>,
+        checkpoint: Option<CheckpointState>,
+    ) -> ReportBody {
         ReportBody::Task(TaskStatus {
             task_id: a.task_id,
             job_id: a.job_id,
             t_ms: self.stamps.now_ms(),
             event,
             output_tail,
+            checkpoint,
         })
     }
 
@@ -267,7 +298,7 @@ impl Executor {
         self.journal
             .lock()
             .unwrap()
-            .append(&self.status(a, event, vec![]))?;
+            .append(&self.status(a, event, vec![], None))?;
         self.outbox.notify_one();
         Ok(())
     }
@@ -277,12 +308,13 @@ impl Executor {
         a: &TaskAssignment,
         event: TaskEvent,
         tail: Vec<String>,
+        checkpoint: Option<CheckpointState>,
     ) -> Result<(), JournalError> {
         tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, ?event, "task ended");
         self.journal
             .lock()
             .unwrap()
-            .finish_task(a.task_id, &self.status(a, event, tail))?;
+            .finish_task(a.task_id, &self.status(a, event, tail, checkpoint))?;
         self.outbox.notify_one();
         Ok(())
     }
@@ -294,7 +326,7 @@ impl Executor {
     ) -> Result<(), JournalError> {
         let Some((program, args)) = a.command.split_first() else {
             let reason = "the job's command is empty; give at least the program to run".to_string();
-            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![], None);
         };
         if let Some(name) = a
             .env
@@ -305,7 +337,7 @@ impl Executor {
                 "the assignment sets {name}, which the edge sets itself (the edge alone decides a task's checkpoint dir); the coordinator should have refused the job: upgrade it"
             );
             tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, %reason);
-            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![], None);
         }
         // Checkpoints outlive a task, so the same job started again resumes
         // from them: a directory per job under the checkpoint root the
@@ -314,7 +346,7 @@ impl Executor {
             Ok(dirs) => dirs,
             Err(e) => {
                 let reason = format!("cannot prepare the task's directories: {e}");
-                return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+                return self.finish(&a, TaskEvent::Failed { reason }, vec![], None);
             }
         };
         let mut env: Vec<(String, String)> = a.env.clone().into_iter().collect();
@@ -350,6 +382,13 @@ impl Executor {
         if private_net && a.env.contains_key("MASTER_ADDR") {
             env.push(("MASTER_ADDR".to_string(), "127.0.0.1".to_string()));
         }
+        let resumed = match self.mover.get() {
+            Some(m) => {
+                m.resume((a.task_id, a.job_id), &dirs.checkpoints, dirs.user)
+                    .await
+            }
+            None => None,
+        };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .current_dir(&dirs.work)
@@ -364,8 +403,9 @@ impl Executor {
             .command(&mut cmd, &env, &dirs, cgroup.as_ref(), private_net)
         {
             let reason = format!("cannot confine the task: {e}");
-            return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+            return self.finish(&a, TaskEvent::Failed { reason }, vec![], None);
         }
+        let checkpoint = Arc::new(crate::ckwatch::CheckpointWatch::new(&dirs.checkpoints));
         let spawned = cmd.spawn();
         let mut child = match spawned {
             Ok(child) => child,
@@ -374,13 +414,28 @@ impl Executor {
                     "cannot start `{program}` on node {}: {e}; check the job's command and that the program is installed there",
                     self.node_id
                 );
-                return self.finish(&a, TaskEvent::Failed { reason }, vec![]);
+                return self.finish(&a, TaskEvent::Failed { reason }, vec![], None);
             }
         };
         let pid = child.id().expect("a just-spawned child has a pid");
-        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
+        // Journaled before it is logged: once the line is out, a restart
+        // after a crash knows the task ran (and its pid).
         self.journal.lock().unwrap().task_started(a.task_id, pid)?;
+        tracing::info!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, pid, uid = dirs.user.map(|(u, _)| u.as_raw()), private_net, "task started");
         self.journal_event(&a, TaskEvent::Started { pid })?;
+        if let Some((step, transfer)) = resumed {
+            let resume = tidemill_proto::TaskResume {
+                task_id: a.task_id,
+                job_id: a.job_id,
+                t_ms: self.stamps.now_ms(),
+                step,
+                transfer,
+            };
+            self.journal
+                .lock()
+                .unwrap()
+                .append(&ReportBody::Resumed(resume))?;
+        }
 
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let progress = ProgressSink {
@@ -397,12 +452,14 @@ impl Executor {
                 tail.clone(),
                 self.cfg.output_tail_lines,
                 progress.clone(),
+                checkpoint.clone(),
             )),
             tokio::spawn(collect(
                 child.stderr.take().expect("piped"),
                 tail.clone(),
                 self.cfg.output_tail_lines,
                 progress.clone(),
+                checkpoint.clone(),
             )),
         ];
         let group = Pid::from_raw(pid as i32);
@@ -450,7 +507,30 @@ impl Executor {
                 reason: format!("lost track of the task's process: {e}"),
             },
         };
-        self.finish(&a, event, tail)
+        let checkpoint = checkpoint.state();
+        if !checkpoint.saved_by_task && checkpoint.last_error.is_some() {
+            tracing::warn!(node_id = %self.node_id, job_id = a.job_id, task_id = a.task_id, files = checkpoint.files, "the task saved no checkpoint, and its output names an error in its checkpoint dir (`jobs show` has the line)");
+        }
+        // Unfinished, the job goes on from its checkpoint, here or on
+        // another node: the coordinator has it before it hears of the stop.
+        let done = matches!(
+            event,
+            TaskEvent::Exited {
+                exit_code: Some(0),
+                cancelled: false,
+                ..
+            }
+        );
+        match self.mover.get() {
+            Some(m) if !done => {
+                let stopping = self.stopping.load(std::sync::atomic::Ordering::SeqCst);
+                m.save((a.task_id, a.job_id), &dirs.checkpoints, !stopping)
+                    .await;
+            }
+            Some(m) => m.finished(a.job_id).await,
+            None => {}
+        }
+        self.finish(&a, event, tail, Some(checkpoint))
     }
 }
 
@@ -584,12 +664,13 @@ impl ProgressSink {
 }
 
 /// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes,
-/// and hands progress lines to `progress`.
+/// and hands progress lines to `progress` and every line to `checkpoint`.
 async fn collect(
     stream: impl AsyncRead + Unpin,
     tail: Arc<Mutex<VecDeque<String>>>,
     keep: usize,
     progress: ProgressSink,
+    checkpoint: Arc<crate::ckwatch::CheckpointWatch>,
 ) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
@@ -603,6 +684,7 @@ async fn collect(
                 if let Some(iters) = parse_progress(text) {
                     progress.seen(iters);
                 }
+                checkpoint.see(text);
                 let mut tail = tail.lock().unwrap();
                 tail.push_back(text.to_string());
                 while tail.len() > keep {
@@ -772,6 +854,54 @@ mod tests {
             vec![expected.display().to_string()]
         );
         assert!(expected.is_dir(), "kept after the task ends");
+    }
+
+    /// A task's end report says what its checkpoint dir holds: nothing, with
+    /// the failed write's message, from a task whose writes all failed (yet
+    /// exited 0); the files and bytes, saved by the task, from one that wrote.
+    #[tokio::test]
+    async fn the_end_report_says_whether_the_task_saved_a_checkpoint() {
+        let h = harness(5);
+        let failing = "echo 1 > \"$TIDEMILL_CHECKPOINT_DIR/gone/step\"; exit 0";
+        h.exec.handle(assign(7, &["sh", "-c", failing])).unwrap();
+        let ended = finished(&h).await;
+        let state = ended
+            .last()
+            .unwrap()
+            .checkpoint
+            .clone()
+            .expect("an end report");
+        let dir = h.dir.path().join("checkpoints").join("job-107");
+        assert_eq!(
+            (state.files, state.bytes, state.saved_by_task),
+            (0, 0, false)
+        );
+        let error = state.last_error.expect("the failed write's message");
+        assert!(
+            error.contains(&format!("{}/gone/step", dir.display())),
+            "{error}"
+        );
+
+        let h = harness(5);
+        let saving = "printf 12345 > \"$TIDEMILL_CHECKPOINT_DIR/step\"";
+        h.exec.handle(assign(8, &["sh", "-c", saving])).unwrap();
+        let ended = finished(&h).await;
+        assert!(ended[0].checkpoint.is_none(), "a start event carries none");
+        let state = ended
+            .last()
+            .unwrap()
+            .checkpoint
+            .clone()
+            .expect("an end report");
+        assert_eq!(
+            (
+                state.files,
+                state.bytes,
+                state.saved_by_task,
+                state.last_error
+            ),
+            (1, 5, true, None)
+        );
     }
 
     /// The job's checkpoint interval reaches the task in wall seconds: 1800 s

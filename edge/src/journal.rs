@@ -403,6 +403,7 @@ mod tests {
             t_ms: n,
             event: TaskEvent::Started { pid: 1 },
             output_tail: vec![],
+            checkpoint: None,
         })
     }
 

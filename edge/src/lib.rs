@@ -4,6 +4,12 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod accel;
+pub mod checkpoint_config;
+pub mod checkpoint_files;
+pub mod checkpoint_move;
+pub mod checkpoint_shared;
+pub mod ckprobe;
+pub mod ckwatch;
 pub mod cli;
 pub mod config;
 pub mod confine;

@@ -291,6 +291,8 @@ impl Link {
         self.backoff.reset();
         tracing::info!(node_id = %self.node_id, coordinator = %self.addr, acked_seq = acked, "connected");
         self.status.set_connected(true);
+        self.executor
+            .set_link(Some((conn.clone(), self.probes.clone())));
 
         let commands = tokio::spawn(serve_commands(conn.clone(), self.executor.clone()));
         let probing = self.probes.clone().map(|p| {
@@ -320,6 +322,7 @@ impl Link {
             p.abort();
         }
         self.status.set_connected(false);
+        self.executor.set_link(None);
         conn.close(0u32.into(), b"session ended");
         result
     }

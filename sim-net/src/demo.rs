@@ -772,9 +772,11 @@ mod tests {
             done_iters: 0.0,
             progress: Default::default(),
             measured_ips: None,
+            checkpoint: None,
             attained_s: 0.0,
             plan: None,
             start_window: None,
+            checkpoint_transfers: Vec::new(),
         }
     }
 

@@ -46,6 +46,9 @@ enum Command {
     /// Measure the cost model's ring all-reduce term against a real TCP ring
     /// over the WAN lab's impaired links and print each error (needs root).
     WanAccuracy(wan::accuracy::Args),
+    /// Move checkpoints through the WAN relay with the live code and print
+    /// each transfer's time against the cost model's term.
+    CheckpointAccuracy(wan::checkpoint_accuracy::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,9 @@ fn main() -> ExitCode {
         Command::Swarm(args) => swarm::run(&args).map_err(Into::into),
         Command::Wan(args) => wan::run(&args).map_err(Into::into),
         Command::WanAccuracy(args) => wan::accuracy::run(&args).map_err(Into::into),
+        Command::CheckpointAccuracy(args) => {
+            wan::checkpoint_accuracy::run(&args).map_err(|e| e as Box<dyn std::error::Error>)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -35,6 +35,30 @@ fn a_tcp_ring_runs_over_impaired_links_at_the_speed_they_allow() {
     assert!(off.is_empty(), "not slowed as the link allows: {off:#?}");
 }
 
+/// A lab whose process was killed leaves its namespaces behind; the next lab
+/// of the same name deletes them instead of failing with "File exists".
+#[test]
+fn a_lab_replaces_the_namespaces_a_killed_lab_left() {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: the WAN lab needs root and /dev/net/tun ({why})");
+        return;
+    }
+    let ip = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .expect("run ip")
+    };
+    assert!(ip(&["netns", "add", "tmst-a"]).status.success());
+    let subnet = 200 + (std::process::id() % 50) as u8;
+    let lab = netns::Lab::create("tmst", subnet, &[("a", true)]);
+    let listed = String::from_utf8_lossy(&ip(&["netns", "list"]).stdout).into_owned();
+    let ok = lab.is_ok();
+    drop(lab);
+    let _ = ip(&["netns", "delete", "tmst-a"]);
+    assert!(ok && listed.contains("tmst-a"), "{listed}");
+}
+
 /// `wan --netem` applies a scenario with the kernel's netem, or, on a kernel
 /// without it (this machine's), says so and what to run instead; either way
 /// it leaves no namespace behind.

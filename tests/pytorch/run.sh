@@ -9,8 +9,18 @@
 # their tasks as `nobody`, which cannot read /root, so the venv and the path
 # to it are made world-readable).
 #
+# `run.sh SCENARIO` runs one scenario: its number (1 to 5) or a part of its
+# test name (e.g. drained); `run.sh` alone runs them all.
+#
 # Exits 0 only when every scenario that can run passes; the last line sums up.
 set -eu
+
+case ${1:-} in
+    "") filter= ;;
+    [1-9]) filter=scenario_$1_ ;;
+    -*) echo "usage: $0 [SCENARIO]: a number from 1 to 5 or part of a scenario's name" >&2; exit 2 ;;
+    *) filter=$1 ;;
+esac
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 if [ "$(id -u)" = 0 ]; then
@@ -66,7 +76,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 set +e
 TIDEMILL_TORCH_VENV="$venv" cargo test --manifest-path "$repo/Cargo.toml" --release \
-    -p tidemill-tests --test pytorch -- --ignored --nocapture --test-threads=1 2>&1 | tee "$out"
+    -p tidemill-tests --test pytorch -- --ignored --nocapture --test-threads=1 $filter 2>&1 | tee "$out"
 status=$?
 set -e
 
@@ -74,6 +84,10 @@ set -e
 summary=$(grep '^test result:' "$out" | tail -n 1)
 passed=$(echo "$summary" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')
 failed=$(echo "$summary" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
+if [ -n "$filter" ] && [ "${passed:-0}" -eq 0 ] && [ "${failed:-0}" -eq 0 ]; then
+    echo "no scenario matches '$filter'; give a number from 1 to 5 or part of a scenario's name"
+    exit 2
+fi
 if [ -z "$passed" ] || { [ "$status" -ne 0 ] && [ "${failed:-0}" -eq 0 ]; }; then
     echo "cargo test exited $status before any scenario ran (see above)"
     passed=0 failed=1

@@ -150,7 +150,7 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
 
     // Each refusal is logged.
     cloud.wait_for(
-        "refused a connection: the peer does not speak tidemill/3",
+        "refused a connection: the peer does not speak tidemill/4",
         1,
         PATIENCE,
     );

@@ -51,6 +51,15 @@ fn gone(pid: u32) -> bool {
     true
 }
 
+/// Waits until `edge` has journaled the start of job `id`'s task (it logs
+/// the start once journaled): the task may write its files before that, and
+/// an edge killed in between restarts knowing only that it was assigned.
+fn journaled_start(edge: &Proc, id: u64) {
+    edge.wait_until("the task's start", 1, PATIENCE, |l| {
+        l.contains("task started") && l.contains(&format!("job_id={id} "))
+    });
+}
+
 /// A job whose task starts a child in a session of its own (out of the
 /// task's process group), writes the child's pid to `escaped.pid` in its
 /// checkpoint dir, and waits.
@@ -156,6 +165,7 @@ fn an_escaped_child_dies_on_cancel_and_after_the_edge_is_killed() {
         &support::checkpoint_dir(dir.path(), id).join("escaped.pid"),
         &cloud,
     );
+    journaled_start(&e1, id);
     e1.kill9();
     assert!(running(child), "the child outlives the edge's SIGKILL");
     let mut e1_again = start_edge(&coord, dir.path(), "e1", Some(&trace));
@@ -181,6 +191,7 @@ fn reap_kills_what_a_killed_edge_left_and_waits_while_it_runs() {
         &support::checkpoint_dir(dir.path(), id).join("escaped.pid"),
         &cloud,
     );
+    journaled_start(&e1, id);
     e1.kill9();
     assert!(running(child), "the child outlives the edge's SIGKILL");
     let reap = |expect_ok: bool| {

@@ -127,6 +127,7 @@ fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
         "clock",
         "probe",
         "accelerators",
+        "checkpoints",
     ] {
         assert_eq!(status_of(&report, check), "ok", "{check}:\n{report}");
     }
@@ -152,6 +153,54 @@ fn edge_doctor_passes_then_names_an_unreachable_coordinator() {
         .nth(1)
         .unwrap_or_default();
     assert!(fix.contains("fix:") && fix.contains("UDP port"), "{report}");
+}
+
+/// A data dir that task users cannot reach (under a 0700 dir, as one under
+/// /root is) fails the checkpoint check, naming the file the task user could
+/// not create; the same dir given relative to the working directory, with
+/// `doctor`'s own `--data-dir`, passes once the dir above is passable.
+#[test]
+fn edge_doctor_checks_that_tasks_can_save_checkpoints() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::Uid::effective().is_root() {
+        println!("PENDING not root: tasks run as this user, who owns the data dir");
+        return;
+    }
+    let dir = support::tempdir();
+    let closed = dir.path().join("closed");
+    std::fs::create_dir_all(closed.join("edge")).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let doctor = || {
+        let out = Command::new(EDGE)
+            .args([
+                "doctor",
+                "--data-dir",
+                "edge",
+                "--coordinator",
+                "127.0.0.1:9",
+            ])
+            .current_dir(&closed)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let report = doctor();
+    assert_eq!(status_of(&report, "checkpoints"), "FAIL", "{report}");
+    let expected = closed.join("edge/checkpoints");
+    assert!(
+        report.contains(&format!("cannot create {}", expected.display()))
+            && report.contains("Permission denied"),
+        "the failure names the path, absolute, and the error:\n{report}"
+    );
+
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let report = doctor();
+    assert_eq!(status_of(&report, "checkpoints"), "ok", "{report}");
+    assert_eq!(
+        std::fs::read_dir(&expected).unwrap().count(),
+        0,
+        "the probe leaves nothing behind"
+    );
 }
 
 #[test]
@@ -227,4 +276,72 @@ fn cloud_doctor_passes_while_serving_and_fails_on_a_taken_port() {
     assert!(!out.status.success(), "{report}");
     assert_eq!(status_of(&report, "QUIC"), "FAIL", "{report}");
     drop(squatter);
+}
+
+/// With `[checkpoint] backend = "shared"`, `config check` refuses a URL the
+/// edge cannot reach, naming the key, the value and the fix, and `doctor`
+/// fails a store that is not there, naming it, then passes once it exists,
+/// leaving nothing behind, and warns while others may write there.
+#[test]
+fn edge_doctor_and_config_check_report_a_bad_or_unreachable_shared_checkpoint_store() {
+    let dir = support::tempdir();
+    let store = dir.path().join("shared");
+    let url = format!("file://{}", store.display());
+    let edge = |args: &[&str], url: &str| {
+        let out = Command::new(EDGE)
+            .args(args)
+            .env("TIDEMILL_CHECKPOINT__BACKEND", "shared")
+            .env("TIDEMILL_CHECKPOINT__URL", url)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, said) = edge(&["config", "check"], "s3://bucket/ck");
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("checkpoint.url")
+            && said.contains("s3://bucket/ck")
+            && said.contains("file:///"),
+        "{said}"
+    );
+    let (ok, said) = edge(&["config", "check"], &url);
+    assert!(ok, "{said}");
+
+    let doctor = [
+        "doctor",
+        "--data-dir",
+        "edge",
+        "--coordinator",
+        "127.0.0.1:9",
+    ];
+    let (_, report) = edge(&doctor, &url);
+    assert_eq!(status_of(&report, "checkpoint-store"), "FAIL", "{report}");
+    assert!(
+        report.contains(&store.display().to_string()),
+        "the failure names the store:\n{report}"
+    );
+    std::fs::create_dir(&store).unwrap();
+    let mode = |m| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    mode(0o700);
+    let (_, report) = edge(&doctor, &url);
+    assert_eq!(status_of(&report, "checkpoint-store"), "ok", "{report}");
+    assert_eq!(
+        std::fs::read_dir(&store).unwrap().count(),
+        0,
+        "the probe leaves nothing"
+    );
+    // Anyone else who can write there could plant a checkpoint.
+    mode(0o777);
+    let (_, report) = edge(&doctor, &url);
+    assert_eq!(status_of(&report, "checkpoint-store"), "warn", "{report}");
+    assert!(report.contains("go-w"), "{report}");
 }

@@ -326,6 +326,38 @@ fn install_sh_puts_the_edge_in_place_with_its_token_private() {
     // systemctl and the like are shown, not run, under --root.
     assert!(stdout.contains("would run: systemctl enable tidemill-edge.service"));
 
+    // The example job file runs as shipped: its command is the trainer
+    // template, installed where it says, executable by every task user and
+    // outside the data dir (the unit's only writable path besides cgroups);
+    // it sets none of the variables the edge sets, such as the checkpoint dir.
+    let job = tidemill_cloud::job::JobFile::from_toml(
+        include_str!("../../configs/job.toml"),
+        "configs/job.toml",
+    )
+    .unwrap();
+    let [program] = &job.command[..] else {
+        panic!(
+            "the example's command is the trainer alone: {:?}",
+            job.command
+        )
+    };
+    assert!(
+        program.starts_with("/usr/local/share/tidemill/"),
+        "{program}"
+    );
+    let trainer = r.join(program.trim_start_matches('/'));
+    assert_eq!(mode(&trainer), 0o755);
+    assert_eq!(mode(trainer.parent().unwrap()), 0o755);
+    assert_eq!(
+        std::fs::read_to_string(&trainer).unwrap(),
+        std::fs::read_to_string(deploy().join("../edge/examples/pytorch/train_ddp.py")).unwrap()
+    );
+    assert!(
+        !job.env.keys().any(|k| tidemill_proto::is_reserved_env(k)),
+        "{:?}",
+        job.env
+    );
+
     let config = r.join("etc/tidemill/edge.toml");
     let shown = config_check(EDGE, &config);
     assert!(

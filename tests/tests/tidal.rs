@@ -24,7 +24,12 @@ const JOBS: [Job; 10] = [
     job("night-4", 6, 6.0, "slo", "reject"),
     job("night-5", 8, 8.0, "slo", "reject"),
     job("night-6", 6, 10.0, "slo", "reject"),
-    job("urgent", 6, 1.2, "slo", "reject"),
+    // 2 h of tide are 6 wall seconds for 1.5 s of steps: room for the wall
+    // seconds a loaded 2-core box takes to plan, dispatch and start it,
+    // which the accelerated clock makes tens of minutes (1.2 h, the earlier
+    // deadline, left 2.1 s and was missed by 84 s of tide beside two busy
+    // loops).
+    job("urgent", 6, 2.0, "slo", "reject"),
     job("impossible", 20, 1.0, "slo", "reject"),
     job("hopeful", 16, 1.0, "slo", "best-effort"),
     job("spare", 4, 12.0, "best-effort", "best-effort"),

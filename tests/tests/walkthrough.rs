@@ -87,6 +87,16 @@ fn the_walkthrough_job_runs_in_a_forecast_idle_window_and_meets_its_deadline() {
         finished <= window("end"),
         "finished at {finished}, after its idle window {held}"
     );
+    // The edges' data dirs are relative (`--data-dir edge-e0`), and the task
+    // runs as a uid of its own where the test is root: its checkpoints still
+    // reach the dir the edge gave it, as the edge reports at the task's end.
+    let ck = &job["checkpoint"];
+    assert!(
+        ck["saved_by_task"] == true
+            && ck["files"].as_u64() >= Some(1)
+            && ck["last_error"].is_null(),
+        "the trainer saved a checkpoint: {job:#}"
+    );
     let deadline = time(&job, "deadline");
     assert!(
         finished <= deadline,

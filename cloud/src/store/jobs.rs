@@ -3,7 +3,7 @@
 //! report.
 
 use rusqlite::{OptionalExtension, Row, Transaction, params};
-use tidemill_proto::{NodeForecast, TaskStatus};
+use tidemill_proto::{CheckpointState, NodeForecast, TaskStatus};
 use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
 use super::capacity::{self, Capacity};
@@ -267,7 +267,7 @@ impl Store {
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window,
-    reported_iters IS NOT NULL, measured_ips, secret_names FROM jobs";
+    reported_iters IS NOT NULL, measured_ips, secret_names, checkpoint FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
@@ -303,12 +303,14 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         attained_s: r.get(13)?,
         plan: json_column::<Option<PlanView>>(r, 14)?,
         start_window: json_column::<Option<StartWindow>>(r, 15)?,
+        checkpoint_transfers: Vec::new(),
         progress: if r.get(16)? {
             ProgressSource::Reported
         } else {
             ProgressSource::Estimated
         },
         measured_ips: r.get(17)?,
+        checkpoint: json_column(r, 19)?,
     })
 }
 
@@ -393,6 +395,9 @@ pub(super) fn apply_task_status(
     if t.settle_progress {
         tidal::settle_progress(tx, job, s.t_ms)?;
     }
+    if let Some(ck) = &s.checkpoint {
+        record_checkpoint(tx, node_id, s.task_id, job, ck, now_ms)?;
+    }
     if t.stop_other_ranks {
         tidal::stop_tasks(tx, job)?;
     }
@@ -414,15 +419,61 @@ pub(super) fn apply_task_status(
             &format!("UPDATE jobs SET state = 'queued', progress_ms = NULL, reason = ?2 {live}"),
             params![job, t.reason],
         )?,
+        // An ended job's reported count is what it did: the estimate
+        // credited since its last report (`settle_progress`) is dropped.
         Some(phase) => tx.execute(
             &format!(
-                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6 {live}"
+                "UPDATE jobs SET state = ?2, exit_code = ?3, output_tail = ?4, reason = ?5, finished_ms = ?6,
+                        done_iters = COALESCE(reported_iters, done_iters) {live}"
             ),
             params![job, phase.as_str(), t.exit_code, tail, t.reason, s.t_ms],
         )?,
     };
     event(tx, now_ms, Some(node_id), Some(job), "task", &t.reason)?;
     Ok(t.phase.filter(|_| changed > 0).map(|p| (s.job_id, p)))
+}
+
+/// Keeps what an ended task left in its job's checkpoint dir on the job,
+/// for `jobs show`, and puts it in the job's event log. The error line,
+/// which the edge takes from the task's output, is cut to
+/// [`CheckpointState::MAX_ERROR_LEN`]: an edge is not trusted to bound it.
+fn record_checkpoint(
+    tx: &Transaction<'_>,
+    node_id: &str,
+    task_id: u64,
+    job: i64,
+    ck: &CheckpointState,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let ck = ck.clone().bounded();
+    let json = serde_json::to_string(&ck).expect("a checkpoint state serialises");
+    tx.execute(
+        "UPDATE jobs SET checkpoint = ?2 WHERE id = ?1",
+        params![job, json],
+    )?;
+    let held = format!("{} files, {} bytes", ck.files, ck.bytes);
+    let (kind, detail) = if ck.saved_by_task {
+        (
+            "checkpoint",
+            format!("task {task_id} saved a checkpoint: {held}"),
+        )
+    } else {
+        tracing::warn!(
+            node_id,
+            job_id = job,
+            task_id,
+            "the task ended having saved no checkpoint"
+        );
+        let error = ck
+            .last_error
+            .as_deref()
+            .map_or_else(String::new, |e| format!("; last error: {e}"));
+        (
+            "checkpoint-missing",
+            format!("task {task_id} saved no checkpoint (its dir holds {held}){error}"),
+        )
+    };
+    event(tx, now_ms, Some(node_id), Some(job), kind, &detail)
 }
 
 #[cfg(test)]
@@ -481,6 +532,65 @@ mod tests {
         );
         assert_eq!(job.output_tail, vec!["hi".to_string()]);
         assert_eq!(job.reason.as_deref(), Some("exited with code 3"));
+    }
+
+    /// An end report's checkpoint state lands on the job and in its event
+    /// log; an error line longer than the bound (an edge's bad input) is cut.
+    #[test]
+    fn a_task_that_saved_no_checkpoint_is_recorded_with_its_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+        let id = store.submit(&spec(), 2).unwrap();
+        let policy = FirstFitLimits {
+            idle_cpu_threshold_pct: 30.0,
+            max_tasks_per_node: 1,
+        };
+        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+        store.apply_plan(&plan, &policy, 3).unwrap();
+        let owed = store.owed("n1", 29500).unwrap();
+        let [Owed::Assign(a)] = &owed[..] else {
+            panic!("{owed:?}")
+        };
+        let exit = TaskEvent::Exited {
+            exit_code: Some(0),
+            signal: None,
+            cancelled: false,
+        };
+        let mut report = task(2, a.task_id, id, exit);
+        let long = format!(
+            "sh: 1: cannot create /d/job-1/step: Permission denied{}",
+            "!".repeat(4000)
+        );
+        let tidemill_proto::ReportBody::Task(status) = &mut report.body else {
+            unreachable!()
+        };
+        status.checkpoint = Some(CheckpointState {
+            files: 0,
+            bytes: 0,
+            saved_by_task: false,
+            last_error: Some(long.clone()),
+        });
+        store.apply_report("n1", &report, 4).unwrap();
+        let job = store.job(id).unwrap().unwrap();
+        let ck = job.checkpoint.expect("recorded");
+        assert_eq!(
+            ck.last_error.as_deref(),
+            Some(&long[..CheckpointState::MAX_ERROR_LEN])
+        );
+        let detail: String = store
+            .conn
+            .query_row(
+                "SELECT detail FROM events WHERE job_id = ?1 AND kind = 'checkpoint-missing'",
+                [id as i64],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(
+            detail.contains("saved no checkpoint") && detail.contains("Permission denied"),
+            "{detail}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tidemill_runtime::sqlite::{self, DbError};
 use crate::report_checks::ReportBounds;
 
 mod capacity;
+mod checkpoints;
 mod identity;
 mod jobs;
 mod nodes;
@@ -24,10 +25,11 @@ mod reports;
 mod schema;
 mod secrets;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod tidal;
 mod trust;
 
+pub use checkpoints::TransferRecord;
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;

@@ -42,6 +42,8 @@ pub enum ReportKind {
     Links,
     /// A task's own count of its iterations.
     Progress,
+    /// A task started from a checkpoint.
+    Resumed,
 }
 
 impl ReportKind {
@@ -53,6 +55,7 @@ impl ReportKind {
             ReportKind::Forecast => "forecast",
             ReportKind::Links => "links",
             ReportKind::Progress => "progress",
+            ReportKind::Resumed => "resumed",
         }
     }
 }
@@ -289,6 +292,12 @@ fn apply_body(
             p.t_ms = c.time(seq, "progress.t_ms", p.t_ms);
             tidal::report_progress(tx, node_id, &p, now_ms)?;
             Ok((ReportKind::Progress, None))
+        }
+        ReportBody::Resumed(r) => {
+            let mut r = r.clone();
+            r.t_ms = c.time(seq, "resumed.t_ms", r.t_ms);
+            super::checkpoints::report_resume(tx, node_id, &r, now_ms)?;
+            Ok((ReportKind::Resumed, None))
         }
     }
 }

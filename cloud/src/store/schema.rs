@@ -182,4 +182,33 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks ADD COLUMN dispatched_ms INTEGER;
     ALTER TABLE tasks ADD COLUMN taken_back INTEGER NOT NULL DEFAULT 0;
 ",
+    // What the job's latest ended task left in its checkpoint dir, as its
+    // edge saw it (tidemill_proto::CheckpointState, JSON).
+    "
+    ALTER TABLE jobs ADD COLUMN checkpoint TEXT;
+",
+    // Checkpoints that move with their jobs (cloud::checkpoints): the size
+    // and step of the latest one kept, which price the job's next move, and
+    // each transfer, for `jobs show`.
+    "
+    ALTER TABLE jobs ADD COLUMN checkpoint_bytes INTEGER;
+    ALTER TABLE jobs ADD COLUMN checkpoint_step INTEGER;
+    CREATE TABLE checkpoint_transfers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id INTEGER NOT NULL,
+        t_ms INTEGER NOT NULL,
+        from_node TEXT NOT NULL,
+        to_node TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        moved_bytes INTEGER NOT NULL,
+        seconds REAL NOT NULL,
+        step INTEGER NOT NULL,
+        resent_chunks INTEGER NOT NULL
+    );
+    CREATE INDEX checkpoint_transfers_by_job ON checkpoint_transfers (job_id);
+    CREATE TRIGGER checkpoint_transfers_go_with_their_job AFTER DELETE ON jobs
+    BEGIN
+        DELETE FROM checkpoint_transfers WHERE job_id = OLD.id;
+    END;
+",
 ];

@@ -35,7 +35,7 @@ impl Store {
     }
 }
 
-pub(super) fn hello(id: &str) -> Hello {
+pub(crate) fn hello(id: &str) -> Hello {
     Hello {
         node_id: id.into(),
         capabilities: Capabilities {
@@ -94,7 +94,7 @@ pub(super) fn start_on(job_id: u64, on: &[(&str, u32)]) -> JobDecision {
     }
 }
 
-pub(super) fn samples(seq: u64, cpu: f32) -> Report {
+pub(crate) fn samples(seq: u64, cpu: f32) -> Report {
     let s = Sample {
         t_ms: seq as i64 * 1000,
         cpu_pct: cpu,
@@ -119,6 +119,7 @@ pub(super) fn task(seq: u64, task_id: u64, job_id: u64, event: TaskEvent) -> Rep
             t_ms: 5,
             event,
             output_tail: vec!["hi".into()],
+            checkpoint: None,
         }),
     }
 }

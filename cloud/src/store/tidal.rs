@@ -52,6 +52,9 @@ pub struct PlannedJob {
     /// Iterations per second measured from its own reports on `location`
     /// ([`corrected_rate`]), once two reports were far enough apart.
     pub measured_ips: Option<f64>,
+    /// Bytes of the latest checkpoint kept for it, as measured when its
+    /// edge sent it; `None` before the first.
+    pub checkpoint_bytes: Option<u64>,
 }
 
 /// Where the nodes that may become rank 0 can be reached, by node id.
@@ -81,6 +84,7 @@ impl Store {
             .prepare(
                 "SELECT j.id, j.spec, j.submitted_ms, j.admission, j.reservation, j.done_iters,
                         j.attained_s, j.location, j.steps_from_ms, j.rate_ips, j.measured_ips,
+                        j.checkpoint_bytes,
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
                          WHERE t.job_id = j.id AND t.state != 'done' AND n.online = 1),
                         (SELECT COUNT(*) FROM tasks t JOIN nodes n ON n.id = t.node_id
@@ -94,8 +98,8 @@ impl Store {
             .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| {
-                let open: i64 = r.get(11)?;
-                let stopping: i64 = r.get(12)?;
+                let open: i64 = r.get(12)?;
+                let stopping: i64 = r.get(13)?;
                 let steps_from: Option<i64> = r.get(8)?;
                 let running = open > 0 && stopping == 0;
                 Ok(PlannedJob {
@@ -116,6 +120,7 @@ impl Store {
                     busy: open > 0,
                     predicted_ips: r.get(9)?,
                     measured_ips: r.get(10)?,
+                    checkpoint_bytes: r.get::<_, Option<i64>>(11)?.map(|b| b as u64),
                 })
             })
             .map_err(&err)?;
@@ -562,11 +567,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
-        use crate::job::ProgressSource;
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
+    /// A store under `dir` with a job of 1000 iterations started on `e1`,
+    /// its plan predicting 0.1 it/s; returns the store, the job and its task.
+    fn running_job(dir: &std::path::Path) -> (Store, u64, u64) {
+        let mut store = Store::open(dir).unwrap();
         store.register(&hello("e1"), 0).unwrap();
         let job_file = JobFile::from_toml(
             "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
@@ -600,6 +604,14 @@ mod tests {
             tidemill_proto::TaskEvent::Started { pid: 7 },
         );
         store.apply_report("e1", &started, 5).unwrap();
+        (store, job, task)
+    }
+
+    #[test]
+    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
+        use crate::job::ProgressSource;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
         store.advance_progress(100_005).unwrap();
         let shown = store.job(job).unwrap().unwrap();
         assert!(
@@ -680,6 +692,31 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+    }
+
+    #[test]
+    fn an_ended_job_counts_what_it_reported_not_the_estimate_since() {
+        use crate::job::{JobPhase, ProgressSource};
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
+        store
+            .apply_report("e1", &progress(2, task, job, 100_000, 60), 100_005)
+            .unwrap();
+        // The estimate goes on past the last report (0.1 it/s for 100 s).
+        store.advance_progress(200_005).unwrap();
+        assert!((store.job(job).unwrap().unwrap().done_iters - 70.0).abs() < 1e-9);
+        let exit = tidemill_proto::TaskEvent::Exited {
+            exit_code: Some(0),
+            signal: None,
+            cancelled: false,
+        };
+        let ended = crate::store::testkit::task(3, task, job, exit);
+        store.apply_report("e1", &ended, 200_010).unwrap();
+        let shown = store.job(job).unwrap().unwrap();
+        assert_eq!(
+            (shown.state, shown.done_iters, shown.progress),
+            (JobPhase::Succeeded, 60.0, ProgressSource::Reported)
+        );
     }
 
     #[test]

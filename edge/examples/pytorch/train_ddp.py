@@ -17,7 +17,9 @@ Without them it trains alone (rank 0 of 1 on 127.0.0.1:29500).
 
 Other environment:
     TIDEMILL_CHECKPOINT_DIR   where checkpoints live (default ./checkpoints);
-                              shared storage, or copied by tidemill on a move
+                              tidemill copies checkpoint.pt and tidemill-step
+                              (the step saved, written last) to the node a
+                              moved job resumes on
     TIDEMILL_ITERATIONS       total iterations of work (default 200)
     TIDEMILL_BATCH_SIZE       global batch size (default 64)
     TIDEMILL_CHECKPOINT_EVERY iterations between periodic checkpoints, which
@@ -97,14 +99,26 @@ def batch_at(step, rank, size, label):
     return x, label(x)
 
 
-def save_checkpoint(path, net, opt, step):
-    """Writes the checkpoint atomically: a crash mid-write leaves the old one."""
+def write_atomically(path, write):
+    """Writes `path` through a `.tmp` file and a rename: a crash mid-write
+    leaves the old one (and tidemill never copies a `.tmp` file)."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        torch.save({"model": net.module.state_dict(), "optimizer": opt.state_dict(), "iteration": step}, f)
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def save_checkpoint(path, net, opt, step):
+    """Writes the checkpoint, then the step it holds to `tidemill-step`
+    beside it, last: tidemill copies a job's checkpoint to the node it moves
+    to only once that file names its step, and reports the job's progress
+    as that step when it resumes there."""
+    state = {"model": net.module.state_dict(), "optimizer": opt.state_dict(), "iteration": step}
+    write_atomically(path, lambda f: torch.save(state, f))
+    marker = os.path.join(os.path.dirname(path), "tidemill-step")
+    write_atomically(marker, lambda f: f.write(f"{step}\n".encode()))
 
 
 def gloo_interface(master_addr):

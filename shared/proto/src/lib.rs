@@ -3,6 +3,7 @@
 //! carry them. Drivers in `tidemill-runtime` move these frames over QUIC streams.
 #![warn(missing_docs, unreachable_pub)]
 
+mod checkpoint;
 mod codec;
 mod env;
 mod msg;
@@ -11,12 +12,17 @@ mod version;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use checkpoint::{
+    CHUNK_BYTES, ChunkRef, MAX_CHUNKS, MAX_FILES, MAX_NAME, Manifest, ManifestError, ManifestFile,
+    STEP_FILE, valid_name,
+};
 pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_len};
 pub use env::{COORDINATOR_SET_ENV, EDGE_SET_ENV, is_reserved_env};
 pub use msg::{
-    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
-    Hello, Issued, Join, LinkSample, Peer, Report, ReportBody, Sample, TaskAssignment, TaskEvent,
-    TaskProgress, TaskStatus, TrainArrival, Welcome, WireError,
+    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CheckpointState, CloudMsg, Command,
+    EdgeMsg, ErrorCode, Hello, Issued, Join, LinkSample, Peer, Report, ReportBody,
+    SHARED_STORE_PEER, Sample, TaskAssignment, TaskEvent, TaskProgress, TaskResume, TaskStatus,
+    TrainArrival, Transfer, Welcome, WireError,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::Manifest;
+
 /// What an edge sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EdgeMsg {
@@ -56,6 +58,70 @@ pub enum EdgeMsg {
     /// connection that only checks the link (`tidemill-edge doctor`);
     /// answered by [`CloudMsg::Clock`].
     ClockRequest,
+    /// Offers the coordinator a complete checkpoint of the job of `task_id`
+    /// (a task of this node), to keep for the job's next start elsewhere;
+    /// answered by [`CloudMsg::CheckpointMissing`].
+    CheckpointOffer {
+        /// The task whose checkpoint dir it was read from.
+        task_id: u64,
+        /// What it holds.
+        manifest: Manifest,
+    },
+    /// One chunk of an offered checkpoint; answered by
+    /// [`CloudMsg::CheckpointChunkStored`] once its hash matched.
+    CheckpointChunk {
+        /// The job.
+        job_id: u64,
+        /// The offered manifest's id (`tidemill_runtime::checkpoint::manifest_id`).
+        manifest_id: String,
+        /// The chunk's number across the manifest's files.
+        index: u32,
+        /// Its bytes.
+        #[serde(with = "crate::checkpoint::bin")]
+        data: Vec<u8>,
+    },
+    /// Every chunk of an offered checkpoint was sent; answered by
+    /// [`CloudMsg::CheckpointStored`] once the whole verified.
+    CheckpointCommit {
+        /// The job.
+        job_id: u64,
+        /// The manifest's id.
+        manifest_id: String,
+    },
+    /// Asks for the latest complete checkpoint the coordinator keeps for the
+    /// job of `task_id`, a task assigned to this node; answered by
+    /// [`CloudMsg::CheckpointLatest`].
+    CheckpointLatest {
+        /// The task about to start.
+        task_id: u64,
+        /// Its job.
+        job_id: u64,
+    },
+    /// Asks for one chunk of a kept checkpoint; answered by
+    /// [`CloudMsg::CheckpointChunk`].
+    CheckpointFetch {
+        /// The task about to start.
+        task_id: u64,
+        /// Its job.
+        job_id: u64,
+        /// The manifest's id.
+        manifest_id: String,
+        /// The chunk's number.
+        index: u32,
+    },
+    /// Tells the coordinator that this edge put a complete checkpoint of the
+    /// job of `task_id` (a task of this node) in the operators' shared
+    /// store (`[checkpoint] backend = "shared"`), so that it learns its size
+    /// and step as if it had been sent; no chunk goes through the
+    /// coordinator. Answered by [`CloudMsg::CheckpointStored`].
+    CheckpointShared {
+        /// The task whose checkpoint dir it was read from.
+        task_id: u64,
+        /// What it holds.
+        manifest: Manifest,
+        /// How the put went.
+        transfer: Transfer,
+    },
 }
 
 /// What the coordinator sends.
@@ -92,6 +158,38 @@ pub enum CloudMsg {
         /// The coordinator's wall clock, Unix ms (never an accelerated one).
         now_ms: i64,
     },
+    /// Answers [`EdgeMsg::CheckpointOffer`]: the chunks still to send (none
+    /// when a complete copy is kept already; a resumed offer lists only what
+    /// did not arrive before).
+    CheckpointMissing {
+        /// The manifest's id, as the coordinator computed it.
+        manifest_id: String,
+        /// Chunk numbers to send.
+        missing: Vec<u32>,
+    },
+    /// Answers [`EdgeMsg::CheckpointChunk`]: the chunk matched and is kept.
+    CheckpointChunkStored {
+        /// The chunk's number.
+        index: u32,
+    },
+    /// Answers [`EdgeMsg::CheckpointCommit`]: the checkpoint is complete.
+    CheckpointStored {
+        /// The step it holds.
+        step: u64,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// Answers [`EdgeMsg::CheckpointLatest`]: the newest complete checkpoint
+    /// of the job, if the coordinator keeps one.
+    CheckpointLatest(Option<Manifest>),
+    /// Answers [`EdgeMsg::CheckpointFetch`].
+    CheckpointChunk {
+        /// The chunk's number.
+        index: u32,
+        /// Its bytes; the edge checks them against the manifest's hash.
+        #[serde(with = "crate::checkpoint::bin")]
+        data: Vec<u8>,
+    },
 }
 
 /// How a packet train arrived at the receiver, for the sender to work out the
@@ -117,6 +215,10 @@ pub struct Peer {
 
 /// The name under which an edge reports its link to the coordinator.
 pub const CLOUD_PEER: &str = "cloud";
+
+/// The name under which a checkpoint transfer to or from the operators'
+/// shared store (`[checkpoint] backend = "shared"`) is recorded.
+pub const SHARED_STORE_PEER: &str = "shared-store";
 
 /// One measurement of a link from the reporting node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -287,6 +389,41 @@ pub enum ReportBody {
     /// Iterations a task says it has done, from its `TIDEMILL_PROGRESS`
     /// output lines, so the coordinator need not estimate them.
     Progress(TaskProgress),
+    /// A task started from a checkpoint: the job's progress is the step that
+    /// checkpoint holds, and the transfer that brought it, if one did.
+    Resumed(TaskResume),
+}
+
+/// What a task resumed from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResume {
+    /// The task.
+    pub task_id: u64,
+    /// Its job.
+    pub job_id: u64,
+    /// When it started, Unix ms of the edge's sampling clock.
+    pub t_ms: i64,
+    /// The step its checkpoint holds.
+    pub step: u64,
+    /// How the checkpoint came to this node; `None` when it was here already.
+    pub transfer: Option<Transfer>,
+}
+
+/// One checkpoint transfer, as its receiver timed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Bytes of the checkpoint.
+    pub bytes: u64,
+    /// Bytes actually moved (less when a resumed transfer had some already).
+    pub moved_bytes: u64,
+    /// Wall seconds it took.
+    pub seconds: f64,
+    /// Chunks that failed their hash and were sent again.
+    pub resent_chunks: u32,
+    /// Whether it went through the operators' shared store
+    /// ([`SHARED_STORE_PEER`]) rather than through the coordinator.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// A task's own count of its iterations, as its latest
@@ -317,6 +454,45 @@ pub struct TaskStatus {
     pub event: TaskEvent,
     /// The last lines of the task's combined stdout and stderr.
     pub output_tail: Vec<String>,
+    /// What its job's checkpoint dir held when it ended (end events only;
+    /// absent from older edges).
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointState>,
+}
+
+/// What a task left in its job's checkpoint dir, as the edge saw it there
+/// when the task ended: so that a job whose checkpoint writes all failed is
+/// not reported as one that can resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// Regular files in the dir and below it (links not followed).
+    pub files: u64,
+    /// Their size in bytes.
+    pub bytes: u64,
+    /// Whether the task itself wrote any of them (rather than an earlier task).
+    pub saved_by_task: bool,
+    /// Where the task saved none: the last line of its output that named
+    /// the checkpoint dir and reads as an error (the failed write's message).
+    pub last_error: Option<String>,
+}
+
+impl CheckpointState {
+    /// The longest `last_error` kept, in bytes.
+    pub const MAX_ERROR_LEN: usize = 512;
+
+    /// This state with `last_error` cut to [`Self::MAX_ERROR_LEN`] bytes on a
+    /// character boundary: the line comes from a task's output, and a
+    /// receiver does not trust the sender to have bounded it.
+    pub fn bounded(mut self) -> Self {
+        if let Some(e) = self.last_error.as_mut() {
+            let mut end = e.len().min(Self::MAX_ERROR_LEN);
+            while !e.is_char_boundary(end) {
+                end -= 1;
+            }
+            e.truncate(end);
+        }
+        self
+    }
 }
 
 /// What happened to a task.
@@ -427,4 +603,6 @@ pub enum ErrorCode {
     /// The sender is not allowed to do this: no, a revoked or an unknown
     /// certificate, or a bad join token. The message says which.
     Unauthorized,
+    /// A checkpoint chunk's bytes did not match its hash: send it again.
+    Corrupt,
 }

@@ -1,10 +1,10 @@
 /// The protocol version this build speaks. Bump it when a message changes shape
 /// in a way an older peer cannot decode.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The ALPN token for [`PROTOCOL_VERSION`]. QUIC's handshake refuses a peer that
 /// offers no matching token, so mismatched versions fail before any frame is sent.
-pub const ALPN: &[u8] = b"tidemill/3";
+pub const ALPN: &[u8] = b"tidemill/4";
 
 /// Reads the protocol version out of an ALPN token such as `tidemill/7`, so that an
 /// error can tell the operator which version the other side speaks.

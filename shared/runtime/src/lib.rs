@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod backoff;
+pub mod checkpoint;
 pub mod clock;
 pub mod config_file;
 pub mod datadir;

@@ -7,6 +7,7 @@
 //! datagrams, [`scenario`] reads the TOML that sets up several paths at once.
 
 pub mod accuracy;
+pub mod checkpoint_accuracy;
 pub mod hub;
 pub mod impair;
 pub mod netem;

@@ -5,8 +5,9 @@
 //! relay uses. It is this kernel's stand-in for netem on veth pairs; it needs
 //! root (`CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and the `ip` tool.
 //!
-//! The namespaces are deleted when the [`Lab`] is dropped; a TUN device goes
-//! with its file descriptor.
+//! The namespaces are deleted when the [`Lab`] is dropped, or by the next lab
+//! of the same name when a killed process left them; a TUN device goes with
+//! its file descriptor.
 
 use std::fs::{File, OpenOptions};
 use std::net::Ipv4Addr;
@@ -110,6 +111,7 @@ impl Lab {
             let cidr = format!("{ip}/24");
             match &netns {
                 Some(ns) => {
+                    remove_stale(ns)?;
                     ip_cmd(&["netns", "add", ns])?;
                     ip_cmd(&["link", "set", &device, "netns", ns])?;
                     ip_cmd(&["-n", ns, "addr", "add", &cidr, "dev", &device])?;
@@ -194,6 +196,21 @@ impl Drop for Lab {
             }
         }
     }
+}
+
+/// Deletes namespace `ns` if a lab of the same name left it behind: one whose
+/// process was killed before its [`Lab`] was dropped (a test stopped half
+/// way, a measurement interrupted). Names are `<tag>-<node>`, owned by the
+/// lab that chose the tag, so nothing else holds them.
+fn remove_stale(ns: &str) -> Result<(), LabError> {
+    if std::path::Path::new("/run/netns").join(ns).exists() {
+        tracing::warn!(
+            netns = ns,
+            "deleting the namespace an earlier lab of this name left behind (its process was killed before it could clean up)"
+        );
+        ip_cmd(&["netns", "delete", ns])?;
+    }
+    Ok(())
 }
 
 /// Opens a non-blocking TUN device (IP packets, no packet-info header).

@@ -387,18 +387,32 @@ impl Cluster {
 
     /// Waits until job `id` has run to an end ([`JOB_PATIENCE`] at most).
     pub fn wait_until_ended(&self, id: u64) {
+        self.wait_until_ended_within(id, JOB_PATIENCE);
+    }
+
+    /// Waits until job `id` has run to an end or was turned away,
+    /// `patience` at most.
+    pub fn wait_until_ended_within(&self, id: u64, patience: Duration) {
         let job_line = format!("job_id={id} ");
-        self.cloud
-            .wait_until("the job to end", 1, JOB_PATIENCE, |l| {
-                l.contains(&job_line) && ran_to_an_end(l)
-            });
+        self.cloud.wait_until("the job to end", 1, patience, |l| {
+            l.contains(&job_line) && (ran_to_an_end(l) || l.contains("action=rejected"))
+        });
     }
 
     /// Waits until job `id` has ended, echoes its log lines and asserts
     /// that it succeeded; returns it as `jobs show --json` gives it, and
     /// those lines.
     pub fn wait_until_succeeded(&self, id: u64) -> (serde_json::Value, Vec<String>) {
-        self.wait_until_ended(id);
+        self.wait_until_succeeded_within(id, JOB_PATIENCE)
+    }
+
+    /// As [`Cluster::wait_until_succeeded`], `patience` at most.
+    pub fn wait_until_succeeded_within(
+        &self,
+        id: u64,
+        patience: Duration,
+    ) -> (serde_json::Value, Vec<String>) {
+        self.wait_until_ended_within(id, patience);
         let log = self.job_log(id);
         let job = self.coord.job(id);
         assert_eq!(job["state"], "succeeded", "{job:#}");

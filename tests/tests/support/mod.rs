@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod rogue;
+pub mod trainer;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -153,9 +154,24 @@ impl Proc {
     }
 }
 
+/// Lines of each process's log a failed test prints as it ends.
+const TAIL_ON_FAILURE: usize = 60;
+
 impl Drop for Proc {
+    /// Kills the process; when a test failed, prints its log's tail, so a
+    /// failure shows every process's side, not only the one waited on.
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail = &log[log.len().saturating_sub(TAIL_ON_FAILURE)..];
+            eprintln!(
+                "--- {} (last {} lines) ---\n{}",
+                self.name,
+                tail.len(),
+                tail.join("\n")
+            );
+        }
     }
 }
 
