@@ -128,6 +128,7 @@ mod tests {
                 confidence: 0.9,
             }],
             likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct: Some(0.0),
             idle_threshold_pct: 30.0,
         }

@@ -73,6 +73,7 @@ fn world(n_nodes: usize, n_jobs: usize) -> WorldSnapshot {
                             },
                         ],
                         likely: Vec::new(),
+                        idle_since_ms: None,
                         util_now_pct: Some(70.0),
                         idle_threshold_pct: 30.0,
                     }),

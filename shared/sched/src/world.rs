@@ -72,6 +72,14 @@ pub struct EdgeAvailability {
     /// snapshot) means the same as `windows`.
     #[serde(default)]
     pub likely: Vec<Window>,
+    /// When (Unix ms) the node last turned idle, as it reported, while it
+    /// is idle now. The likely grade opens on a box only once it has stayed
+    /// idle for the policy's `likely_dwell_s` (see `schedule/grid.rs`), so
+    /// a box whose load hovers at the threshold is not handed work it must
+    /// give back within minutes. `None` when it was never seen busy (or
+    /// is busy now, or the snapshot is older): no flip, no dwell.
+    #[serde(default)]
+    pub idle_since_ms: Option<i64>,
     /// The latest measured utilisation of the primary workload, percent.
     pub util_now_pct: Option<f64>,
     /// Utilisation above which the node is not idle, percent.
@@ -129,10 +137,15 @@ impl EdgeAvailability {
     /// when every resource's P50 is (a sure slot is always likely: P50 ≤ P90);
     /// the forecast covers as many slots as its shortest resource. The slot in
     /// progress at `now_ms` is observed, not forecast: when `util_now_pct`
-    /// (the highest utilisation the node reports now) is known, it alone
-    /// judges that slot, the slot just before `start_ms` included (a forecast
+    /// (the highest utilisation the node reports now) is known, it judges
+    /// that slot, the slot just before `start_ms` included (a forecast
     /// starts at the next slot boundary, so a node idle now and forecast idle
     /// next has a window that covers the present), and that slot is certain.
+    /// A node busy now is idle in neither grade; one idle now is idle in the
+    /// likely grade, and in the sure grade only when the forecast says so
+    /// too (for that slot, or the first one when the present precedes the
+    /// forecast): a box that went idle against its forecast may flip back
+    /// within minutes, and a promise must not rest on that.
     /// Adjacent idle slots merge into windows. A forecast slot's confidence is
     /// the least [`tidemill_forecast::idle_probability`] over the resources;
     /// a window's is its least certain slot's, as the forecaster's own idle
@@ -160,7 +173,9 @@ impl EdgeAvailability {
         let first = if now.is_some() { in_progress.min(0) } else { 0 };
         let idle = |sure: bool| {
             (first..slots).map(move |k| match now {
-                Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(f64::INFINITY),
+                Some(u) if k == in_progress => (u < idle_threshold_pct
+                    && (!sure || slot_score(k.max(0) as usize, true).is_some()))
+                .then_some(f64::INFINITY),
                 _ => slot_score(k as usize, sure),
             })
         };
@@ -213,6 +228,7 @@ impl EdgeAvailability {
         EdgeAvailability {
             windows: runs(start_ms, slot_ms, idle),
             likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct,
             idle_threshold_pct,
         }
@@ -599,11 +615,19 @@ mod tests {
         assert_eq!(spans(950, None), vec![(1_000, 1_100), (1_300, 1_400)]);
         // Idle now (20 %) in the slot before the forecast starts: it joins slot 0.
         assert_eq!(spans(950, Some(20.0)), vec![(900, 1_100), (1_300, 1_400)]);
-        // Idle now (5 %) in slot 1, where the CPU forecast was busy.
+        // Idle now (5 %) in slot 1, where the CPU forecast was busy: the
+        // present is likely, not sure.
         assert_eq!(
             spans(1_120, Some(5.0)),
-            vec![(1_000, 1_200), (1_300, 1_400)]
+            vec![(1_000, 1_100), (1_300, 1_400)]
         );
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&cpu, &gpu], 30.0, 1_120, Some(5.0));
+        let likely: Vec<(i64, i64)> = a
+            .likely_windows()
+            .iter()
+            .map(|w| (w.start_ms, w.end_ms))
+            .collect();
+        assert_eq!(likely, vec![(1_000, 1_200), (1_300, 1_400)]);
         // Busy now (60 %) in slot 3, forecast idle: only slot 0 is left.
         assert_eq!(spans(1_320, Some(60.0)), vec![(1_000, 1_100)]);
         // A forecast covers only as many slots as its shortest resource.
@@ -650,7 +674,9 @@ mod tests {
 
     /// Threshold 30 %: P90 under it in slot 0 only, P50 under it in slots 0
     /// to 2 (slot 3's P50 is 35): the sure grade is slot 0, the likely grade
-    /// slots 0 to 2; a box idle now joins the present to both.
+    /// slots 0 to 2; a box idle now joins the present to both. A box idle
+    /// now in a slot whose P90 is over the threshold has the present in the
+    /// likely grade only.
     #[test]
     fn the_likely_grade_reads_the_p50_and_holds_the_sure_one() {
         let at = |p50: f64, p90: f64| Some(Quantiles { p10: 0.0, p50, p90 });
@@ -669,6 +695,12 @@ mod tests {
         let now = EdgeAvailability::from_forecast(1_000, 100, &[&cpu], 30.0, 950, Some(5.0));
         assert_eq!(spans(&now.windows), vec![(900, 1_100)]);
         assert_eq!(spans(now.likely_windows()), vec![(900, 1_300)]);
+        // Idle now against a P90 forecast that says busy: the present is
+        // likely, not sure.
+        let busy_first = [at(10.0, 50.0), at(10.0, 20.0)];
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&busy_first], 30.0, 1_050, Some(5.0));
+        assert_eq!(spans(&a.windows), vec![(1_100, 1_200)]);
+        assert_eq!(spans(a.likely_windows()), vec![(1_000, 1_200)]);
         // A load known for certain has one grade.
         let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
         assert_eq!(known.likely_windows(), known.windows.as_slice());

@@ -139,3 +139,59 @@ fn a_waiting_job_gains_ground_on_a_free_box_with_its_tail_past_the_horizon() {
     assert!(tail.start_ms >= NOW + H, "the tail is past the horizon");
     assert_eq!(tail.end_ms, NOW + 3 * H);
 }
+
+/// e1's P50 forecast sees it idle for 8 h from now, and it turned idle
+/// `ago` before now after a busy spell: the likely grade opens only once it
+/// has stayed idle for the 30-minute dwell. A box never seen busy has no
+/// flip to wait out, and a P90 (sure) window needs no dwell.
+#[test]
+fn the_likely_grade_waits_out_the_dwell_after_a_box_turns_idle() {
+    let p = queue();
+    assert_eq!(p.likely_dwell_ms, 30 * 60_000);
+    let run = |idle_since: Option<i64>, sure: &[(i64, i64)]| {
+        let mut e1 = edge("e1", 1, sure, 10.0);
+        if let NodeKind::Edge(av) = &mut e1.kind {
+            av.likely = vec![Window {
+                start_ms: NOW,
+                end_ms: NOW + 8 * H,
+                confidence: 0.6,
+            }];
+            av.idle_since_ms = idle_since;
+        }
+        let best_effort = job(1, JobClass::BestEffort, NOW, NOW + 40 * H, 1e6);
+        schedule(&world(vec![e1], vec![best_effort]), NOW, &p)
+            .decision(1)
+            .unwrap()
+            .clone()
+    };
+    let ten_min = 10 * 60_000;
+    let d = run(Some(NOW - ten_min), &[]);
+    assert_eq!(d.action, Action::Wait, "{}", d.explanation.reason);
+    // The plan starts when the dwell ends, 20 minutes on: at the next slot
+    // that starts after it (18:30).
+    assert_eq!(
+        d.segments.first().map(|s| s.start_ms),
+        Some(NOW + 30 * 60_000)
+    );
+    let d = run(Some(NOW - 40 * 60_000), &[]);
+    assert_eq!(
+        d.action,
+        Action::Start { on: on_e1() },
+        "{}",
+        d.explanation.reason
+    );
+    let d = run(None, &[]);
+    assert_eq!(
+        d.action,
+        Action::Start { on: on_e1() },
+        "{}",
+        d.explanation.reason
+    );
+    let d = run(Some(NOW - ten_min), &[(NOW, NOW + 8 * H)]);
+    assert_eq!(
+        d.action,
+        Action::Start { on: on_e1() },
+        "{}",
+        d.explanation.reason
+    );
+}

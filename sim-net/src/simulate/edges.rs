@@ -383,6 +383,27 @@ impl EdgeWorld {
         }
     }
 
+    /// When box `e` last turned idle, as reported by `t_ms`: the reported
+    /// time of its last flip to idle; `None` while it reports itself busy,
+    /// or when it never flips.
+    pub fn reported_idle_since(&self, e: usize, t_ms: i64) -> Option<i64> {
+        if !self.reported_idle(e, t_ms) {
+            return None;
+        }
+        let b = &self.boxes[e];
+        let period = self.series.get(b.series)?.load.len() as i64;
+        let bin = self.bin_of(t_ms - self.delay_ms);
+        let pos = (bin + b.shift as i64).rem_euclid(period);
+        let back = match b.flips.iter().rev().find(|&&f| f as i64 <= pos) {
+            Some(&f) => pos - f as i64,
+            None => match b.flips.last() {
+                Some(&f) => pos + period - f as i64,
+                None => return None,
+            },
+        };
+        Some(self.origin_ms + (bin - back) * self.bin_ms + self.delay_ms)
+    }
+
     /// Splits `[t0, t1)` on box `e` into (idle ms, busy ms) by the truth.
     pub fn split_idle(&self, e: usize, t0: i64, t1: i64) -> (i64, i64) {
         let (mut idle, mut busy) = (0, 0);
@@ -554,7 +575,8 @@ impl OnlineForecasts {
 
     /// Box `e`'s availability at `now_ms`: the forecast of its one
     /// resource (CPU) issued at the last refresh boundary (`refresh_ms` grid),
-    /// made from every bin reported by then, and its latest reported load,
+    /// made from every bin reported by then, its latest reported load and
+    /// since when it has reported itself idle,
     /// turned into windows by the live coordinator's rule,
     /// [`EdgeAvailability::from_forecast`]. The first call after a boundary
     /// refreshes every box.
@@ -569,14 +591,17 @@ impl OnlineForecasts {
         if self.issued_ms != Some(issued_ms) {
             self.refresh(world, issued_ms);
         }
-        EdgeAvailability::from_forecast(
-            self.start_ms,
-            self.config.slot_len_ms(),
-            &[&self.latest[e]],
-            world.boxes[e].threshold_pct,
-            now_ms,
-            Some(world.reported(e, now_ms)),
-        )
+        EdgeAvailability {
+            idle_since_ms: world.reported_idle_since(e, now_ms),
+            ..EdgeAvailability::from_forecast(
+                self.start_ms,
+                self.config.slot_len_ms(),
+                &[&self.latest[e]],
+                world.boxes[e].threshold_pct,
+                now_ms,
+                Some(world.reported(e, now_ms)),
+            )
+        }
     }
 
     /// Feeds every box the bins reported by `issued_ms` and issues its
@@ -735,6 +760,10 @@ mod tests {
             Some(20 * h + 60_000)
         );
         assert_eq!(w.split_idle(0, 7 * h, 9 * h), (h, h));
+        // Idle since the reported flip at 20:01, the day before for 07:00.
+        assert_eq!(w.reported_idle_since(0, 22 * h), Some(20 * h + 60_000));
+        assert_eq!(w.reported_idle_since(0, 7 * h), Some(-4 * h + 60_000));
+        assert_eq!(w.reported_idle_since(0, 9 * h), None);
     }
 
     #[test]

@@ -8,7 +8,12 @@
 //! the last whole slot. The sure grade is open from a P90 window's start
 //! until [`crate::Window::usable_until_ms`] (its end less the grace and a
 //! margin that grows with the forecast's doubt); the likely grade also in a
-//! likely (P50) window, from its start until its end less the grace. Neither
+//! likely (P50) window, from the policy's `likely_dwell_s` after the box
+//! went idle (as measured, [`crate::EdgeAvailability::idle_since_ms`], for
+//! the window in progress, with no dwell for a box never seen busy; from
+//! its start for one ahead) until its end less
+//! the grace, so a box whose load hovers at the threshold gets no work it
+//! must give back within minutes. Neither
 //! is open while the tide is in, until the window in progress ends. A slot is
 //! open in a grade when it starts inside such a stretch; it is open until
 //! the stretch ends or the slot does, whichever is first.
@@ -137,7 +142,16 @@ impl<'a> Round<'a> {
                     let likely: Vec<(i64, i64)> = av
                         .likely_windows()
                         .iter()
-                        .map(|w| (w.start_ms, w.end_ms - grace))
+                        .map(|w| {
+                            let in_progress = w.start_ms <= now_ms && now_ms < w.end_ms;
+                            let from = match av.idle_since_ms {
+                                Some(t) if in_progress => t + policy.likely_dwell_ms,
+                                None if in_progress => w.start_ms,
+                                _ => w.start_ms + policy.likely_dwell_ms,
+                            };
+                            (from, w.end_ms - grace)
+                        })
+                        .filter(|&(from, until)| from < until)
                         .collect();
                     let (mut sure, mut likely) = (sure.iter().peekable(), likely.iter().peekable());
                     for s in 0..n_slots {

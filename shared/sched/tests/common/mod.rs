@@ -46,6 +46,7 @@ pub fn edge(id: &str, devices: u32, windows: &[(i64, i64)], util_now: f64) -> No
                 })
                 .collect(),
             likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct: Some(util_now),
             idle_threshold_pct: 50.0,
         }),
