@@ -105,6 +105,7 @@ impl TrustConfig {
         let trust = (stated_h / self.forecast_full_trust_hours).clamp(0.0, 1.0);
         if trust <= 0.0 {
             availability.windows.clear();
+            availability.likely.clear();
         }
         for w in &mut availability.windows {
             w.confidence = w.confidence.min(trust);
@@ -126,6 +127,8 @@ mod tests {
                 end_ms: 48 * 3_600_000,
                 confidence: 0.9,
             }],
+            likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct: Some(0.0),
             idle_threshold_pct: 30.0,
         }

@@ -113,20 +113,40 @@ fn node_spec(
 /// earlier than its forecast said must not get its task back at the next
 /// slot boundary. A window's start waits at most one sample for it.
 fn availability(n: &NodeRecord, forecast: Option<&NodeForecast>, now_ms: i64) -> EdgeAvailability {
-    let sampled_ms = n.last_sample_at.map(|t| t.timestamp_millis());
-    edge_availability([n.cpu_util, n.gpu_util], sampled_ms, forecast, now_ms)
+    let sample = LatestSample {
+        utils: [n.cpu_util, n.gpu_util],
+        sampled_ms: n.last_sample_at.map(|t| t.timestamp_millis()),
+        busy_ms: n.busy_ms,
+    };
+    edge_availability(&sample, forecast, now_ms)
 }
 
-/// [`availability`] from a node's latest CPU and accelerator utilisation
-/// (`utils`, percent) sampled at `sampled_ms`, for callers without a
+/// What the store holds of a node's latest samples, for callers without a
 /// [`NodeRecord`] (the store, when a job starts).
+pub(crate) struct LatestSample {
+    /// The latest CPU and accelerator utilisation, percent.
+    pub(crate) utils: [Option<f32>; 2],
+    /// When they were sampled, Unix ms.
+    pub(crate) sampled_ms: Option<i64>,
+    /// When the node was last sampled at or over its idle threshold, Unix ms.
+    pub(crate) busy_ms: Option<i64>,
+}
+
+/// [`availability`] from a node's [`LatestSample`]. A node idle now has
+/// been so since its last busy sample (`idle_since_ms`, for the likely
+/// grade's dwell); one never seen busy has no such time.
 pub(crate) fn edge_availability(
-    utils: [Option<f32>; 2],
-    sampled_ms: Option<i64>,
+    sample: &LatestSample,
     forecast: Option<&NodeForecast>,
     now_ms: i64,
 ) -> EdgeAvailability {
-    let mut util_now = utils.into_iter().flatten().map(f64::from).reduce(f64::max);
+    let sampled_ms = sample.sampled_ms;
+    let mut util_now = sample
+        .utils
+        .into_iter()
+        .flatten()
+        .map(f64::from)
+        .reduce(f64::max);
     if let (Some(f), Some(at)) = (forecast, sampled_ms) {
         let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
         let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
@@ -137,6 +157,8 @@ pub(crate) fn edge_availability(
     let Some(f) = forecast else {
         return EdgeAvailability {
             windows: Vec::new(),
+            likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct: util_now,
             idle_threshold_pct: 0.0,
         };
@@ -146,14 +168,18 @@ pub(crate) fn edge_availability(
         .filter_map(|r| f.resource(*r))
         .map(|r| r.slots.as_slice())
         .collect();
-    EdgeAvailability::from_forecast(
-        f.start_ms,
-        i64::from(f.slot_len_s) * 1000,
-        &slots,
-        f.idle_threshold_pct,
-        now_ms,
-        util_now,
-    )
+    let idle_now = util_now.is_some_and(|u| u < f.idle_threshold_pct);
+    EdgeAvailability {
+        idle_since_ms: sample.busy_ms.filter(|_| idle_now),
+        ..EdgeAvailability::from_forecast(
+            f.start_ms,
+            i64::from(f.slot_len_s) * 1000,
+            &slots,
+            f.idle_threshold_pct,
+            now_ms,
+            util_now,
+        )
+    }
 }
 
 /// Per-class defaults, overridden by each measured link. A link an edge

@@ -325,19 +325,26 @@ fn start_window(
 ) -> rusqlite::Result<Option<StartWindow>> {
     let row = tx
         .query_row(
-            "SELECT n.cpu_util, n.gpu_util, n.last_sample_ms, f.forecast
+            "SELECT n.cpu_util, n.gpu_util, n.last_sample_ms, f.forecast, n.busy_ms
              FROM nodes n JOIN forecasts f ON f.node_id = n.id WHERE n.id = ?1",
             [node_id],
-            |r| Ok(([r.get(0)?, r.get(1)?], r.get(2)?, r.get::<_, String>(3)?)),
+            |r| {
+                let sample = crate::world::LatestSample {
+                    utils: [r.get(0)?, r.get(1)?],
+                    sampled_ms: r.get(2)?,
+                    busy_ms: r.get(4)?,
+                };
+                Ok((sample, r.get::<_, String>(3)?))
+            },
         )
         .optional()?;
-    let Some((utils, sampled_ms, forecast)) = row else {
+    let Some((sample, forecast)) = row else {
         return Ok(None);
     };
     let Ok(forecast) = serde_json::from_str::<NodeForecast>(&forecast) else {
         return Ok(None);
     };
-    let availability = crate::world::edge_availability(utils, sampled_ms, Some(&forecast), t_ms);
+    let availability = crate::world::edge_availability(&sample, Some(&forecast), t_ms);
     Ok(availability
         .windows
         .iter()

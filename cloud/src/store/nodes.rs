@@ -45,6 +45,11 @@ pub struct NodeRecord {
     pub gpu_util: Option<f32>,
     /// When the latest sample was taken.
     pub last_sample_at: Option<DateTime<Utc>>,
+    /// When the node was last sampled at or over its idle threshold (Unix
+    /// ms); `None` when never, as far as the store knows. The scheduler's
+    /// input, not a listing's.
+    #[serde(skip)]
+    pub busy_ms: Option<i64>,
     /// When the node was last heard from.
     pub last_seen_at: DateTime<Utc>,
     /// When the node first registered.
@@ -296,7 +301,7 @@ impl Store {
             .prepare(
                 "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
                         n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast, n.drained,
-                        n.labels, n.cordon_reason, n.unstarted, n.claimed_capabilities
+                        n.labels, n.cordon_reason, n.unstarted, n.claimed_capabilities, n.busy_ms
                  FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
             )
             .map_err(&err)?;
@@ -325,6 +330,7 @@ impl Store {
                     mem_util: r.get(5)?,
                     gpu_util: r.get(6)?,
                     last_sample_at: r.get::<_, Option<i64>>(7)?.map(ms_to_time),
+                    busy_ms: r.get(16)?,
                     last_seen_at: ms_to_time(r.get(8)?),
                     registered_at: ms_to_time(r.get(9)?),
                     forecast: r

@@ -210,7 +210,13 @@ fn apply_body(
                 "INSERT INTO samples (node_id, seq, idx, t_ms, cpu, mem, gpu, net_rx, net_tx)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
+            let threshold: Option<f64> = tx
+                .prepare_cached("SELECT idle_threshold_pct FROM nodes WHERE id = ?1")?
+                .query_row([node_id], |r| r.get(0))
+                .optional()?
+                .flatten();
             let mut last = None;
+            let mut busy_ms = None;
             for (idx, s) in samples.iter().enumerate() {
                 if let Some(problem) = c.bounds.sample_problem(s, now_ms) {
                     c.drop(seq, problem);
@@ -227,12 +233,18 @@ fn apply_body(
                     s.net_rx_bytes as i64,
                     s.net_tx_bytes as i64
                 ])?;
+                let load = s.cpu_pct.max(s.gpu_pct.unwrap_or(0.0));
+                if threshold.is_some_and(|t| f64::from(load) >= t) {
+                    busy_ms = busy_ms.max(Some(s.t_ms));
+                }
                 last = Some(s);
             }
             if let Some(s) = last {
                 tx.execute(
-                    "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5 WHERE id = ?1",
-                    params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms],
+                    "UPDATE nodes SET cpu_util = ?2, mem_util = ?3, gpu_util = ?4, last_sample_ms = ?5,
+                        busy_ms = max(coalesce(busy_ms, ?6), coalesce(?6, busy_ms))
+                     WHERE id = ?1",
+                    params![node_id, s.cpu_pct, s.mem_pct, s.gpu_pct, s.t_ms, busy_ms],
                 )?;
             }
             Ok((ReportKind::Samples, None))
@@ -256,6 +268,10 @@ fn apply_body(
                  ON CONFLICT (node_id) DO UPDATE SET issued_ms = ?2, forecast = ?3
                  WHERE excluded.issued_ms >= forecasts.issued_ms OR forecasts.issued_ms > ?4",
                 params![node_id, f.issued_ms, json, c.horizon()],
+            )?;
+            tx.execute(
+                "UPDATE nodes SET idle_threshold_pct = ?2 WHERE id = ?1",
+                params![node_id, f.idle_threshold_pct],
             )?;
             Ok((ReportKind::Forecast, None))
         }
@@ -346,6 +362,36 @@ mod tests {
             store.apply_report("ghost", &samples(1, 0.0), 5),
             Err(StoreError::UnknownNode(_))
         ));
+    }
+
+    /// Samples judged by the threshold of the node's latest forecast
+    /// (30 %): the last one at or over it is when the node was last busy.
+    /// Before any forecast there is no threshold to judge by.
+    #[test]
+    fn the_last_busy_sample_is_kept_by_the_forecasts_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 0).unwrap();
+        let busy_ms = |store: &Store| store.nodes().unwrap()[0].busy_ms;
+        store.apply_report("n1", &samples(1, 90.0), 1_000).unwrap();
+        assert_eq!(busy_ms(&store), None);
+        let forecast = Report {
+            seq: 2,
+            body: ReportBody::Forecast(Box::new(crate::world::tests::forecast(&[Some(10.0)]))),
+        };
+        store.apply_report("n1", &forecast, 1_000_000).unwrap();
+        store
+            .apply_report("n1", &samples(3, 30.0), 1_000_000)
+            .unwrap();
+        assert_eq!(busy_ms(&store), Some(3_000), "at the threshold is busy");
+        store
+            .apply_report("n1", &samples(4, 29.0), 1_000_000)
+            .unwrap();
+        assert_eq!(busy_ms(&store), Some(3_000), "an idle sample keeps it");
+        store
+            .apply_report("n1", &samples(5, 80.0), 1_000_000)
+            .unwrap();
+        assert_eq!(busy_ms(&store), Some(5_000));
     }
 
     #[test]

@@ -211,4 +211,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         DELETE FROM checkpoint_transfers WHERE job_id = OLD.id;
     END;
 ",
+    // When each node was last sampled at or over its idle threshold (the
+    // threshold its latest forecast states), so the scheduler knows how long
+    // a box that went idle has stayed so (tidemill_sched::EdgeAvailability::
+    // idle_since_ms) before it hands it work that promises nothing.
+    "
+    ALTER TABLE nodes ADD COLUMN busy_ms INTEGER;
+    ALTER TABLE nodes ADD COLUMN idle_threshold_pct REAL;
+    UPDATE nodes SET idle_threshold_pct =
+        (SELECT json_extract(f.forecast, '$.idle_threshold_pct') FROM forecasts f WHERE f.node_id = nodes.id);
+",
 ];

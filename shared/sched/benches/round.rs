@@ -72,6 +72,8 @@ fn world(n_nodes: usize, n_jobs: usize) -> WorldSnapshot {
                                 confidence: 0.95,
                             },
                         ],
+                        likely: Vec::new(),
+                        idle_since_ms: None,
                         util_now_pct: Some(70.0),
                         idle_threshold_pct: 30.0,
                     }),

@@ -174,7 +174,8 @@ pub struct JobDecision {
     pub action: Action,
     /// The plan from now on; pass back as `JobState::reservation`.
     pub segments: Vec<Segment>,
-    /// Where the job runs ahead of that plan until the slot in progress ends
+    /// Where the job runs ahead of that plan until the slot in progress ends,
+    /// or the window it runs in does first
     /// (`Policy::run_ahead`), with the step time to credit its progress at;
     /// `None` when the action follows the plan's first stretch.
     #[serde(default, skip_serializing_if = "Option::is_none")]

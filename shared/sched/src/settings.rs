@@ -66,6 +66,13 @@ pub struct Policy {
     /// meets the deadline, which is when it starts.
     #[serde(rename = "promise_lead_h", with = "hours_as_ms")]
     pub promise_lead_ms: i64,
+    /// How long an edge box must have stayed idle before plans that carry
+    /// no promise may use its likely (P50) grade, ms (see
+    /// `schedule/grid.rs`): a box whose load hovers at the threshold flips
+    /// back within minutes, and every such eviction disturbs its owner's
+    /// workload and loses the job's work since its checkpoint.
+    #[serde(rename = "likely_dwell_s", with = "secs_as_ms")]
+    pub likely_dwell_ms: i64,
 }
 
 impl Default for Policy {
@@ -74,7 +81,8 @@ impl Default for Policy {
     /// iterations), 12 candidates, up to 8 edge nodes, best-effort jobs on
     /// leftover cloud capacity too, queue admission promising a job once its
     /// plan finishes within the hour, guaranteed jobs running ahead on
-    /// capacity nothing holds now, each job's own `on_infeasible`.
+    /// capacity nothing holds now, each job's own `on_infeasible`, and the
+    /// likely grade of an edge box only after 30 minutes idle.
     fn default() -> Self {
         Policy {
             slot_ms: 900_000,
@@ -92,6 +100,7 @@ impl Default for Policy {
             elastic: true,
             on_infeasible: None,
             promise_lead_ms: 3_600_000,
+            likely_dwell_ms: 1_800_000,
         }
     }
 }
@@ -170,6 +179,13 @@ impl Policy {
                 "promise_lead_h",
                 (self.promise_lead_ms as f64 / 3.6e6).to_string(),
                 "more than 0 hours (horizon_h or more promises on start)",
+            );
+        }
+        if self.likely_dwell_ms < 0 {
+            return bad(
+                "likely_dwell_s",
+                (self.likely_dwell_ms as f64 / 1000.0).to_string(),
+                "0 seconds or more",
             );
         }
         Ok(())

@@ -56,12 +56,30 @@ pub enum NodeKind {
     Edge(EdgeAvailability),
 }
 
-/// When an edge node is free for training, pessimistically.
+/// When an edge node is free for training, in two grades (see
+/// [`EdgeAvailability::from_forecast`]): the sure grade for promises, the
+/// likely grade for plans that promise nothing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EdgeAvailability {
-    /// Idle windows from the P90 forecast (the primary load stays below the
-    /// threshold in them with 90 % confidence), ascending, non-overlapping.
+    /// Sure grade: idle windows from the P90 forecast (the primary load
+    /// stays below the threshold in them with 90 % confidence), ascending,
+    /// non-overlapping. Guarantees and the stay rule plan on these alone.
     pub windows: Vec<Window>,
+    /// Likely grade: idle windows from the P50 forecast (the load is more
+    /// likely under the threshold than not), ascending, non-overlapping;
+    /// they include every sure window. Plans that carry no promise may use
+    /// them and pay for an eviction when the tide turns. Empty (an older
+    /// snapshot) means the same as `windows`.
+    #[serde(default)]
+    pub likely: Vec<Window>,
+    /// When (Unix ms) the node last turned idle, as it reported, while it
+    /// is idle now. The likely grade opens on a box only once it has stayed
+    /// idle for the policy's `likely_dwell_s` (see `schedule/grid.rs`), so
+    /// a box whose load hovers at the threshold is not handed work it must
+    /// give back within minutes. `None` when it was never seen busy (or
+    /// is busy now, or the snapshot is older): no flip, no dwell.
+    #[serde(default)]
+    pub idle_since_ms: Option<i64>,
     /// The latest measured utilisation of the primary workload, percent.
     pub util_now_pct: Option<f64>,
     /// Utilisation above which the node is not idle, percent.
@@ -111,16 +129,23 @@ impl Window {
 
 impl EdgeAvailability {
     /// The forecast-to-availability rule, the one the coordinator and the
-    /// simulator both use. On the slot grid `start_ms + k × slot_ms` (Unix ms),
-    /// slot `k` is idle when the P90 utilisation (percent) of every forecast
-    /// resource the node has (CPU and accelerator, one slice each in
-    /// `forecast`, indexed by slot) is known and below `idle_threshold_pct`;
+    /// simulator both use, for both grades. On the slot grid
+    /// `start_ms + k × slot_ms` (Unix ms), slot `k` is idle in the sure grade
+    /// when the P90 utilisation (percent) of every forecast resource the node
+    /// has (CPU and accelerator, one slice each in `forecast`, indexed by
+    /// slot) is known and below `idle_threshold_pct`, and in the likely grade
+    /// when every resource's P50 is (a sure slot is always likely: P50 ≤ P90);
     /// the forecast covers as many slots as its shortest resource. The slot in
     /// progress at `now_ms` is observed, not forecast: when `util_now_pct`
-    /// (the highest utilisation the node reports now) is known, it alone
-    /// judges that slot, the slot just before `start_ms` included (a forecast
+    /// (the highest utilisation the node reports now) is known, it judges
+    /// that slot, the slot just before `start_ms` included (a forecast
     /// starts at the next slot boundary, so a node idle now and forecast idle
     /// next has a window that covers the present), and that slot is certain.
+    /// A node busy now is idle in neither grade; one idle now is idle in the
+    /// likely grade, and in the sure grade only when the forecast says so
+    /// too (for that slot, or the first one when the present precedes the
+    /// forecast): a box that went idle against its forecast may flip back
+    /// within minutes, and a promise must not rest on that.
     /// Adjacent idle slots merge into windows. A forecast slot's confidence is
     /// the least [`tidemill_forecast::idle_probability`] over the resources;
     /// a window's is its least certain slot's, as the forecaster's own idle
@@ -136,9 +161,9 @@ impl EdgeAvailability {
         now_ms: i64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        let slot_score = |k: usize| -> Option<f64> {
+        let slot_score = |k: usize, sure: bool| -> Option<f64> {
             forecast.iter().try_fold(f64::INFINITY, |z, r| {
-                let q = r[k].filter(|q| q.p90 < idle_threshold_pct)?;
+                let q = r[k].filter(|q| if sure { q.p90 } else { q.p50 } < idle_threshold_pct)?;
                 Some(z.min(idle_score(&q, idle_threshold_pct)))
             })
         };
@@ -146,17 +171,25 @@ impl EdgeAvailability {
         let in_progress = (now_ms - start_ms).div_euclid(slot_ms.max(1));
         let now = util_now_pct.filter(|_| (-1..slots).contains(&in_progress));
         let first = if now.is_some() { in_progress.min(0) } else { 0 };
-        let idle = (first..slots).map(|k| match now {
-            Some(u) if k == in_progress => (u < idle_threshold_pct).then_some(f64::INFINITY),
-            _ => slot_score(k as usize),
-        });
-        EdgeAvailability::from_idle_slots(
-            start_ms + first * slot_ms,
-            slot_ms,
-            idle,
-            idle_threshold_pct,
-            util_now_pct,
-        )
+        let idle = |sure: bool| {
+            (first..slots).map(move |k| match now {
+                Some(u) if k == in_progress => (u < idle_threshold_pct
+                    && (!sure || slot_score(k.max(0) as usize, true).is_some()))
+                .then_some(f64::INFINITY),
+                _ => slot_score(k as usize, sure),
+            })
+        };
+        let grid_ms = start_ms + first * slot_ms;
+        EdgeAvailability {
+            likely: runs(grid_ms, slot_ms, idle(false)),
+            ..EdgeAvailability::from_idle_slots(
+                grid_ms,
+                slot_ms,
+                idle(true),
+                idle_threshold_pct,
+                util_now_pct,
+            )
+        }
     }
 
     /// Builds windows from one per-slot utilisation series known for certain
@@ -182,10 +215,9 @@ impl EdgeAvailability {
         )
     }
 
-    /// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
-    /// windows; `idle` gives each slot's [`idle_score`] (`+∞` where it is
-    /// certain), `None` where it is busy. A window's confidence is the
-    /// probability of its lowest score, taken once per window.
+    /// Builds the sure grade from `idle` (see [`runs`]); a load known
+    /// for certain has no likelier grade, so `likely` is left empty (the
+    /// same windows).
     fn from_idle_slots(
         start_ms: i64,
         slot_ms: i64,
@@ -193,33 +225,22 @@ impl EdgeAvailability {
         idle_threshold_pct: f64,
         util_now_pct: Option<f64>,
     ) -> EdgeAvailability {
-        // (start, end, lowest score) of each run of idle slots.
-        let mut runs: Vec<(i64, i64, f64)> = Vec::new();
-        for (i, idle) in idle.into_iter().enumerate() {
-            let Some(score) = idle else {
-                continue;
-            };
-            let s = start_ms + i as i64 * slot_ms;
-            match runs.last_mut() {
-                Some((_, end, low)) if *end == s => {
-                    *end = s + slot_ms;
-                    *low = low.min(score);
-                }
-                _ => runs.push((s, s + slot_ms, score)),
-            }
-        }
-        let windows = runs
-            .into_iter()
-            .map(|(start_ms, end_ms, low)| Window {
-                start_ms,
-                end_ms,
-                confidence: score_probability(low),
-            })
-            .collect();
         EdgeAvailability {
-            windows,
+            windows: runs(start_ms, slot_ms, idle),
+            likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct,
             idle_threshold_pct,
+        }
+    }
+
+    /// The likely grade's windows: `likely`, or the sure ones where it is
+    /// empty (a load known for certain, or an older snapshot).
+    pub fn likely_windows(&self) -> &[Window] {
+        if self.likely.is_empty() {
+            &self.windows
+        } else {
+            &self.likely
         }
     }
 
@@ -228,6 +249,35 @@ impl EdgeAvailability {
         self.util_now_pct
             .is_some_and(|u| u > self.idle_threshold_pct)
     }
+}
+
+/// Merges adjacent idle slots of the grid `start_ms + k × slot_ms` into
+/// windows; `idle` gives each slot's [`idle_score`] (`+∞` where it is
+/// certain), `None` where it is busy. A window's confidence is the
+/// probability of its lowest score, taken once per window.
+fn runs(start_ms: i64, slot_ms: i64, idle: impl IntoIterator<Item = Option<f64>>) -> Vec<Window> {
+    // (start, end, lowest score) of each run of idle slots.
+    let mut runs: Vec<(i64, i64, f64)> = Vec::new();
+    for (i, idle) in idle.into_iter().enumerate() {
+        let Some(score) = idle else {
+            continue;
+        };
+        let s = start_ms + i as i64 * slot_ms;
+        match runs.last_mut() {
+            Some((_, end, low)) if *end == s => {
+                *end = s + slot_ms;
+                *low = low.min(score);
+            }
+            _ => runs.push((s, s + slot_ms, score)),
+        }
+    }
+    runs.into_iter()
+        .map(|(start_ms, end_ms, low)| Window {
+            start_ms,
+            end_ms,
+            confidence: score_probability(low),
+        })
+        .collect()
 }
 
 /// The three kinds of path, each with its own default when nothing was measured.
@@ -565,11 +615,19 @@ mod tests {
         assert_eq!(spans(950, None), vec![(1_000, 1_100), (1_300, 1_400)]);
         // Idle now (20 %) in the slot before the forecast starts: it joins slot 0.
         assert_eq!(spans(950, Some(20.0)), vec![(900, 1_100), (1_300, 1_400)]);
-        // Idle now (5 %) in slot 1, where the CPU forecast was busy.
+        // Idle now (5 %) in slot 1, where the CPU forecast was busy: the
+        // present is likely, not sure.
         assert_eq!(
             spans(1_120, Some(5.0)),
-            vec![(1_000, 1_200), (1_300, 1_400)]
+            vec![(1_000, 1_100), (1_300, 1_400)]
         );
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&cpu, &gpu], 30.0, 1_120, Some(5.0));
+        let likely: Vec<(i64, i64)> = a
+            .likely_windows()
+            .iter()
+            .map(|w| (w.start_ms, w.end_ms))
+            .collect();
+        assert_eq!(likely, vec![(1_000, 1_200), (1_300, 1_400)]);
         // Busy now (60 %) in slot 3, forecast idle: only slot 0 is left.
         assert_eq!(spans(1_320, Some(60.0)), vec![(1_000, 1_100)]);
         // A forecast covers only as many slots as its shortest resource.
@@ -612,6 +670,40 @@ mod tests {
         );
         let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
         assert_eq!(known.windows[0].confidence, 1.0);
+    }
+
+    /// Threshold 30 %: P90 under it in slot 0 only, P50 under it in slots 0
+    /// to 2 (slot 3's P50 is 35): the sure grade is slot 0, the likely grade
+    /// slots 0 to 2; a box idle now joins the present to both. A box idle
+    /// now in a slot whose P90 is over the threshold has the present in the
+    /// likely grade only.
+    #[test]
+    fn the_likely_grade_reads_the_p50_and_holds_the_sure_one() {
+        let at = |p50: f64, p90: f64| Some(Quantiles { p10: 0.0, p50, p90 });
+        let cpu = [
+            at(10.0, 20.0),
+            at(20.0, 40.0),
+            at(25.0, 60.0),
+            at(35.0, 50.0),
+        ];
+        let spans = |ws: &[Window]| -> Vec<(i64, i64)> {
+            ws.iter().map(|w| (w.start_ms, w.end_ms)).collect()
+        };
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&cpu], 30.0, 950, None);
+        assert_eq!(spans(&a.windows), vec![(1_000, 1_100)]);
+        assert_eq!(spans(a.likely_windows()), vec![(1_000, 1_300)]);
+        let now = EdgeAvailability::from_forecast(1_000, 100, &[&cpu], 30.0, 950, Some(5.0));
+        assert_eq!(spans(&now.windows), vec![(900, 1_100)]);
+        assert_eq!(spans(now.likely_windows()), vec![(900, 1_300)]);
+        // Idle now against a P90 forecast that says busy: the present is
+        // likely, not sure.
+        let busy_first = [at(10.0, 50.0), at(10.0, 20.0)];
+        let a = EdgeAvailability::from_forecast(1_000, 100, &[&busy_first], 30.0, 1_050, Some(5.0));
+        assert_eq!(spans(&a.windows), vec![(1_100, 1_200)]);
+        assert_eq!(spans(a.likely_windows()), vec![(1_000, 1_200)]);
+        // A load known for certain has one grade.
+        let known = EdgeAvailability::from_known_load(1_000, 100, &[Some(5.0)], 30.0, None);
+        assert_eq!(known.likely_windows(), known.windows.as_slice());
     }
 
     /// Hand-worked margins, grace 120 s: a 6-hour window (21 600 000 ms) at

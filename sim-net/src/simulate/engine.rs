@@ -254,27 +254,28 @@ pub fn run(
             }
         }
         let edges = &world.edges;
-        let flip = |q: u32| {
-            world.model.nodes()[q as usize]
-                .edge
-                .and_then(|e| edges.next_reported_flip(e, now))
-        };
-        match policy.edge_interest() {
-            EdgeInterest::None => {}
-            EdgeInterest::InUse => {
-                for &j in &r.active {
-                    for &(q, _) in &r.jobs[j].place {
-                        if let Some(f) = flip(q) {
-                            t = t.min(f);
-                        }
+        let box_of = |q: u32| world.model.nodes()[q as usize].edge;
+        let interest = policy.edge_interest();
+        if matches!(interest, EdgeInterest::InUse | EdgeInterest::InUseAndFreed) {
+            for &j in &r.active {
+                for &(q, _) in &r.jobs[j].place {
+                    if let Some(f) = box_of(q).and_then(|e| edges.next_reported_flip(e, now)) {
+                        t = t.min(f);
                     }
                 }
             }
-            EdgeInterest::All => {
-                for q in 0..world.model.nodes().len() as u32 {
-                    if let Some(f) = flip(q) {
-                        t = t.min(f);
-                    }
+        }
+        let wake_on = match interest {
+            EdgeInterest::None | EdgeInterest::InUse => None,
+            EdgeInterest::InUseAndFreed => {
+                Some(EdgeWorld::next_reported_flip_to_idle as fn(_, _, _) -> _)
+            }
+            EdgeInterest::All => Some(EdgeWorld::next_reported_flip as fn(_, _, _) -> _),
+        };
+        if let Some(next) = wake_on {
+            for q in 0..world.model.nodes().len() as u32 {
+                if let Some(f) = box_of(q).and_then(|e| next(edges, e, now)) {
+                    t = t.min(f);
                 }
             }
         }

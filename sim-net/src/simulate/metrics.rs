@@ -34,7 +34,7 @@
 
 use serde::Serialize;
 
-use super::edges::ForecastCounts;
+use super::forecasts::ForecastCounts;
 use super::placement::Traffic;
 use super::policies::{JobRun, JobStatus};
 

@@ -27,6 +27,7 @@ pub mod edges;
 pub mod engine;
 #[cfg(test)]
 mod evictions;
+pub mod forecasts;
 pub mod jobs;
 pub mod metrics;
 #[cfg(test)]

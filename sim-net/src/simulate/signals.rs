@@ -9,7 +9,8 @@ use tidemill_forecast::{ConfigError, ForecastConfig};
 use tidemill_sched::EdgeAvailability;
 use tidemill_sched::policies::EdgeSignals;
 
-use super::edges::{EdgeWorld, ForecastCounts, OnlineForecasts};
+use super::edges::EdgeWorld;
+use super::forecasts::{ForecastCounts, OnlineForecasts};
 
 /// The edge signals of one run.
 pub struct RunSignals<'w> {

@@ -315,6 +315,10 @@ pub enum EdgeInterest {
     None,
     /// Changes on boxes its jobs run on.
     InUse,
+    /// Changes on boxes its jobs run on, and any box becoming idle: a
+    /// planner needs to hear of new capacity, not of a box it does not use
+    /// turning busy.
+    InUseAndFreed,
     /// Every change of the set of idle boxes.
     All,
 }

@@ -112,9 +112,11 @@ impl Tidemill {
 }
 
 impl Scheduler for Tidemill {
+    /// Every flip on the boxes its jobs use, and every box that turns idle:
+    /// new capacity a waiting job can gain ground on.
     fn edge_interest(&self) -> EdgeInterest {
         if self.config.use_edge {
-            EdgeInterest::InUse
+            EdgeInterest::InUseAndFreed
         } else {
             EdgeInterest::None
         }
@@ -194,14 +196,33 @@ impl Scheduler for Tidemill {
             let next = dec
                 .segments
                 .iter()
+                .chain(&dec.ahead)
                 .flat_map(|s| [s.start_ms, s.end_ms])
                 .filter(|&t| t > v.now_ms)
                 .min();
-            d.wake_ms = match (d.wake_ms, next) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            d.wake_ms = min_some(d.wake_ms, next);
         }
+        // A box still in its dwell opens to the likely grade when it ends.
+        let dwell = self.config.policy.likely_dwell_ms;
+        let dwell_ends = self
+            .world
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::Edge(av) => av.idle_since_ms.map(|t| t + dwell),
+                NodeKind::Cloud { .. } => None,
+            })
+            .filter(|&t| t > v.now_ms)
+            .min();
+        d.wake_ms = min_some(d.wake_ms, dwell_ends);
         d
+    }
+}
+
+/// The earlier of two optional instants.
+fn min_some(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -16,7 +16,7 @@
 use crate::decision::{Action, JobDecision, Segment};
 
 use super::DONE_EPS_ITERS;
-use super::grid::{Place, Round};
+use super::grid::{Grade, Place, Round};
 use super::job::JobCtx;
 use super::plan::Want;
 use super::reason::Reason;
@@ -25,7 +25,6 @@ impl<'a> Round<'a> {
     /// Moves decision `d`'s job, for the slot in progress, to where it does
     /// the most work.
     pub(super) fn run_ahead(&mut self, ctx: &JobCtx, d: &mut JobDecision) {
-        let slot_s = (self.slot_end(0) - self.now_ms) as f64 / 1000.0;
         let reserved: Place = match &d.action {
             Action::Start { on } | Action::Migrate { to: on, .. } => self.indices(on),
             Action::Continue => ctx.location.clone(),
@@ -41,6 +40,7 @@ impl<'a> Round<'a> {
             let (Some(step), true) = (round.step(ctx, place), round.fits_now(place)) else {
                 return 0.0;
             };
+            let slot_s = (round.now_until(place) - round.now_ms) as f64 / 1000.0;
             let here = running && *place == ctx.location;
             let owed = ctx.job.progress.startup_left_s;
             let startup = round.startup(ctx, place, &ctx.location, owed, here);
@@ -75,11 +75,13 @@ impl<'a> Round<'a> {
         );
         let owed = ctx.job.progress.startup_left_s;
         let here = running && chosen == ctx.location;
+        let until_ms = self.now_until(&chosen);
+        let slot_s = (until_ms - self.now_ms) as f64 / 1000.0;
         if let Some(step) = self.step(ctx, &chosen) {
             let startup_s = self.startup(ctx, &chosen, &ctx.location, owed, here);
             d.ahead = Some(Segment {
                 start_ms: self.now_ms,
-                end_ms: self.slot_end(0),
+                end_ms: until_ms,
                 on: self.assignments(&chosen),
                 startup_s,
                 step,
@@ -89,7 +91,7 @@ impl<'a> Round<'a> {
         }
         let why = Reason::RunsAhead {
             place: self.shares(&chosen),
-            until_ms: self.slot_end(0),
+            until_ms,
         };
         d.explanation.reason = format!("{}; {why}", d.explanation.reason);
         d.explanation.why.push(why);
@@ -146,9 +148,17 @@ impl<'a> Round<'a> {
         }
     }
 
-    /// Whether every node of `place` has its workers free in the slot in progress.
+    /// Whether every node of `place` has its workers free in the slot in
+    /// progress, and is open now in the likely grade: running ahead
+    /// promises nothing.
     fn fits_now(&self, place: &[(usize, u32)]) -> bool {
-        place.iter().all(|&(q, w)| self.free[q * self.n_slots] >= w)
+        self.usable(place, 0, Grade::Likely)
+    }
+
+    /// Until when (Unix ms) `place` is open in the slot in progress.
+    fn now_until(&self, place: &[(usize, u32)]) -> i64 {
+        self.open_until(place, 0, Grade::Likely)
+            .min(self.slot_end(0))
     }
 
     /// Every cloud placement, one per group and worker count, on devices free

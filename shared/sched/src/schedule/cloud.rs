@@ -5,7 +5,7 @@
 use crate::cost::gpu_cost;
 
 use super::DONE_EPS_ITERS;
-use super::grid::{CloudGroup, Place, Round};
+use super::grid::{CloudGroup, Grade, Place, Round};
 use super::job::JobCtx;
 use super::plan::Candidate;
 use super::reason::Reason;
@@ -57,6 +57,41 @@ impl<'a> Round<'a> {
             }
         }
         None
+    }
+
+    /// A cloud tail past the grid's end, priced but not booked: the cheapest
+    /// configuration that does `work` between the horizon and `deadline_ms`,
+    /// ending at the deadline. Nobody has booked capacity past the horizon
+    /// yet, so a plan that promises nothing may count on it; later rounds,
+    /// with the tail in view, book it or find the job another way.
+    pub(super) fn tail_past_horizon(
+        &self,
+        ctx: &JobCtx,
+        work: f64,
+        from: &[(usize, u32)],
+        owed: f64,
+        deadline_ms: i64,
+    ) -> Option<Vec<Seg>> {
+        let horizon_ms = self.slot_end(self.n_slots.checked_sub(1)?);
+        let configs = self.cloud_configs(ctx, work, from, owed);
+        let c = configs
+            .iter()
+            .find(|c| horizon_ms + (c.secs * 1000.0).ceil() as i64 <= deadline_ms)?;
+        let g = &self.cloud_groups[c.group];
+        let k = c.workers.div_ceil(g.devices) as usize;
+        let place = spread(&g.nodes[..k], c.workers, g.devices);
+        let step = self.step(ctx, &place)?;
+        Some(vec![Seg {
+            first_slot: self.n_slots,
+            end_slot: self.n_slots,
+            start_ms: deadline_ms - (c.secs * 1000.0).ceil() as i64,
+            end_ms: deadline_ms,
+            startup_s: self.startup(ctx, &place, from, owed, false),
+            place,
+            step,
+            iters: work,
+            cost: c.cost,
+        }])
     }
 
     /// Every (cloud group, worker count) for `work`, with its duration, cheapest first.
@@ -131,7 +166,17 @@ impl<'a> Round<'a> {
             return None;
         }
         let place = spread(&chosen, w, g.devices);
-        let run = self.walk(ctx, &place, from, owed, x, last + 1, work, false)?;
+        let run = self.walk(
+            ctx,
+            &place,
+            from,
+            owed,
+            x,
+            last + 1,
+            work,
+            false,
+            Grade::Sure,
+        )?;
         (run.segs.len() == 1 && run.finished.is_some_and(|f| f <= deadline_ms)).then_some(run.segs)
     }
 
@@ -157,6 +202,7 @@ impl<'a> Round<'a> {
                 self.n_slots,
                 ctx.remaining,
                 false,
+                Grade::Sure,
             )?;
             let Some(first) = run.segs.into_iter().next().filter(|s| s.first_slot == 0) else {
                 continue;

@@ -24,7 +24,7 @@ use crate::cost::class_compute_s;
 
 use super::DONE_EPS_ITERS;
 use super::cloud::spread;
-use super::grid::{CloudGroup, Place, Round};
+use super::grid::{CloudGroup, Grade, Place, Round};
 use super::job::JobCtx;
 use super::plan::Candidate;
 use super::reason::Reason;
@@ -103,7 +103,7 @@ impl<'a> Round<'a> {
         let mut done = 0.0;
         let mut s = 0;
         while s < limit {
-            let kept = cur.clone().filter(|c| self.usable(c, s));
+            let kept = cur.clone().filter(|c| self.usable(c, s, Grade::Sure));
             // Where the checkpoint is; a running job keeps its own nodes
             // where it can.
             let from = cur.as_deref().unwrap_or(&ctx.location);
@@ -122,7 +122,7 @@ impl<'a> Round<'a> {
             // where capacity frees up and a larger placement pays.
             let mut end = s + 1;
             while end < limit
-                && self.usable(&place, end)
+                && self.usable(&place, end, Grade::Sure)
                 && !(self.cloud_frees[end]
                     && self.widest(g, options, end, &place).is_some_and(|b| {
                         self.grows(ctx, &place, &b, end, limit, ctx.remaining - done)
@@ -130,7 +130,17 @@ impl<'a> Round<'a> {
             {
                 end += 1;
             }
-            let run = self.walk(ctx, &place, from, owed, s, end, ctx.remaining - done, false)?;
+            let run = self.walk(
+                ctx,
+                &place,
+                from,
+                owed,
+                s,
+                end,
+                ctx.remaining - done,
+                false,
+                Grade::Sure,
+            )?;
             for seg in run.segs {
                 done += seg.iters;
                 owed = (seg.startup_s - (seg.end_ms - seg.start_ms) as f64 / 1000.0).max(0.0);
@@ -199,9 +209,9 @@ impl<'a> Round<'a> {
         };
         let secs = |x: usize| (self.slot_end(x) - self.slot_start(x)) as f64 / 1000.0;
         let (mut d_a, mut d_b, mut a_free) = (0.0, 0.0, true);
-        for x in (s..limit).take_while(|&x| self.usable(b, x)) {
+        for x in (s..limit).take_while(|&x| self.usable(b, x, Grade::Sure)) {
             d_b += secs(x);
-            a_free &= self.usable(a, x);
+            a_free &= self.usable(a, x, Grade::Sure);
             if a_free {
                 d_a += secs(x);
             }

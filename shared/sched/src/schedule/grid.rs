@@ -1,9 +1,22 @@
 //! The round's grid of free capacity: policy slots from `now` to the horizon,
-//! free devices per node and slot (edge nodes only inside their idle windows,
-//! less a margin that grows with the forecast's doubt,
-//! [`crate::Window::usable_until_ms`], and not while the tide is in), the index of edge nodes by
-//! first free slot and the cloud nodes grouped by (class, size, price).
-//! Reserving a plan takes its devices off the grid.
+//! free devices per node and slot, the index of edge nodes by first free slot
+//! and the cloud nodes grouped by (class, size, price). Reserving a plan
+//! takes its devices off the grid.
+//!
+//! An edge node is open in a slot in two grades ([`Grade`]), each up to an
+//! instant inside the slot, so a segment ends when its window does, not at
+//! the last whole slot. The sure grade is open from a P90 window's start
+//! until [`crate::Window::usable_until_ms`] (its end less the grace and a
+//! margin that grows with the forecast's doubt); the likely grade also in a
+//! likely (P50) window, from the policy's `likely_dwell_s` after the box
+//! went idle (as measured, [`crate::EdgeAvailability::idle_since_ms`], for
+//! the window in progress, with no dwell for a box never seen busy; from
+//! its start for one ahead) until its end less
+//! the grace, so a box whose load hovers at the threshold gets no work it
+//! must give back within minutes. Neither
+//! is open while the tide is in, until the window in progress ends. A slot is
+//! open in a grade when it starts inside such a stretch; it is open until
+//! the stretch ends or the slot does, whichever is first.
 
 use std::collections::HashMap;
 
@@ -15,6 +28,16 @@ use super::walk::Seg;
 
 /// Node index and workers on it, sorted by node index.
 pub(super) type Place = Vec<(usize, u32)>;
+
+/// How sure a plan must be of the edge capacity it uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Grade {
+    /// P90 windows with forecast-grown margins: for promises (guarantees,
+    /// kept reservations, a guaranteed job's stay).
+    Sure,
+    /// Also P50 windows and a box idle now: for plans that carry no promise.
+    Likely,
+}
 
 /// Cloud nodes alike in device class, size and price, planned as one.
 pub(super) struct CloudGroup {
@@ -38,6 +61,10 @@ pub(super) struct Round<'a> {
     pub(super) links: PlacementCost,
     /// `free[node * n_slots + slot]`: devices not yet reserved.
     pub(super) free: Vec<u32>,
+    /// `open[node * n_slots + slot][grade]`: ms after the slot's nominal
+    /// start (`base_ms + slot × slot_ms`) until which the node may be used
+    /// in that slot in that grade; `slot_ms` for the whole slot, 0 for not at all.
+    open: Vec<[u32; 2]>,
     /// Edge nodes by first free slot.
     pub(super) edge_index: Vec<usize>,
     /// Slots with any free device, per node (skips fully booked nodes).
@@ -58,6 +85,7 @@ impl<'a> Round<'a> {
         let mut class_of = Vec::with_capacity(world.nodes.len());
         let mut id_of = HashMap::with_capacity(world.nodes.len());
         let mut free = vec![0u32; world.nodes.len() * n_slots];
+        let mut open = vec![[0u32; 2]; world.nodes.len() * n_slots];
         let mut free_slot_count = vec![0u32; world.nodes.len()];
         let mut first_free = vec![usize::MAX; world.nodes.len()];
         let mut groups: HashMap<(usize, u32, u64), usize> = HashMap::new();
@@ -76,9 +104,11 @@ impl<'a> Round<'a> {
                 continue;
             }
             let row = &mut free[i * n_slots..(i + 1) * n_slots];
+            let open_row = &mut open[i * n_slots..(i + 1) * n_slots];
             match &n.kind {
                 NodeKind::Cloud { price_per_gpu_hour } => {
                     row.fill(n.devices);
+                    open_row.fill([slot as u32; 2]);
                     let key = (c, n.devices, price_per_gpu_hour.to_bits());
                     let g = *groups.entry(key).or_insert_with(|| {
                         cloud_groups.push(CloudGroup {
@@ -95,24 +125,49 @@ impl<'a> Round<'a> {
                     let mut blocked_until = i64::MIN;
                     if av.tide_in() {
                         blocked_until = av
-                            .windows
+                            .likely_windows()
                             .iter()
-                            .find(|w| w.start_ms <= now_ms && now_ms < w.end_ms)
-                            .map_or(now_ms, |w| w.end_ms);
+                            .chain(&av.windows)
+                            .filter(|w| w.start_ms <= now_ms && now_ms < w.end_ms)
+                            .map(|w| w.end_ms)
+                            .max()
+                            .unwrap_or(now_ms);
                     }
-                    let mut w = av
+                    let grace = policy.grace_ms;
+                    let sure: Vec<(i64, i64)> = av
                         .windows
                         .iter()
-                        .map(|w| (w.start_ms, w.usable_until_ms(now_ms, policy.grace_ms)))
-                        .peekable();
-                    for (s, cell) in row.iter_mut().enumerate() {
+                        .map(|w| (w.start_ms, w.usable_until_ms(now_ms, grace)))
+                        .collect();
+                    let likely: Vec<(i64, i64)> = av
+                        .likely_windows()
+                        .iter()
+                        .map(|w| {
+                            let in_progress = w.start_ms <= now_ms && now_ms < w.end_ms;
+                            let from = match av.idle_since_ms {
+                                Some(t) if in_progress => t + policy.likely_dwell_ms,
+                                None if in_progress => w.start_ms,
+                                _ => w.start_ms + policy.likely_dwell_ms,
+                            };
+                            (from, w.end_ms - grace)
+                        })
+                        .filter(|&(from, until)| from < until)
+                        .collect();
+                    let (mut sure, mut likely) = (sure.iter().peekable(), likely.iter().peekable());
+                    for s in 0..n_slots {
                         let (start, end) = slot_bounds(now_ms, base_ms, slot, s);
-                        while w.peek().is_some_and(|&(_, usable)| usable < end) {
-                            w.next();
+                        if start < blocked_until {
+                            continue;
                         }
-                        let inside = w.peek().is_some_and(|&(from, _)| from <= start);
-                        if inside && start >= blocked_until {
-                            *cell = n.devices;
+                        let nominal = base_ms + s as i64 * slot;
+                        let sure_until = open_until(&mut sure, start, end);
+                        let likely_until = open_until(&mut likely, start, end).max(sure_until);
+                        if likely_until > start {
+                            row[s] = n.devices;
+                            open_row[s] = [
+                                (sure_until.max(nominal) - nominal) as u32,
+                                (likely_until - nominal) as u32,
+                            ];
                             first_free[i] = first_free[i].min(s);
                         }
                     }
@@ -141,6 +196,7 @@ impl<'a> Round<'a> {
                 &world.links,
             ),
             free,
+            open,
             edge_index,
             free_slot_count,
             first_free,
@@ -195,10 +251,37 @@ impl<'a> Round<'a> {
         p
     }
 
-    pub(super) fn usable(&self, place: &[(usize, u32)], s: usize) -> bool {
+    /// Whether every node of `place` has its workers free in slot `s` and
+    /// is open in `grade` at the slot's start.
+    pub(super) fn usable(&self, place: &[(usize, u32)], s: usize, grade: Grade) -> bool {
         place
             .iter()
             .all(|&(q, w)| self.free[q * self.n_slots + s] >= w)
+            && self.open_until(place, s, grade) > self.slot_start(s)
+    }
+
+    /// The instant (Unix ms) until which every node of `place` is open in
+    /// `grade` in slot `s`: the slot's end, or earlier where a window ends
+    /// inside it.
+    pub(super) fn open_until(&self, place: &[(usize, u32)], s: usize, grade: Grade) -> i64 {
+        let nominal = self.base_ms + s as i64 * self.policy.slot_ms.max(1);
+        let g = grade as usize;
+        let open = place
+            .iter()
+            .map(|&(q, _)| self.open[q * self.n_slots + s][g])
+            .min()
+            .unwrap_or(0);
+        nominal + i64::from(open)
+    }
+
+    /// Whether `segs` use edge capacity only where the sure grade is open:
+    /// a plan that may become a promise.
+    pub(super) fn on_sure(&self, segs: &[Seg]) -> bool {
+        segs.iter().all(|g| {
+            (g.first_slot..g.end_slot.min(self.n_slots)).all(|s| {
+                self.open_until(&g.place, s, Grade::Sure) >= g.end_ms.min(self.slot_end(s))
+            })
+        })
     }
 
     pub(super) fn price(&self, place: &[(usize, u32)]) -> f64 {
@@ -226,6 +309,24 @@ impl<'a> Round<'a> {
                 }
             }
         }
+    }
+}
+
+/// The end of the open stretch among `stretches` ((from, until), Unix ms,
+/// ascending) that slot `[start, end)` starts in, capped at `end`; `start`
+/// (closed) when it starts in none. Stretches ending before `start` are
+/// passed over for good, as slots come in order.
+fn open_until<'s>(
+    stretches: &mut std::iter::Peekable<impl Iterator<Item = &'s (i64, i64)>>,
+    start: i64,
+    end: i64,
+) -> i64 {
+    while stretches.peek().is_some_and(|&&(_, until)| until <= start) {
+        stretches.next();
+    }
+    match stretches.peek() {
+        Some(&&(from, until)) if from <= start => until.min(end),
+        _ => start,
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::world::NodeKind;
 
 use super::DONE_EPS_ITERS;
-use super::grid::{Place, Round};
+use super::grid::{Grade, Place, Round};
 use super::job::JobCtx;
 use super::reason::Reason;
 use super::walk::Seg;
@@ -40,7 +40,7 @@ impl<'a> Round<'a> {
             }
             if let Some(&(q, _)) = place
                 .iter()
-                .find(|&&(q, w)| (first..=last).any(|s| self.free[q * self.n_slots + s] < w))
+                .find(|&&(q, w)| (first..=last).any(|s| !self.usable(&[(q, w)], s, Grade::Sure)))
             {
                 let n = &self.world.nodes[q];
                 return Err(match &n.kind {
@@ -62,6 +62,7 @@ impl<'a> Round<'a> {
                     last + 1,
                     ctx.remaining - done,
                     false,
+                    Grade::Sure,
                 )
                 .ok_or(Reason::TableGone)?;
             for s in run.segs {

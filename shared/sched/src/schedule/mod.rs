@@ -2,22 +2,27 @@
 //! [`RoundPlan`].
 //!
 //! Time is cut into policy slots from `now` to the horizon; every node has a
-//! free-device count per slot (edge nodes only inside their P90 idle windows,
-//! less the grace, and not while the tide is in). Jobs reserve capacity in this
+//! free-device count per slot and, for edge nodes, how long into the slot it
+//! is open in each grade ([`grid::Grade`]: the sure P90 windows for promises,
+//! the likely P50 windows too for plans that promise nothing), and not while
+//! the tide is in. Jobs reserve capacity in this
 //! order, so no later decision can take what an earlier one holds:
 //! 1. guaranteed jobs whose standing reservation is still valid keep it, in admission order;
 //! 2. guaranteed jobs whose reservation broke (tide in, node lost) are re-planned, earliest deadline first;
 //! 3. new SLO jobs are admitted earliest deadline first, only if a plan meets the deadline;
-//! 4. jobs without a reservation take what is left, in least-attained-service
+//! 4. running SLO jobs on edge boxes whose stay there still meets their
+//!    deadline keep that capacity first, so a shorter arrival does not move them;
+//! 5. jobs without a reservation take what is left, in least-attained-service
 //!    or shortest-remaining-time order, those with a deadline still ahead
 //!    first: an SLO job (downgraded, or every SLO job under
 //!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
 //!    still meet its deadline, a best-effort job any leftover edge capacity;
 //!    cloud capacity free now only if the policy allows it. A job running
 //!    where it can go on (and still meet its deadline) stays there;
-//! 5. SLO jobs still waiting for the cloud may gain ground on idle edge
-//!    devices now, before a cloud tail later that meets the deadline, when
-//!    the progress pays for moving the checkpoint back.
+//! 6. SLO jobs still waiting for the cloud may gain ground on idle edge
+//!    devices now, before a cloud tail later that meets the deadline (priced
+//!    past the horizon when it does not fit the grid), when the progress
+//!    pays for moving the checkpoint back.
 //!
 //! A plan for one job picks, among an edge placement (none, one node, or the
 //! top-k candidate nodes together) followed, if needed, by a cloud tail that
@@ -219,21 +224,42 @@ fn plan_round(
             .then(a.0.1.total_cmp(&b.0.1))
             .then(a.0.2.cmp(&b.0.2))
     });
-    // A queued job is promised a plan that meets its deadline, once that
-    // plan's finish is within the policy's promise lead.
-    let promised = |c: &plan::Candidate, deadline_ms: i64| {
-        c.finishes_by(deadline_ms)
-            && c.finish_ms
-                .is_some_and(|f| f - now_ms <= policy.promise_lead_ms)
-    };
-    let mut waiting = Vec::new();
+    // Running jobs first: one whose stay still meets its deadline keeps
+    // its capacity before the queue is planned.
+    let mut queue = Vec::with_capacity(best_effort.len());
     for (_, j, entry) in best_effort {
+        let ctx = round.job_ctx(j);
+        let grade = match entry {
+            Entry::Held { .. } => grid::Grade::Sure,
+            _ => grid::Grade::Likely,
+        };
+        let Some(c) = round.running_first(&ctx, grade) else {
+            queue.push((j, entry));
+            continue;
+        };
+        decisions.push(match entry {
+            Entry::Held { since_ms } => round.replan(&ctx, since_ms, Reason::RunningFirst, c),
+            Entry::Queued { .. } if promised(&round, &c, j.spec.deadline_ms) => {
+                round.admit(&ctx, c)
+            }
+            entry => {
+                let story = Story::Leftover {
+                    entry,
+                    late: None,
+                    outcome: Outcome::Runs(c.why),
+                };
+                round.decide(&ctx, Verdict::BestEffort, c.segs, story)
+            }
+        });
+    }
+    let mut waiting = Vec::new();
+    for (j, entry) in queue {
         let ctx = round.job_ctx(j);
         if let Entry::Held { since_ms } = entry {
             let c = round
                 .plan(&ctx, Want::MeetDeadline)
                 .ok()
-                .filter(|c| c.finishes_by(j.spec.deadline_ms))
+                .filter(|c| c.finishes_by(j.spec.deadline_ms) && round.on_sure(&c.segs))
                 .or_else(|| round.plan(&ctx, Want::Guarantee).ok())
                 .ok_or(Stuck(j.spec.id))?;
             decisions.push(round.replan(&ctx, since_ms, Reason::InTurn, c));
@@ -256,10 +282,22 @@ fn plan_round(
                 Some(h) => late = Some(h),
             }
         }
+        let queued = matches!(entry, Entry::Queued { .. });
         let (segs, outcome) = match round.plan(&ctx, want) {
-            Ok(c) if matches!(entry, Entry::Queued { .. }) && promised(&c, j.spec.deadline_ms) => {
+            Ok(c) if queued && promised(&round, &c, j.spec.deadline_ms) => {
                 decisions.push(round.admit(&ctx, c));
                 continue;
+            }
+            // A plan on the likely grade that would be promised: the
+            // promise needs one on the sure grade.
+            Ok(c) if queued && c.finishes_by(j.spec.deadline_ms) && promise_near(&round, &c) => {
+                match round.plan(&ctx, Want::Guarantee) {
+                    Ok(sure) if promised(&round, &sure, j.spec.deadline_ms) => {
+                        decisions.push(round.admit(&ctx, sure));
+                        continue;
+                    }
+                    _ => (c.segs, Outcome::Runs(c.why)),
+                }
             }
             Ok(c) => (c.segs, Outcome::Runs(c.why)),
             Err(fail) if want == Want::MeetDeadline => {
@@ -307,6 +345,19 @@ fn plan_round(
     }
     decisions.sort_by_key(|d| d.job_id);
     Ok(RoundPlan { now_ms, decisions })
+}
+
+/// Whether plan `c` finishes within the policy's promise lead from now.
+fn promise_near(round: &Round, c: &plan::Candidate) -> bool {
+    c.finish_ms
+        .is_some_and(|f| f - round.now_ms <= round.policy.promise_lead_ms)
+}
+
+/// Whether a queued job is promised plan `c`: it meets the job's deadline,
+/// finishes within the policy's promise lead, and uses edge capacity only
+/// on the sure grade.
+fn promised(round: &Round, c: &plan::Candidate, deadline_ms: i64) -> bool {
+    c.finishes_by(deadline_ms) && promise_near(round, c) && round.on_sure(&c.segs)
 }
 
 /// Every guarantee planned again with the new arrivals, earliest deadline

@@ -2,10 +2,10 @@
 //! edge then a cloud tail, or cloud alone, ranked by least cloud cost, then
 //! earliest finish; and the cheap bound that spares hopeless jobs a plan.
 
-use crate::world::AdmissionMode;
+use crate::world::{AdmissionMode, JobClass};
 
 use super::DONE_EPS_ITERS;
-use super::grid::Round;
+use super::grid::{Grade, Round};
 use super::job::JobCtx;
 use super::reason::Reason;
 use super::walk::{EdgeRun, Seg};
@@ -13,16 +13,27 @@ use super::walk::{EdgeRun, Seg};
 /// What a plan is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Want {
-    /// A reservation that finishes by the deadline; may book cloud capacity ahead.
+    /// A reservation that finishes by the deadline; may book cloud capacity
+    /// ahead; on the sure grade of edge capacity.
     Guarantee,
     /// No reservation: capacity free now (idle edge; unreserved cloud under
     /// each-round admission or `best_effort_cloud`) on which the job can
     /// still meet its deadline.
     /// Work that finishes late is worth nothing to an SLO job, so it takes
-    /// nothing else.
+    /// nothing else. On the likely grade of edge capacity: it promises nothing.
     MeetDeadline,
-    /// Whatever is left, deadline or not.
+    /// Whatever is left, deadline or not, on the likely grade.
     Leftover,
+}
+
+impl Want {
+    /// The grade of edge capacity a plan for this may use.
+    pub(super) fn grade(self) -> Grade {
+        match self {
+            Want::Guarantee => Grade::Sure,
+            Want::MeetDeadline | Want::Leftover => Grade::Likely,
+        }
+    }
 }
 
 /// A candidate plan for one job.
@@ -80,7 +91,9 @@ impl<'a> Round<'a> {
                 *best = Some(c);
             }
         };
-        if !deadline && let Some(c) = self.stay(ctx, limit, due.then_some(deadline_ms)) {
+        if !deadline
+            && let Some(c) = self.stay(ctx, limit, due.then_some(deadline_ms), want.grade())
+        {
             return Ok(c);
         }
         let opts = self.edge_options(ctx, limit);
@@ -105,6 +118,7 @@ impl<'a> Round<'a> {
                 limit,
                 ctx.remaining,
                 deadline,
+                want.grade(),
             ) else {
                 continue;
             };
@@ -266,7 +280,17 @@ impl<'a> Round<'a> {
     /// A running job without a reservation stays where it runs when it can
     /// go on there now and, if it is held to `deadline_ms`, still meets it:
     /// moving it would pay a checkpoint and a restart for nothing it needs.
-    fn stay(&self, ctx: &JobCtx, limit: usize, deadline_ms: Option<i64>) -> Option<Candidate> {
+    /// Judged on `grade`: the sure grade for a job that holds a promise,
+    /// the likely grade for one that holds none, as its plans are made (a
+    /// stay judged on the sure grade moved such jobs off boxes still idle
+    /// and near doubled the migrations per job).
+    pub(super) fn stay(
+        &self,
+        ctx: &JobCtx,
+        limit: usize,
+        deadline_ms: Option<i64>,
+        grade: Grade,
+    ) -> Option<Candidate> {
         if !ctx.job.progress.running || ctx.location.is_empty() {
             return None;
         }
@@ -280,6 +304,7 @@ impl<'a> Round<'a> {
             limit,
             ctx.remaining,
             false,
+            grade,
         )?;
         run.segs.first().filter(|s| s.first_slot == 0)?;
         let finish_ms = run.finished;
@@ -296,10 +321,35 @@ impl<'a> Round<'a> {
         deadline_ms.is_none_or(|d| c.finishes_by(d)).then_some(c)
     }
 
+    /// Running jobs first: a running SLO job on edge boxes that can still
+    /// meet its deadline keeps running there when its stay
+    /// ([`Round::stay`], on `grade`) meets it, before any queued job is
+    /// planned. Jobs on the cloud are left to the queue's order: there a
+    /// shorter arrival may still take a GPU first (shortest first meets
+    /// more deadlines), and the job resumes on a plan that meets its own.
+    pub(super) fn running_first(&self, ctx: &JobCtx, grade: Grade) -> Option<Candidate> {
+        let spec = &ctx.job.spec;
+        if spec.class != JobClass::Slo || !ctx.job.progress.running || self.hopeless(ctx).is_some()
+        {
+            return None;
+        }
+        if ctx.location.iter().any(|&(q, _)| self.is_cloud(q)) {
+            return None;
+        }
+        self.stay(
+            ctx,
+            self.slots_before(spec.deadline_ms),
+            Some(spec.deadline_ms),
+            grade,
+        )
+    }
+
     /// Without a reservation, a job the cloud cannot take now gains ground on
-    /// idle edge devices now, if a cloud tail later still meets the deadline:
-    /// every iteration done there is cloud time the job no longer needs. The
-    /// tail is held for this round only; the next round plans the job again.
+    /// idle edge devices now (the likely grade), if a cloud tail later still
+    /// meets the deadline: every iteration done there is cloud time the job
+    /// no longer needs. The tail is booked in this round's grid where it
+    /// fits, else priced past the horizon ([`Round::tail_past_horizon`]); it
+    /// is held for this round only, and the next round plans the job again.
     pub(super) fn edge_now_cloud_later(&self, ctx: &JobCtx) -> Option<Candidate> {
         let deadline_ms = ctx.job.spec.deadline_ms;
         let limit = self.slots_before(deadline_ms);
@@ -307,7 +357,9 @@ impl<'a> Round<'a> {
         let mut runs: Vec<(usize, EdgeRun)> = Vec::new();
         for place in self.edge_options(ctx, limit) {
             // The stretch of slots the placement is free from now on.
-            let stretch = (0..limit).take_while(|&s| self.usable(&place, s)).count();
+            let stretch = (0..limit)
+                .take_while(|&s| self.usable(&place, s, Grade::Likely))
+                .count();
             if stretch == 0 {
                 continue;
             }
@@ -320,6 +372,7 @@ impl<'a> Round<'a> {
                 stretch,
                 ctx.remaining,
                 true,
+                Grade::Likely,
             ) {
                 runs.push((stretch, run));
             }
@@ -332,7 +385,7 @@ impl<'a> Round<'a> {
             // Switch at the end of the stretch, else halfway there, and so on.
             let mut x = *stretch;
             while x > 0 && run.prog[x] > 0.0 {
-                if let Some(c) = self.switch_to_cloud(ctx, run, x, run.prog[x], deadline_ms)
+                if let Some(c) = self.switch_to_cloud(ctx, run, x, run.prog[x], deadline_ms, true)
                     && self.pays(ctx, &c, run.prog[x])
                 {
                     let key = |c: &Candidate| (c.cost, c.finish_ms.unwrap_or(i64::MAX));
@@ -381,7 +434,7 @@ impl<'a> Round<'a> {
             while x0 > 0 && run.prog[x0 - 1] >= done {
                 x0 -= 1;
             }
-            if let Some(c) = self.switch_to_cloud(ctx, run, x0, done, deadline_ms) {
+            if let Some(c) = self.switch_to_cloud(ctx, run, x0, done, deadline_ms, false) {
                 return Some(c);
             }
             x = x0 - 1;
@@ -391,7 +444,8 @@ impl<'a> Round<'a> {
 
     /// The plan that runs `run` on the edge up to slot boundary `x0`, where
     /// it has done `done` iterations, then a cloud tail that finishes the
-    /// rest by the deadline, if one does.
+    /// rest by the deadline, if one does; with `past_horizon` (no promise),
+    /// a tail past the grid's end counts too.
     fn switch_to_cloud(
         &self,
         ctx: &JobCtx,
@@ -399,13 +453,21 @@ impl<'a> Round<'a> {
         x0: usize,
         done: f64,
         deadline_ms: i64,
+        past_horizon: bool,
     ) -> Option<Candidate> {
         let (from, owed) = if run.ran_before[x0] {
             (run.place.as_slice(), 0.0)
         } else {
             (ctx.location.as_slice(), ctx.job.progress.startup_left_s)
         };
-        let tail = self.cloud_tail(ctx, x0, ctx.remaining - done, from, owed, deadline_ms)?;
+        let work = ctx.remaining - done;
+        let tail = self
+            .cloud_tail(ctx, x0, work, from, owed, deadline_ms)
+            .or_else(|| {
+                past_horizon
+                    .then(|| self.tail_past_horizon(ctx, work, from, owed, deadline_ms))
+                    .flatten()
+            })?;
         let mut segs: Vec<Seg> = run
             .segs
             .iter()

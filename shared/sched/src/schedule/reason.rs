@@ -60,6 +60,9 @@ pub enum Reason {
     /// Under queue admission a guaranteed job is planned again every round,
     /// in its turn with the queue, shortest first.
     InTurn,
+    /// A running job whose stay still meets its deadline keeps its capacity
+    /// before the queue is planned, so a shorter arrival does not move it.
+    RunningFirst,
     /// A guaranteed job its reservation leaves idle now runs ahead on free capacity.
     RunsAhead {
         /// Where.
@@ -236,6 +239,9 @@ impl fmt::Display for Reason {
             Reason::WorkDone => f.write_str("its work is done"),
             Reason::InTurn => f.write_str(
                 "guaranteed jobs take their turn with the queue each round, shortest first",
+            ),
+            Reason::RunningFirst => f.write_str(
+                "running jobs that still meet their deadline where they run keep it before the queue",
             ),
             Reason::Reshuffled => f.write_str(
                 "new jobs arrived and every guarantee was planned again, earliest deadline first",

@@ -1,11 +1,13 @@
 //! Plan walking: how far a job gets on one placement over the slots where
-//! the placement is free, cut into segments, each with its start-up, step
-//! time, iterations and cloud cost.
+//! the placement is free and open in the plan's [`Grade`], cut into
+//! segments, each with its start-up, step time, iterations and cloud cost. A
+//! segment ends where the placement's window does
+//! ([`Round::open_until`]), inside a slot if need be.
 
 use crate::cost::StepTime;
 
 use super::DONE_EPS_ITERS;
-use super::grid::{Place, Round};
+use super::grid::{Grade, Place, Round};
 use super::job::JobCtx;
 
 /// A planned segment in slot terms.
@@ -35,8 +37,9 @@ pub(super) struct EdgeRun {
 }
 
 impl<'a> Round<'a> {
-    /// Walks `place` over slots `[from_slot, limit)` while it is free, from
-    /// checkpoint location `from`, until `work` iterations are done.
+    /// Walks `place` over slots `[from_slot, limit)` while it is free and
+    /// open in `grade`, from checkpoint location `from`, until `work`
+    /// iterations are done.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn walk(
         &self,
@@ -48,6 +51,7 @@ impl<'a> Round<'a> {
         limit: usize,
         work: f64,
         want_prog: bool,
+        grade: Grade,
     ) -> Option<EdgeRun> {
         let step = self.step(ctx, place)?;
         let t = step.total_s;
@@ -65,7 +69,7 @@ impl<'a> Round<'a> {
         }
         let mut finished = None;
         while s < limit && finished.is_none() {
-            if !self.usable(place, s) {
+            if !self.usable(place, s, grade) {
                 s += 1;
                 if want_prog {
                     prog.push(done);
@@ -84,8 +88,9 @@ impl<'a> Round<'a> {
             let mut elapsed = 0.0;
             let mut iters = 0.0;
             let mut end_ms = start_ms;
-            while s < limit && self.usable(place, s) {
-                let dur = (self.slot_end(s) - self.slot_start(s)) as f64 / 1000.0;
+            while s < limit && self.usable(place, s, grade) {
+                let until = self.open_until(place, s, grade).min(self.slot_end(s));
+                let dur = (until - self.slot_start(s)) as f64 / 1000.0;
                 let before = elapsed;
                 elapsed += dur;
                 let productive = (elapsed - startup).max(0.0) - (before - startup).max(0.0);
@@ -100,11 +105,15 @@ impl<'a> Round<'a> {
                     break;
                 }
                 iters += can;
-                end_ms = self.slot_end(s);
+                end_ms = until;
                 s += 1;
                 if want_prog {
                     prog.push(done + iters);
                     ran_before.push(true);
+                }
+                // The window ends inside this slot: so does the segment.
+                if until < self.slot_end(s - 1) {
+                    break;
                 }
             }
             owed = (startup - elapsed).max(0.0);

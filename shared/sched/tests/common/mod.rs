@@ -45,6 +45,8 @@ pub fn edge(id: &str, devices: u32, windows: &[(i64, i64)], util_now: f64) -> No
                     confidence: 1.0,
                 })
                 .collect(),
+            likely: Vec::new(),
+            idle_since_ms: None,
             util_now_pct: Some(util_now),
             idle_threshold_pct: 50.0,
         }),
@@ -225,6 +227,15 @@ pub fn simulate(
             .map_or(next_slot, |j| j.spec.submitted_ms.min(next_slot))
             .min(t_end);
         let plan = schedule(&w, t, policy);
+        // A segment may end inside a slot (when its window does): the
+        // executor plans again then, as the simulator's adapter wakes.
+        let t_next = plan
+            .decisions
+            .iter()
+            .flat_map(|d| d.segments.iter().chain(&d.ahead))
+            .flat_map(|s| [s.start_ms, s.end_ms])
+            .filter(|&x| x > t)
+            .fold(t_next, i64::min);
         let mut used: std::collections::HashMap<String, u32> = Default::default();
         let snapshot = w.clone();
         let mut rejected = Vec::new();
