@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::PATIENCE;
-use super::cluster::{Cluster, Net, job, write_idle_trace};
+use super::cluster::{Cluster, JOB_PATIENCE, Net, job, write_idle_trace};
 
 /// A trainer, run as `sh trainer.sh ITERATIONS SECONDS_A_STEP`, that saves a
 /// model of `model_bytes` headed by its step after every iteration, then the
@@ -46,11 +46,15 @@ pub fn write(dir: &Path, model_bytes: u64) -> PathBuf {
 }
 
 /// Waits until job `id` has started `n` times; returns the node it runs on.
+/// A start after a move waits for the tide to turn, the checkpoint's trip
+/// up to the coordinator and down to the next node, and its start: on a
+/// loaded 2-core box (CI runs two such clusters at once) that took longer
+/// than [`PATIENCE`], so it gets [`JOB_PATIENCE`].
 pub fn started(cluster: &Cluster, id: u64, n: usize) -> String {
     let job_line = format!("job_id={id} ");
     cluster
         .cloud
-        .wait_until("the job to start", n, PATIENCE, |l| {
+        .wait_until("the job to start", n, JOB_PATIENCE, |l| {
             l.contains(&job_line) && l.contains("state=running")
         });
     cluster.coord.job(id)["node"].as_str().unwrap().to_string()
