@@ -12,8 +12,8 @@
 //! errors come from the same time of day as the lead itself.
 //!
 //! 1. Season, per bucket b ([`HorizonBucket`]): the season L ∈ {1 day, 7 days}
-//!    with the smaller Σ |y − P50_L| over the held-out points of b (ties keep
-//!    the daily one). The weekly season is only tried with at least
+//!    with the smaller Σ |y − P50_L| over the held-out points of b whose
+//!    origin had a week of history to look back on (ties keep the daily one). The weekly season is only tried with at least
 //!    [`WEEKLY_MIN_DAYS`] days of history, so a young box pays nothing for it,
 //!    and a box without a weekly pattern is served the daily forecast.
 //! 2. Calibration, per bucket b, for the chosen season: with the n held-out
@@ -25,7 +25,11 @@
 //!    of the box's recent points, so P10-P90 covers about 80 %. The band is
 //!    built on the P50 errors alone, not by moving the model's own band: the
 //!    held-out runs read less history, so their bands are widened more than
-//!    the served one, and offsets learnt on them would under-cover. A bucket
+//!    the served one, and offsets learnt on them would under-cover. In the
+//!    first hour of leads the band is widened to the model's own where that
+//!    is wider: there the model's persistence term follows a departure of
+//!    the last hour (a load that just stepped up) that no held-out error
+//!    knows of, and its band says how far. A bucket
 //!    with fewer than [`MIN_CALIBRATION`] held-out points keeps the model's
 //!    own band (a young box: it is already widened).
 //!
@@ -56,8 +60,12 @@ struct HeldOut {
 }
 
 impl HeldOut {
-    fn add(&mut self, q: &Quantiles, y: f64) {
-        self.abs_err += (y - q.p50).abs();
+    /// Adds a point to the residuals; to the error that chooses the
+    /// season only if `compared`.
+    fn add(&mut self, q: &Quantiles, y: f64, compared: bool) {
+        if compared {
+            self.abs_err += (y - q.p50).abs();
+        }
         self.residuals.push(y - q.p50);
     }
 }
@@ -89,7 +97,14 @@ pub(crate) fn forecast(
                 tidemill::forecast(h, cycle, horizon, slots_per_hour, SEASONS[c.season])
             });
             let q = run[lead]?;
+            let first_hour = lead < slots_per_hour;
             Some(match c.band {
+                Some((below, above)) if first_hour => Quantiles {
+                    p10: (q.p50 - below).min(q.p10),
+                    p50: q.p50,
+                    p90: (q.p50 + above).max(q.p90),
+                }
+                .clamped(),
                 Some((below, above)) => Quantiles {
                     p10: q.p50 - below,
                     p50: q.p50,
@@ -118,12 +133,14 @@ fn held_out(
         let origin = (h.days() - k) * s;
         let past = History::new(x[..origin].to_vec(), s);
         let leads = horizon.min(k * s);
+        // Seasons are compared where the weekly one could look a week back.
+        let compared = past.days() >= 7;
         for (season, &days) in SEASONS[..seasons].iter().enumerate() {
             let f = tidemill::forecast(&past, cycle, leads, slots_per_hour, days);
             for (lead, q) in f.iter().enumerate() {
                 if let (Some(q), Some(y)) = (q, x[origin + lead]) {
                     let b = HorizonBucket::of_slot(lead, slot_len_s).index();
-                    held[b][season].add(q, y);
+                    held[b][season].add(q, y, compared);
                 }
             }
         }
@@ -233,13 +250,13 @@ mod tests {
             p90: 50.0,
         };
         for y in 1..=30 {
-            held.add(&q, f64::from(y));
+            held.add(&q, f64::from(y), true);
         }
         let c = choose(&[held]);
         assert_eq!(c.band, Some((7.0, 18.0)));
         // Too few points: the model's own band.
         let mut few = HeldOut::default();
-        few.add(&q, 5.0);
+        few.add(&q, 5.0, true);
         assert_eq!(choose(&[few]).band, None);
     }
 }
