@@ -196,17 +196,18 @@ mod tests {
 
     #[test]
     fn leads_are_scored_per_horizon_bucket() {
-        // Two days of 15-minute slots, one origin (after the one-day warm-up)
-        // with a 48 h horizon: 24 of its leads fall in 0-6 h and 72 in 6-24 h,
-        // and the 96 of 24-48 h lie past the data, so none is scored.
-        let points: Vec<(i64, f64)> = (0..192).map(|i| (i * 900_000, 20.0)).collect();
+        // Three days of 15-minute slots, one origin (at day 2: the step grid
+        // after the one-day warm-up, and two days give yesterday's errors) with
+        // a 48 h horizon: 24 of its leads fall in 0-6 h and 72 in 6-24 h, and
+        // the 96 of 24-48 h lie past the data, so none is scored.
+        let points: Vec<(i64, f64)> = (0..288).map(|i| (i * 900_000, 20.0)).collect();
         let series = Series {
             node: "n".to_string(),
             points,
         };
         let backtest = Backtest {
             config: ForecastConfig::default(),
-            step_ms: WARMUP_MS,
+            step_ms: 2 * WARMUP_MS,
             methods: vec![Method::SameSlotYesterday],
         };
         let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
