@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use tidemill_forecast::metrics::{Scoreboard, ScoredPoint};
-use tidemill_forecast::{ForecastConfig, Method, Resource, SeriesForecaster};
+use tidemill_forecast::{ForecastConfig, HorizonBucket, Method, Resource, SeriesForecaster};
 
 use crate::trace::Series;
 
@@ -23,6 +23,25 @@ pub struct Backtest {
     pub step_ms: i64,
     /// The methods to score; same-slot-yesterday is always computed as the reference.
     pub methods: Vec<Method>,
+}
+
+/// One method's scores: over every lead, and per horizon bucket
+/// (indexed as [`HorizonBucket::ALL`]).
+#[derive(Debug, Clone, Default)]
+pub struct Boards {
+    /// Every scored lead.
+    pub all: Scoreboard,
+    /// The leads of each bucket.
+    pub by_bucket: [Scoreboard; 3],
+}
+
+impl Boards {
+    fn merge(&mut self, other: &Boards) {
+        self.all.merge(&other.all);
+        for (a, b) in self.by_bucket.iter_mut().zip(&other.by_bucket) {
+            a.merge(b);
+        }
+    }
 }
 
 /// Per-slot means of a series on the forecast grid, indexed from its first slot.
@@ -83,17 +102,17 @@ impl Backtest {
         &self,
         series: &[Series],
         progress: impl Fn(usize, usize) + Sync,
-    ) -> Vec<(Method, Scoreboard)> {
+    ) -> Vec<(Method, Boards)> {
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
-        let total = Mutex::new(vec![Scoreboard::default(); self.methods.len()]);
+        let total = Mutex::new(vec![Boards::default(); self.methods.len()]);
         let workers = thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(series.len().max(1));
         thread::scope(|scope| {
             for _ in 0..workers {
                 scope.spawn(|| {
-                    let mut boards = vec![Scoreboard::default(); self.methods.len()];
+                    let mut boards = vec![Boards::default(); self.methods.len()];
                     while let Some(s) = series.get(next.fetch_add(1, Ordering::Relaxed)) {
                         self.node(s, &mut boards);
                         progress(done.fetch_add(1, Ordering::Relaxed) + 1, series.len());
@@ -112,7 +131,7 @@ impl Backtest {
     }
 
     /// Scores one node into `boards` (one per method, in `self.methods` order).
-    fn node(&self, series: &Series, boards: &mut [Scoreboard]) {
+    fn node(&self, series: &Series, boards: &mut [Boards]) {
         let (Some(first), Some(last)) = (series.points.first(), series.points.last()) else {
             return;
         };
@@ -139,16 +158,15 @@ impl Backtest {
                     let (Some(q), Some(y), Some(r)) = (q, actual.get(slot), reference[lead]) else {
                         continue;
                     };
-                    board.add(
-                        &ScoredPoint {
-                            actual: y,
-                            forecast: *q,
-                            reference_p50: r.p50,
-                            hours,
-                        },
-                        threshold,
-                        confidence,
-                    );
+                    let point = ScoredPoint {
+                        actual: y,
+                        forecast: *q,
+                        reference_p50: r.p50,
+                        hours,
+                    };
+                    let bucket = HorizonBucket::of_slot(lead, self.config.slot_len_s);
+                    board.all.add(&point, threshold, confidence);
+                    board.by_bucket[bucket.index()].add(&point, threshold, confidence);
                 }
             }
         }
@@ -174,6 +192,32 @@ mod tests {
         let h = 3_600_000;
         let o: Vec<i64> = origins(1_000, WARMUP_MS + 3 * h, h).collect();
         assert_eq!(o, vec![WARMUP_MS + h, WARMUP_MS + 2 * h, WARMUP_MS + 3 * h]);
+    }
+
+    #[test]
+    fn leads_are_scored_per_horizon_bucket() {
+        // Three days of 15-minute slots, one origin (at day 2: the step grid
+        // after the one-day warm-up, and two days give yesterday's errors) with
+        // a 48 h horizon: 24 of its leads fall in 0-6 h and 72 in 6-24 h, and
+        // the 96 of 24-48 h lie past the data, so none is scored.
+        let points: Vec<(i64, f64)> = (0..288).map(|i| (i * 900_000, 20.0)).collect();
+        let series = Series {
+            node: "n".to_string(),
+            points,
+        };
+        let backtest = Backtest {
+            config: ForecastConfig::default(),
+            step_ms: 2 * WARMUP_MS,
+            methods: vec![Method::SameSlotYesterday],
+        };
+        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
+        let b = &boards[0].1;
+        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
+        assert_eq!(points(&b.all), 96);
+        assert_eq!(
+            b.by_bucket.iter().map(points).collect::<Vec<_>>(),
+            [24, 72, 0]
+        );
     }
 
     #[test]

@@ -9,9 +9,9 @@ use clap::Args as ClapArgs;
 use serde::Serialize;
 use thiserror::Error;
 use tidemill_forecast::metrics::Figures;
-use tidemill_forecast::{ConfigError, ForecastConfig, Method};
+use tidemill_forecast::{ConfigError, ForecastConfig, HorizonBucket, Method};
 
-use crate::backtest::Backtest;
+use crate::backtest::{Backtest, Boards};
 use crate::plot::{PlotError, plot_node};
 use crate::trace::{MappingFlags, TraceError, read_trace};
 
@@ -25,7 +25,7 @@ pub struct Args {
     #[command(flatten)]
     pub mapping: MappingFlags,
     /// Forecast horizon, e.g. 24h, 90m, 3600s (at most 48h).
-    #[arg(long, default_value = "24h", value_parser = parse_duration_s)]
+    #[arg(long, default_value = "48h", value_parser = parse_duration_s)]
     pub horizon: u32,
     /// Time between forecast origins, e.g. 1h.
     #[arg(long, default_value = "1h", value_parser = parse_duration_s)]
@@ -43,6 +43,10 @@ pub struct Args {
     /// Days of history each forecaster keeps.
     #[arg(long, default_value_t = 14)]
     pub history_days: u32,
+    /// Evaluate only every k-th node, k = ⌈nodes / N⌉, for a quicker sample
+    /// spread over the whole trace (default: every node).
+    #[arg(long)]
+    pub max_nodes: Option<usize>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -103,12 +107,38 @@ pub fn parse_duration_s(text: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("`{text}` is too long"))
 }
 
-/// One line of the report.
+/// One method's figures over every lead, and per horizon bucket.
 #[derive(Debug, Serialize)]
 struct MethodReport {
     method: Method,
     #[serde(flatten)]
     figures: Option<Figures>,
+    by_bucket: Vec<BucketReport>,
+}
+
+/// One method's figures over the leads of one horizon bucket.
+#[derive(Debug, Serialize)]
+struct BucketReport {
+    bucket: HorizonBucket,
+    #[serde(flatten)]
+    figures: Option<Figures>,
+}
+
+impl MethodReport {
+    fn new(method: Method, boards: &Boards) -> Self {
+        Self {
+            method,
+            figures: boards.all.figures(),
+            by_bucket: HorizonBucket::ALL
+                .iter()
+                .zip(&boards.by_bucket)
+                .map(|(bucket, board)| BucketReport {
+                    bucket: *bucket,
+                    figures: board.figures(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The whole report, as printed by `--json`.
@@ -147,7 +177,11 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
     if args.step == 0 {
         return Err(EvalError::ZeroStep);
     }
-    let series = read_trace(&args.trace, &args.mapping.resolve(&args.trace, None)?)?;
+    let mut series = read_trace(&args.trace, &args.mapping.resolve(&args.trace, None)?)?;
+    if let Some(max) = args.max_nodes {
+        let every = series.len().div_ceil(max.max(1)).max(1);
+        series = series.into_iter().step_by(every).collect();
+    }
     eprintln!(
         "read {} series ({} samples) from {} in {:.1}s",
         series.len(),
@@ -191,10 +225,7 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
         elapsed_s: started.elapsed().as_secs_f64(),
         methods: boards
             .iter()
-            .map(|(method, board)| MethodReport {
-                method: *method,
-                figures: board.figures(),
-            })
+            .map(|(method, boards)| MethodReport::new(*method, boards))
             .collect(),
     };
     let mut out = std::io::stdout().lock();
@@ -221,8 +252,9 @@ fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
     )?;
     writeln!(
         out,
-        "{:<20} {:>9} {:>7} {:>6} {:>11} {:>11} {:>8} {:>9} {:>11}",
+        "{:<20} {:<7} {:>9} {:>7} {:>6} {:>11} {:>11} {:>8} {:>9} {:>11}",
         "method",
+        "leads",
         "points",
         "mae",
         "mase",
@@ -232,26 +264,39 @@ fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
         "idle_prec",
         "idle_recall"
     )?;
-    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     for m in &report.methods {
-        match &m.figures {
-            Some(f) => writeln!(
-                out,
-                "{:<20} {:>9} {:>7.3} {:>6} {:>11.3} {:>11.3} {:>8.3} {:>9} {:>11}",
-                m.method.name(),
-                f.points,
-                f.mae,
-                opt(f.mase),
-                f.pinball_p10,
-                f.pinball_p90,
-                f.coverage_p10_p90,
-                opt(f.idle_precision),
-                opt(f.idle_recall)
-            )?,
-            None => writeln!(out, "{:<20} {:>9}", m.method.name(), 0)?,
+        write_row(out, m.method, "all", m.figures.as_ref())?;
+        for b in &m.by_bucket {
+            write_row(out, m.method, b.bucket.name(), b.figures.as_ref())?;
         }
     }
     Ok(())
+}
+
+fn write_row(
+    out: &mut dyn Write,
+    method: Method,
+    leads: &str,
+    figures: Option<&Figures>,
+) -> std::io::Result<()> {
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    match figures {
+        Some(f) => writeln!(
+            out,
+            "{:<20} {:<7} {:>9} {:>7.3} {:>6} {:>11.3} {:>11.3} {:>8.3} {:>9} {:>11}",
+            method.name(),
+            leads,
+            f.points,
+            f.mae,
+            opt(f.mase),
+            f.pinball_p10,
+            f.pinball_p90,
+            f.coverage_p10_p90,
+            opt(f.idle_precision),
+            opt(f.idle_recall)
+        ),
+        None => writeln!(out, "{:<20} {:<7} {:>9}", method.name(), leads, 0),
+    }
 }
 
 #[cfg(test)]

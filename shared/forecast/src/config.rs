@@ -16,7 +16,7 @@ pub const DAY_S: u32 = 86_400;
 pub struct ForecastConfig {
     /// Length of one forecast slot, seconds. Samples are averaged per slot.
     pub slot_len_s: u32,
-    /// How far ahead to forecast, seconds.
+    /// How far ahead to forecast, seconds (default 48 h: plans run 48 h ahead).
     pub horizon_s: u32,
     /// Utilisation (percent) under which a resource counts as idle.
     pub idle_threshold_pct: f64,
@@ -39,7 +39,7 @@ impl Default for ForecastConfig {
     fn default() -> Self {
         Self {
             slot_len_s: 900,
-            horizon_s: DAY_S,
+            horizon_s: 2 * DAY_S,
             idle_threshold_pct: 30.0,
             history_days: 14,
             max_hold_s: 3_600,
@@ -251,7 +251,7 @@ mod tests {
         let cfg = ForecastConfig::default();
         assert_eq!(cfg.slots_per_day(), 96);
         assert_eq!(cfg.slots_per_hour(), 4);
-        assert_eq!(cfg.horizon_slots(), 96);
+        assert_eq!(cfg.horizon_slots(), 192);
         assert_eq!(cfg.max_hold_slots(), 4);
     }
 
@@ -259,6 +259,6 @@ mod tests {
     fn deserialises_with_defaults() {
         let cfg: ForecastConfig = serde_json::from_str(r#"{"slot_len_s": 600}"#).unwrap();
         assert_eq!(cfg.slot_len_s, 600);
-        assert_eq!(cfg.horizon_s, DAY_S);
+        assert_eq!(cfg.horizon_s, 2 * DAY_S);
     }
 }

@@ -27,11 +27,13 @@ mod config;
 mod cycle;
 mod forecast;
 mod history;
+mod horizon;
 mod idle;
 mod method;
 pub mod metrics;
 mod node;
 mod ring;
+mod select;
 mod series;
 mod stats;
 mod tidemill;
@@ -41,6 +43,7 @@ pub use cycle::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, MIN_CYCLE_STRENGTH};
 pub use forecast::{
     ForecastSummary, HistoryDepth, IdleWindow, NodeForecast, Quantiles, ResourceForecast,
 };
+pub use horizon::HorizonBucket;
 pub use idle::{idle_probability, idle_score, is_idle, score_probability};
 pub use method::{Method, UnknownMethod};
 pub use node::{LoadSample, NodeForecaster};

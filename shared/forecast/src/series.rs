@@ -5,7 +5,7 @@ use thiserror::Error;
 
 use crate::history::History;
 use crate::ring::SlotRing;
-use crate::{ConfigError, ForecastConfig, Method, ResourceForecast, baselines, cycle, tidemill};
+use crate::{ConfigError, ForecastConfig, Method, ResourceForecast, baselines, cycle, select};
 
 /// A measured resource of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -118,9 +118,13 @@ impl SeriesForecaster {
             Method::SameSlotYesterday => baselines::same_slot_days_ago(&history, 1, horizon),
             Method::SameSlotLastWeek => baselines::same_slot_days_ago(&history, 7, horizon),
             Method::MeanProfile => baselines::mean_profile(&history, horizon),
-            Method::Tidemill => {
-                tidemill::forecast(&history, &cycle, horizon, self.config.slots_per_hour())
-            }
+            Method::Tidemill => select::forecast(
+                &history,
+                &cycle,
+                horizon,
+                self.config.slots_per_hour(),
+                self.config.slot_len_s,
+            ),
         };
         ResourceForecast {
             resource: self.resource,

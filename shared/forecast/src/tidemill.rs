@@ -1,5 +1,7 @@
-//! tidemill's model: a daily level profile blended with the same slot yesterday
-//! (an ensemble weighted by the series' recent one-day-ahead errors), a
+//! tidemill's model: a daily level profile blended with the same slot one
+//! season back (yesterday, or last week: [`crate::select`] runs both and keeps
+//! the one with the smaller recent out-of-sample error), an ensemble weighted
+//! by the series' recent one-day-ahead errors, a
 //! persistence term from the last hour's residuals that fades with lead time,
 //! and empirical residual quantiles pooled by hour of day and widened for short
 //! histories. All values in percent; x[t] is slot t's mean, N the history length.
@@ -10,8 +12,9 @@
 //!    and j+1 (circular; the neighbours damp slot noise), day d days before the
 //!    last weighing 0.5^(d / 2) (recent days count more: levels drift);
 //!    otherwise the mean of all kept slots.
-//! 2. Yesterday y(t) = x[t − k·S] for the smallest k ≥ 1 that is observed (and,
-//!    for a lead, inside the history): the same-slot-yesterday baseline.
+//! 2. Seasonal naive y(t) = x[t − k·L·S] for the smallest k ≥ 1 that is
+//!    observed (and, for a lead, inside the history), with L the season in
+//!    days (1 or 7): the same-slot-yesterday or same-slot-last-week baseline.
 //! 3. Blend weight α (the profile's share), Bates-Granger inverse-MSE weights
 //!    from the last [`BLEND_DAYS`] days of one-day-ahead errors: for each such
 //!    day D and slot t on it, m_D is the profile built from the days before D
@@ -64,12 +67,14 @@ const PROFILE_HALF_LIFE_DAYS: f64 = 2.0;
 /// Fewest observed slots needed before residual quantiles mean anything.
 const MIN_RESIDUALS: usize = 12;
 
-/// Forecasts `horizon` slots after `h`.
+/// Forecasts `horizon` slots after `h`, with a seasonal naive term
+/// `season_days` days back (1: yesterday, 7: last week).
 pub(crate) fn forecast(
     h: &History,
     cycle: &CycleVerdict,
     horizon: usize,
     slots_per_hour: usize,
+    season_days: usize,
 ) -> Vec<Option<Quantiles>> {
     let x = h.values();
     let (n, s) = (x.len(), h.slots_per_day());
@@ -106,7 +111,7 @@ pub(crate) fn forecast(
         .into_iter()
         .map(|m| if m.is_nan() { overall } else { m })
         .collect();
-    let y = yesterday(x, s, n + horizon);
+    let y = seasonal_naive(x, season_days * s, n + horizon);
     let alpha = blend_weight(h, first_scored, &profiles, &y);
     let base = |i: usize| match y[i] {
         Some(y) => alpha * level[i % s] + (1.0 - alpha) * y,
@@ -158,15 +163,15 @@ pub(crate) fn forecast(
         .collect()
 }
 
-/// y(i) for i in 0..len: the value at the same phase on the most recent
-/// earlier day with data, x[i − k·S] for the smallest k ≥ 1 with i − k·S
-/// inside the history and observed. `len` may reach beyond the history (the
-/// leads); only indices before each i are read. One pass, by
-/// y(i) = x[i − S] if observed, else y(i − S).
-fn yesterday(x: &[Option<f64>], s: usize, len: usize) -> Vec<Option<f64>> {
-    let mut y: Vec<Option<f64>> = vec![None; len.min(s)];
-    for i in s..len {
-        let v = x.get(i - s).copied().flatten().or(y[i - s]);
+/// y(i) for i in 0..len: the value one season (`lag` slots) back on the most
+/// recent earlier season with data, x[i − k·lag] for the smallest k ≥ 1 with
+/// i − k·lag inside the history and observed. `len` may reach beyond the
+/// history (the leads); only indices before each i are read. One pass, by
+/// y(i) = x[i − lag] if observed, else y(i − lag).
+fn seasonal_naive(x: &[Option<f64>], lag: usize, len: usize) -> Vec<Option<f64>> {
+    let mut y: Vec<Option<f64>> = vec![None; len.min(lag)];
+    for i in lag..len {
+        let v = x.get(i - lag).copied().flatten().or(y[i - lag]);
         y.push(v);
     }
     y
@@ -456,7 +461,7 @@ mod tests {
         // 0.8·15 + 0.2·other = 16 or 14). They alternate, so ρ(1) < 0 → 0 and no
         // persistence. Hour pools hold 9×±6 and 3×±5 a side: Q₀.₅ = 0, Q₀.₉ = 6.
         // Lead 2 (slot 194, day 4): yesterday (slot 146) was 20 → level 16.
-        let f = forecast(&h, &FLAT, 3, 2);
+        let f = forecast(&h, &FLAT, 3, 2, 1);
         let w = widening(4.0, 0.8);
         let q = f[2].unwrap();
         assert!((q.p50 - 16.0).abs() < 1e-9, "{q:?}");
@@ -475,11 +480,11 @@ mod tests {
             .collect();
         let h = History::new(x, 4);
         let profiles = PhaseSums::new(&h).profiles(1, 2, false, f64::NAN);
-        let y = yesterday(h.values(), 4, 12);
+        let y = seasonal_naive(h.values(), 4, 12);
         assert!((blend_weight(&h, 1, &profiles, &y) - 400.0 / 900.0).abs() < 1e-12);
         // One day only: nothing to score → equal weights.
         let one = History::new(vec![Some(10.0); 4], 4);
-        let y = yesterday(one.values(), 4, 4);
+        let y = seasonal_naive(one.values(), 4, 4);
         assert_eq!(blend_weight(&one, 1, &[], &y), NO_EVIDENCE_ALPHA);
     }
 
@@ -508,7 +513,7 @@ mod tests {
     #[test]
     fn yesterday_skips_missing_days_and_never_reads_ahead() {
         let x = vec![Some(1.0), Some(2.0), None, Some(4.0), Some(5.0), None];
-        let y = yesterday(&x, 2, 8);
+        let y = seasonal_naive(&x, 2, 8);
         assert_eq!(y.len(), 8);
         // Slot 5 (phase 1 of day 2): day 1's phase 1 (index 3) is 4.
         assert_eq!(y[5], Some(4.0));
@@ -524,7 +529,7 @@ mod tests {
     #[test]
     fn too_little_history_gives_the_full_band() {
         let x: Vec<Option<f64>> = (0..24).map(|i| (i < 3).then_some(40.0)).collect();
-        let f = forecast(&History::new(x, 24), &FLAT, 2, 1);
+        let f = forecast(&History::new(x, 24), &FLAT, 2, 1, 1);
         assert_eq!(
             f[0],
             Some(Quantiles {
