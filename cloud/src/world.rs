@@ -353,6 +353,7 @@ pub(crate) mod tests {
             }],
             idle_windows: Vec::new(),
             history_days: 7,
+            prior: None,
         }
     }
 

@@ -114,6 +114,7 @@ fn idle_forecast(issued_ms: i64, observed_h: f64) -> NodeForecast {
             confidence: 1.0,
         }],
         history_days: 14,
+        prior: None,
     }
 }
 

@@ -33,6 +33,10 @@ pub struct ForecastConfig {
     /// ([`crate::idle_probability`]) is at least this (0.5 to 0.99). The default,
     /// 0.8, is the P80 quantile under the threshold; 0.9 is the P90.
     pub idle_confidence: f64,
+    /// Hours of a node's own history after which a peers' prior no longer
+    /// counts: the prior's weight falls linearly from 1 with no history to 0
+    /// at this many hours ([`crate::Prior::weight`]).
+    pub prior_blend_h: f64,
 }
 
 impl Default for ForecastConfig {
@@ -45,6 +49,7 @@ impl Default for ForecastConfig {
             max_hold_s: 3_600,
             idle_resources: vec![Resource::Cpu, Resource::Gpu],
             idle_confidence: DEFAULT_IDLE_CONFIDENCE,
+            prior_blend_h: DEFAULT_PRIOR_BLEND_H,
         }
     }
 }
@@ -52,6 +57,10 @@ impl Default for ForecastConfig {
 /// Default [`ForecastConfig::idle_confidence`]: idle when P(utilisation under
 /// the threshold) ≥ 0.8, i.e. when the P80 quantile is under it.
 pub const DEFAULT_IDLE_CONFIDENCE: f64 = 0.8;
+
+/// Default [`ForecastConfig::prior_blend_h`]: two days, when a node's own
+/// history first tells whether it has a daily cycle ([`crate::MIN_CYCLE_DAYS`]).
+pub const DEFAULT_PRIOR_BLEND_H: f64 = 48.0;
 
 /// A [`ForecastConfig`] value that breaks a rule.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -116,6 +125,14 @@ impl ForecastConfig {
                 "idle_confidence",
                 self.idle_confidence.to_string(),
                 "must be a probability between 0.5 and 0.99",
+            );
+        }
+        if !(self.prior_blend_h > 0.0 && self.prior_blend_h <= f64::from(self.history_days) * 24.0)
+        {
+            return fail(
+                "prior_blend_h",
+                self.prior_blend_h.to_string(),
+                "must be above 0 hours and at most history_days x 24",
             );
         }
         Ok(())

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, Method, Resource};
+use crate::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, Method, PriorUse, Resource};
 
 /// Predicted utilisation of one slot, percent (0-100).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -87,6 +87,10 @@ pub struct NodeForecast {
     /// forecast from an older edge.
     #[serde(default)]
     pub history_days: u32,
+    /// The peers' prior the forecast blends in while the node's own history
+    /// is short; `None` when it rests on the node's history alone.
+    #[serde(default)]
+    pub prior: Option<PriorUse>,
 }
 
 /// How much history a forecast stands on, as `nodes` and the demo label it.
@@ -135,6 +139,8 @@ pub struct ForecastSummary {
     /// How much history the forecast stands on; `None` for a forecast from an
     /// edge that does not say.
     pub history: Option<HistoryDepth>,
+    /// The peers' prior it leans on, if any.
+    pub prior: Option<PriorUse>,
 }
 
 impl NodeForecast {
@@ -161,6 +167,7 @@ impl NodeForecast {
             idle_hours_next_24h: idle_ms as f64 / 3.6e6,
             daily_cycle: self.resource(Resource::Cpu).map(|r| r.cycle.daily_cycle),
             history: self.history(),
+            prior: self.prior,
         }
     }
 
@@ -214,6 +221,7 @@ mod tests {
             resources: vec![],
             idle_windows: vec![w(2, 5), w(22, 30)],
             history_days: 7,
+            prior: None,
         };
         let s = f.summary();
         assert_eq!(s.next_idle, Some(w(2, 5)));

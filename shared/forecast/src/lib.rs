@@ -32,13 +32,16 @@ mod idle;
 mod method;
 pub mod metrics;
 mod node;
+mod prior;
 mod ring;
 mod select;
 mod series;
 mod stats;
 mod tidemill;
 
-pub use config::{ConfigError, DAY_S, DEFAULT_IDLE_CONFIDENCE, ForecastConfig};
+pub use config::{
+    ConfigError, DAY_S, DEFAULT_IDLE_CONFIDENCE, DEFAULT_PRIOR_BLEND_H, ForecastConfig,
+};
 pub use cycle::{CycleVerdict, DailyCycle, MIN_CYCLE_DAYS, MIN_CYCLE_STRENGTH};
 pub use forecast::{
     ForecastSummary, HistoryDepth, IdleWindow, NodeForecast, Quantiles, ResourceForecast,
@@ -47,4 +50,5 @@ pub use horizon::HorizonBucket;
 pub use idle::{idle_probability, idle_score, is_idle, score_probability};
 pub use method::{Method, UnknownMethod};
 pub use node::{LoadSample, NodeForecaster};
+pub use prior::{Prior, PriorSource, PriorUse, ResourcePrior};
 pub use series::{Resource, SampleError, SeriesForecaster};

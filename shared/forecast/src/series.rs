@@ -79,6 +79,11 @@ impl SeriesForecaster {
         })
     }
 
+    /// The resource it forecasts.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+
     /// The settings it was built with.
     pub fn config(&self) -> &ForecastConfig {
         &self.config
@@ -132,6 +137,21 @@ impl SeriesForecaster {
             slots,
             observed_h: history.observed_days() * 24.0,
         }
+    }
+
+    /// The observed slots of the last day before the forecast start for
+    /// `now_ms`: (slot start in Unix ms, mean in percent), oldest first.
+    pub(crate) fn last_day(&self, now_ms: i64) -> Vec<(i64, f64)> {
+        let history = self.history(now_ms);
+        let values = history.values();
+        let per_day = self.config.slots_per_day().min(values.len());
+        let slot_ms = self.config.slot_len_ms();
+        let first_ms = self.forecast_start_ms(now_ms) - per_day as i64 * slot_ms;
+        values[values.len() - per_day..]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (first_ms + i as i64 * slot_ms, v)))
+            .collect()
     }
 
     /// True when the history window before `now_ms` holds a sample.
