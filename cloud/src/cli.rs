@@ -686,6 +686,9 @@ fn forecast_cells(f: Option<&crate::store::ForecastView>) -> (String, String, St
     if let Some(h) = f.history {
         summary.push_str(&format!(", {h}"));
     }
+    if let Some(p) = f.prior {
+        summary.push_str(&format!(", {p}"));
+    }
     if let Some(c) = f.daily_cycle {
         summary.push_str(match c {
             tidemill_forecast::DailyCycle::Present => ", daily cycle",
@@ -712,6 +715,7 @@ fn print_forecast(node: &str, f: &tidemill_proto::NodeForecast) {
         f.history()
             .map_or("history not reported (an older edge)".into(), |h| h
                 .to_string())
+            + &f.prior.map_or(String::new(), |p| format!(", {p}"))
     );
     for w in &f.idle_windows {
         println!(

@@ -390,6 +390,10 @@ async fn welcome(
         reply_error(&mut send, ErrorCode::UnexpectedMessage, &msg).await;
         return Err(msg);
     }
+    if let Some(msg) = hello.site.as_deref().and_then(tidemill_proto::site_problem) {
+        reply_error(&mut send, ErrorCode::UnexpectedMessage, &msg).await;
+        return Err(msg);
+    }
     let now = coord.clock.now_ms();
     let registered = coord.store.lock().unwrap().hello(&hello, now);
     let acked_seq = match registered {
@@ -415,10 +419,22 @@ async fn welcome(
             return Err(e.to_string());
         }
     };
+    let default_slot_s = tidemill_forecast::ForecastConfig::default().slot_len_s;
+    let prior = match coord.store.lock().unwrap().prior_for(id, default_slot_s) {
+        Ok(prior) => prior,
+        Err(e) => {
+            tracing::warn!(node_id = %id, error = %e, "cannot build the peers' prior; the node forecasts from its own history alone");
+            None
+        }
+    };
+    if let Some(p) = &prior {
+        tracing::info!(node_id = %id, source = %p.source, peers = p.peers, "sending the peers' tide to a node with little history of its own");
+    }
     let welcome = CloudMsg::Welcome(Welcome {
         acked_seq,
         coordinator_version: env!("CARGO_PKG_VERSION").into(),
         issuing_ca_sha256: coord.authority().issuing_pin(),
+        prior,
     });
     coord
         .metrics

@@ -91,6 +91,7 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
         world::Trusted {
             config: &coord.cfg.trust,
             constraints: store.constraints()?,
+            priors: store.priors()?,
         },
     );
     let policy = coord.cfg.scheduler.policy.as_str();

@@ -31,6 +31,8 @@ pub struct Trusted<'a> {
     pub config: &'a TrustConfig,
     /// Node labels and the labels jobs require.
     pub constraints: Constraints,
+    /// The peers' prior each young node was sent (`Store::priors`).
+    pub priors: HashMap<String, tidemill_forecast::Prior>,
 }
 
 /// The scheduler's input for one round at `now_ms`.
@@ -51,7 +53,12 @@ pub fn snapshot(
         .map(|n| {
             let mut spec = node_spec(cfg, n, forecasts.get(&n.id), now_ms);
             if let NodeKind::Edge(a) = &mut spec.kind {
-                *a = trusted.config.cap(std::mem::take(a), forecasts.get(&n.id));
+                *a = trusted.config.cap(
+                    std::mem::take(a),
+                    forecasts.get(&n.id),
+                    trusted.priors.get(&n.id),
+                    now_ms,
+                );
             }
             spec
         })

@@ -17,6 +17,9 @@ pub const DEFAULT_CONFIG: &str = include_str!("../../configs/edge.toml");
 pub struct EdgeConfig {
     /// Stable node identity; empty means the host name.
     pub node_id: String,
+    /// The site the box stands at, shared by boxes with the same tide; empty
+    /// for none. A new box's forecast starts from its site peers'.
+    pub site: String,
     /// The coordinator's QUIC address.
     pub coordinator: String,
     /// The name checked against the coordinator's certificate.
@@ -299,6 +302,13 @@ impl EdgeConfig {
         if let Some((key, value, rule)) = self.checkpoint.problem() {
             return invalid(key, value, rule);
         }
+        if self.site().and_then(tidemill_proto::site_problem).is_some() {
+            return invalid(
+                "site",
+                format!("{:?}", self.site),
+                "must be empty or 1 to 64 lower-case letters, digits, '.', '_' or '-', such as \"mec-07\"",
+            );
+        }
         if !(self.sample_interval_secs.is_finite() && self.sample_interval_secs >= 0.01) {
             return invalid(
                 "sample_interval_secs",
@@ -433,6 +443,11 @@ impl EdgeConfig {
             }
         }
         Ok(())
+    }
+
+    /// The site, if one is set.
+    pub fn site(&self) -> Option<&str> {
+        Some(self.site.as_str()).filter(|s| !s.is_empty())
     }
 
     /// The node id: configured, else the host name.

@@ -303,12 +303,15 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     let endpoint_slot: Arc<std::sync::OnceLock<quinn::Endpoint>> = Arc::default();
     let slot = endpoint_slot.clone();
+    let (priors, mut prior_rx) = tokio::sync::watch::channel(None);
     let mut link = Link {
         node_id: node_id.clone(),
         addr,
         server_name: name,
         endpoint: None,
         capabilities,
+        site: cfg.site().map(str::to_string),
+        priors,
         journal: journal.clone(),
         outbox: outbox.clone(),
         executor: executor.clone(),
@@ -373,6 +376,9 @@ pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<
             let own = journal.lock().unwrap().running_pids()?;
             let sample = sampler.sample(now, &own).await;
             status.sampled();
+            if prior_rx.has_changed().unwrap_or(false) {
+                forecasting.set_prior(prior_rx.borrow_and_update().clone());
+            }
             forecasting.observe(&sample);
             let forecast = forecasting.due(now);
             {

@@ -1,7 +1,9 @@
 //! Feeds the node's forecaster with every sample and issues a forecast of the
 //! node's own tide on a fixed cadence, for the coordinator to plan with.
 
-use tidemill_forecast::{ConfigError, ForecastConfig, LoadSample, NodeForecast, NodeForecaster};
+use tidemill_forecast::{
+    ConfigError, ForecastConfig, LoadSample, NodeForecast, NodeForecaster, Prior,
+};
 
 use crate::journal::HistoryRow;
 
@@ -45,6 +47,16 @@ impl Forecasting {
         };
         if let Err(e) = self.model.update(&sample) {
             tracing::debug!(error = %e, "sample not used by the forecaster");
+        }
+    }
+
+    /// Sets the peers' prior the forecasts blend in (see
+    /// [`NodeForecaster::set_prior`]); a changed prior makes a forecast due
+    /// at once, so the coordinator plans with it from the next report.
+    pub fn set_prior(&mut self, prior: Option<Prior>) {
+        if self.model.prior() != prior.as_ref() {
+            self.model.set_prior(prior);
+            self.next_ms = None;
         }
     }
 
@@ -113,6 +125,24 @@ mod tests {
         assert!(
             next.start_ms >= 72 * HOUR && next.start_ms < 96 * HOUR,
             "{next:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_prior_makes_a_forecast_due_at_once_and_shows_in_it() {
+        let mut f = Forecasting::new(ForecastConfig::default(), 300_000, []).unwrap();
+        f.observe(&sample(0, 10.0));
+        assert!(f.due(0).unwrap().prior.is_none());
+        assert!(f.due(1_000).is_none());
+        let peer = f.due(300_000).unwrap();
+        let prior = Prior::from_peers(tidemill_forecast::PriorSource::Site, &[&peer], 900);
+        f.set_prior(prior.clone());
+        let with = f.due(301_000).expect("due at once after a new prior");
+        assert_eq!(with.prior.map(|p| p.peers), Some(1));
+        f.set_prior(prior);
+        assert!(
+            f.due(302_000).is_none(),
+            "the same prior again changes nothing"
         );
     }
 

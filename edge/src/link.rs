@@ -89,6 +89,10 @@ pub struct Link {
     pub endpoint: Option<quinn::Endpoint>,
     /// What to register.
     pub capabilities: Capabilities,
+    /// The site to register, if the operator set one.
+    pub site: Option<String>,
+    /// Where a peers' prior from the welcome goes, for the forecaster.
+    pub priors: tokio::sync::watch::Sender<Option<tidemill_forecast::Prior>>,
     /// The journal to drain.
     pub journal: Arc<Mutex<Journal>>,
     /// Woken whenever the journal gains an entry.
@@ -277,9 +281,17 @@ impl Link {
             node_id: self.node_id.clone(),
             capabilities: self.capabilities.clone(),
             probe_port: self.probes.as_ref().map(|p| p.responder_port),
+            site: self.site.clone(),
         });
         let (acked, issuing) = match self.ask(&conn, &hello, "the hello").await? {
-            CloudMsg::Welcome(w) => (w.acked_seq, w.issuing_ca_sha256),
+            CloudMsg::Welcome(w) => {
+                if let Some(p) = &w.prior {
+                    tracing::info!(node_id = %self.node_id, source = %p.source, peers = p.peers,
+                        "the coordinator sent its peers' tide: forecasts start from it until this box has its own history");
+                }
+                self.priors.send_replace(w.prior);
+                (w.acked_seq, w.issuing_ca_sha256)
+            }
             CloudMsg::Error(e) => {
                 tracing::error!(node_id = %self.node_id, coordinator = %self.addr, reason = %e.message,
                     "the coordinator refused this node's hello; retrying with backoff until the cause is fixed");

@@ -326,6 +326,7 @@ impl Edge {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
             },
             probe_port: None,
+            site: None,
         });
         let acked = match ask(&conn, &hello).await? {
             CloudMsg::Welcome(w) => w.acked_seq,

@@ -152,15 +152,6 @@ fn assigns(got: &Received, job_id: u64) -> usize {
         .count()
 }
 
-/// `nodes --json`'s entry for `id`.
-fn node(coord: &Coordinator, id: &str) -> serde_json::Value {
-    coord
-        .nodes()
-        .into_iter()
-        .find(|n| n["id"] == id)
-        .unwrap_or_else(|| panic!("no node {id}"))
-}
-
 /// Waits (boundedly) until `ok` holds of job `id`; returns the job.
 fn wait_job(
     coord: &Coordinator,
@@ -229,7 +220,7 @@ fn an_inflated_hello_after_a_modest_join_is_refused_until_an_admin_accepts_it() 
         PATIENCE,
     );
 
-    let shown = node(&coord, "r1");
+    let shown = coord.node("r1");
     assert_eq!(
         shown["cpu_cores"], 2,
         "nodes shows what it joined with: {shown:#}"
@@ -257,7 +248,7 @@ fn an_inflated_hello_after_a_modest_join_is_refused_until_an_admin_accepts_it() 
         matches!(answer, CloudMsg::Welcome(_)),
         "accepted: {answer:?}"
     );
-    let shown = node(&coord, "r1");
+    let shown = coord.node("r1");
     assert_eq!(shown["cpu_cores"], 256, "{shown:#}");
     assert!(shown["trust"]["refused_claim"].is_null(), "{shown:#}");
 }
@@ -284,7 +275,7 @@ fn a_forecast_without_history_wins_no_guarantee_and_secrets_need_a_trusted_label
         ],
     ));
     assert_eq!(ack, CloudMsg::Ack { seq: 2 });
-    let shown = node(&coord, "a-rogue");
+    let shown = coord.node("a-rogue");
     assert_eq!(
         shown["forecast"]["next_idle"]["confidence"], 1.0,
         "{shown:#}"
@@ -331,7 +322,7 @@ fn a_forecast_without_history_wins_no_guarantee_and_secrets_need_a_trusted_label
     assert_eq!(job["state"], "queued", "{job:#}");
     let edge = quiet_edge(&coord, dir.path(), "z-trusted");
     coord.cli(&["nodes", "label", "z-trusted", "trusted"]);
-    assert_eq!(node(&coord, "z-trusted")["trust"]["labels"][0], "trusted");
+    assert_eq!(coord.node("z-trusted")["trust"]["labels"][0], "trusted");
     let job = wait_job(&coord, id, "succeeded", |j| j["state"] == "succeeded");
     assert_eq!(job["node"], "z-trusted", "{job:#}");
     assert_eq!(assigns(&got, id), 0, "the secret reached the rogue");
@@ -384,7 +375,7 @@ fn an_assignment_never_started_is_taken_back_and_the_node_cordoned() {
     assert!(metric(&coord, "tidemill_unstarted_assignments_total") >= 2);
     assert_eq!(metric(&coord, "tidemill_trust_cordons_total"), 1);
 
-    let shown = node(&coord, "a-rogue");
+    let shown = coord.node("a-rogue");
     assert_eq!(shown["drained"], true, "{shown:#}");
     assert_eq!(shown["trust"]["unstarted"], 2);
     let reason = shown["trust"]["cordon_reason"].as_str().unwrap();
@@ -392,7 +383,7 @@ fn an_assignment_never_started_is_taken_back_and_the_node_cordoned() {
     let table = coord.cli(&["nodes"]);
     assert!(table.contains("cordoned: 2 assignments"), "{table}");
     coord.cli(&["nodes", "uncordon", "a-rogue"]);
-    let shown = node(&coord, "a-rogue");
+    let shown = coord.node("a-rogue");
     assert!(shown["trust"]["cordon_reason"].is_null(), "{shown:#}");
 }
 
@@ -455,7 +446,7 @@ fn future_and_absurd_report_values_are_dropped_and_counted() {
     }
     cloud.wait_for("dropped a report value out of range", 5, PATIENCE);
 
-    let shown = node(&coord, "r1");
+    let shown = coord.node("r1");
     let issued = shown["forecast"]["issued_at"].as_str().unwrap();
     assert!(issued < "2030", "the current forecast stands: {issued}");
     let links: Vec<serde_json::Value> =

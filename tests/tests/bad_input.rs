@@ -37,6 +37,7 @@ fn hello(node: &str) -> EdgeMsg {
             daemon_version: "0".into(),
         },
         probe_port: None,
+        site: None,
     })
 }
 
@@ -115,6 +116,27 @@ fn garbage_is_refused_and_logged_while_edges_are_served() {
             .await
             .unwrap();
         let client = quic::client(&key.into_identity(issued), quic::Timing::default()).unwrap();
+        // A hello naming a site that is no site (a path) is refused, and says why.
+        let conn = client
+            .connect(coord.quic, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let EdgeMsg::Hello(mut bad_site) = hello("prober") else {
+            unreachable!()
+        };
+        bad_site.site = Some("../../etc".into());
+        let refused = tokio::time::timeout(
+            PATIENCE,
+            frames::request::<_, CloudMsg>(&conn, &EdgeMsg::Hello(bad_site)),
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(&refused, Ok(CloudMsg::Error(e)) if e.code == ErrorCode::UnexpectedMessage
+                && e.message.contains("site \"../../etc\" is invalid")),
+            "{refused:?}"
+        );
         let conn = client
             .connect(coord.quic, "localhost")
             .unwrap()

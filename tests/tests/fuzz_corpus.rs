@@ -41,6 +41,7 @@ fn edge_msgs() -> Vec<EdgeMsg> {
                 daemon_version: "0.1.0".into(),
             },
             probe_port: Some(7401),
+            site: None,
         }),
         EdgeMsg::Join(Join {
             token_id: "abc123".into(),
@@ -89,6 +90,7 @@ fn cloud_msgs() -> Vec<CloudMsg> {
             acked_seq: 41,
             coordinator_version: "0.1.0".into(),
             issuing_ca_sha256: "ab".repeat(32),
+            prior: None,
         }),
         CloudMsg::Ack { seq: 42 },
         CloudMsg::Command(Command::Assign(TaskAssignment {

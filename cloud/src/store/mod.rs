@@ -20,6 +20,7 @@ mod identity;
 mod jobs;
 mod nodes;
 mod outbox;
+mod priors;
 mod probes;
 mod reports;
 mod schema;

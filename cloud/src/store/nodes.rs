@@ -112,6 +112,9 @@ pub struct ForecastView {
     /// How much history the forecast stands on, so a young one is labelled.
     #[serde(default)]
     pub history: Option<tidemill_forecast::HistoryDepth>,
+    /// The peers' prior it leans on while the node's own history is short.
+    #[serde(default)]
+    pub prior: Option<tidemill_forecast::PriorUse>,
 }
 
 /// An idle window in wall-clock terms.
@@ -138,6 +141,7 @@ impl From<&NodeForecast> for ForecastView {
             idle_hours_next_24h: summary.idle_hours_next_24h,
             daily_cycle: summary.daily_cycle,
             history: summary.history,
+            prior: summary.prior,
         }
     }
 }
@@ -150,10 +154,11 @@ impl Store {
         let caps = serde_json::to_string(&hello.capabilities).expect("capabilities serialise");
         self.write(|tx| {
             tx.execute(
-                "INSERT INTO nodes (id, capabilities, online, registered_ms, last_seen_ms)
-                 VALUES (?1, ?2, 1, ?3, ?3)
-                 ON CONFLICT (id) DO UPDATE SET capabilities = ?2, online = 1, last_seen_ms = ?3",
-                params![hello.node_id, caps, now_ms],
+                "INSERT INTO nodes (id, capabilities, online, registered_ms, last_seen_ms, site)
+                 VALUES (?1, ?2, 1, ?3, ?3, ?4)
+                 ON CONFLICT (id) DO UPDATE SET capabilities = ?2, online = 1, last_seen_ms = ?3,
+                    site = ?4",
+                params![hello.node_id, caps, now_ms, hello.site],
             )
             .map_err(&err)?;
             event(

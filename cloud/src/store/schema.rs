@@ -221,4 +221,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     UPDATE nodes SET idle_threshold_pct =
         (SELECT json_extract(f.forecast, '$.idle_threshold_pct') FROM forecasts f WHERE f.node_id = nodes.id);
 ",
+    // The site each node says it stands at (its config's `site`), and the
+    // peers' prior the coordinator last sent it (JSON of
+    // tidemill_forecast::Prior; NULL once its own history stands alone), so
+    // the round trusts the windows the prior backs, not the node's word.
+    "
+    ALTER TABLE nodes ADD COLUMN site TEXT;
+    ALTER TABLE nodes ADD COLUMN prior TEXT;
+    CREATE INDEX nodes_by_site ON nodes (site);
+",
 ];

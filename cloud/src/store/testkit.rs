@@ -47,6 +47,7 @@ pub(crate) fn hello(id: &str) -> Hello {
             daemon_version: "0.1.0".into(),
         },
         probe_port: None,
+        site: None,
     }
 }
 

@@ -184,7 +184,7 @@ impl Prior {
 
 impl ResourcePrior {
     /// The prior for the slot starting at `t_ms` (Unix ms).
-    pub(crate) fn at(&self, t_ms: i64, slot_len_s: u32) -> Option<Quantiles> {
+    pub fn at(&self, t_ms: i64, slot_len_s: u32) -> Option<Quantiles> {
         let slot_ms = i64::from(slot_len_s) * 1_000;
         let s = (t_ms.rem_euclid(i64::from(DAY_S) * 1_000) / slot_ms) as usize;
         self.slots.get(s).copied().flatten()

@@ -20,9 +20,9 @@ pub use codec::{CodecError, HEADER_LEN, MAX_FRAME_LEN, decode, encode, payload_l
 pub use env::{COORDINATOR_SET_ENV, EDGE_SET_ENV, is_reserved_env};
 pub use msg::{
     Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CheckpointState, CloudMsg, Command,
-    EdgeMsg, ErrorCode, Hello, Issued, Join, LinkSample, Peer, Report, ReportBody,
+    EdgeMsg, ErrorCode, Hello, Issued, Join, LinkSample, MAX_SITE, Peer, Report, ReportBody,
     SHARED_STORE_PEER, Sample, TaskAssignment, TaskEvent, TaskProgress, TaskResume, TaskStatus,
-    TrainArrival, Transfer, Welcome, WireError,
+    TrainArrival, Transfer, Welcome, WireError, site_problem,
 };
 pub use tidemill_forecast::NodeForecast;
 pub use version::{ALPN, PROTOCOL_VERSION, alpn_version};

@@ -255,6 +255,27 @@ pub struct Hello {
     /// The UDP port of the edge's probe responder, if it runs one; peers reach
     /// it at the address the coordinator sees the edge connect from.
     pub probe_port: Option<u16>,
+    /// The site the operator installed the node at (`site` in its config):
+    /// boxes of one site share a tide, so a new box's forecast starts from its
+    /// site peers' ([`Welcome::prior`]). It chooses nothing else; labels that
+    /// jobs require are an admin's. Absent from older edges.
+    #[serde(default)]
+    pub site: Option<String>,
+}
+
+/// Longest site name, in bytes.
+pub const MAX_SITE: usize = 64;
+
+/// Why `site` cannot name a site, if it cannot: 1 to [`MAX_SITE`] lower-case
+/// letters, digits, '.', '_' or '-'. The edge checks its config with it and
+/// the coordinator every hello.
+pub fn site_problem(site: &str) -> Option<String> {
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c);
+    (site.is_empty() || site.len() > MAX_SITE || !site.chars().all(ok)).then(|| {
+        format!(
+            "site {site:?} is invalid: use 1 to {MAX_SITE} lower-case letters, digits, '.', '_' or '-', e.g. \"mec-07\" (the edge's `site` key)"
+        )
+    })
 }
 
 /// A certificate the coordinator issued to a node.
@@ -306,6 +327,11 @@ pub struct Welcome {
     /// SHA-256 (hex) of the CA that signs node certificates now: a node whose
     /// certificate another CA signed renews it (a CA rotation is under way).
     pub issuing_ca_sha256: String,
+    /// For a node whose own history is still short, the daily tide of its
+    /// peers (site, else class, else fleet) for its forecaster to start from;
+    /// `None` once its history stands alone, or when no peer has a forecast.
+    #[serde(default)]
+    pub prior: Option<tidemill_forecast::Prior>,
 }
 
 /// A node's hardware and software, as registered.

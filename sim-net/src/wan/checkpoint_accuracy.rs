@@ -196,6 +196,7 @@ async fn join_through(
             daemon_version: "measurement".into(),
         },
         probe_port: None,
+        site: None,
     });
     match frames::request(&conn, &hello).await? {
         CloudMsg::Welcome(_) => Ok(conn),

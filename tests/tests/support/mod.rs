@@ -399,6 +399,14 @@ impl Coordinator {
         serde_json::from_str(&self.cli(&["nodes", "--json"])).expect("nodes JSON")
     }
 
+    /// `nodes --json`'s entry for `id`.
+    pub fn node(&self, id: &str) -> serde_json::Value {
+        self.nodes()
+            .into_iter()
+            .find(|n| n["id"] == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
     /// `jobs show ID --json`, parsed.
     pub fn job(&self, id: u64) -> serde_json::Value {
         serde_json::from_str(&self.cli(&["jobs", "show", &id.to_string(), "--json"]))

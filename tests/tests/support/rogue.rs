@@ -77,6 +77,7 @@ impl Rogue {
             node_id: self.node_id.clone(),
             capabilities,
             probe_port: None,
+            site: None,
         });
         let answer = ask(&conn, &hello).await;
         (conn, answer)
