@@ -392,6 +392,8 @@ async fn welcome(
     }
     if let Some(msg) = hello.site.as_deref().and_then(tidemill_proto::site_problem) {
         reply_error(&mut send, ErrorCode::UnexpectedMessage, &msg).await;
+        // The connection closes once the edge has the reason.
+        let _ = clock::timeout(&SystemClock, stream_timeout(coord), send.stopped()).await;
         return Err(msg);
     }
     let now = coord.clock.now_ms();
