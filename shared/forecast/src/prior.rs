@@ -157,8 +157,9 @@ impl Prior {
     /// Blends one slot, percent: q = w × own + (1 − w) × (prior + δ) per
     /// quantile, where `prior_weight` is 1 − w and δ (percentage points) is
     /// the box's level against its peers' (see [`ResourcePrior::offset`]).
-    /// A slot the box has no forecast for takes prior + δ.
-    pub(crate) fn blend(
+    /// A slot the box has no forecast for takes prior + δ. Public so that a
+    /// backtest can score the blend without the shift (δ = 0).
+    pub fn blend(
         own: Option<Quantiles>,
         prior: Option<Quantiles>,
         offset: f64,
@@ -184,7 +185,7 @@ impl Prior {
 
 impl ResourcePrior {
     /// The prior for the slot starting at `t_ms` (Unix ms).
-    pub(crate) fn at(&self, t_ms: i64, slot_len_s: u32) -> Option<Quantiles> {
+    pub fn at(&self, t_ms: i64, slot_len_s: u32) -> Option<Quantiles> {
         let slot_ms = i64::from(slot_len_s) * 1_000;
         let s = (t_ms.rem_euclid(i64::from(DAY_S) * 1_000) / slot_ms) as usize;
         self.slots.get(s).copied().flatten()
