@@ -157,8 +157,9 @@ impl Prior {
     /// Blends one slot, percent: q = w × own + (1 − w) × (prior + δ) per
     /// quantile, where `prior_weight` is 1 − w and δ (percentage points) is
     /// the box's level against its peers' (see [`ResourcePrior::offset`]).
-    /// A slot the box has no forecast for takes prior + δ.
-    pub(crate) fn blend(
+    /// A slot the box has no forecast for takes prior + δ. Public so that a
+    /// backtest can score the blend without the shift (δ = 0).
+    pub fn blend(
         own: Option<Quantiles>,
         prior: Option<Quantiles>,
         offset: f64,
