@@ -134,7 +134,7 @@ impl Prior {
             let slots = pooled.iter().map(|qs| summarise(qs)).collect();
             resources.push(ResourcePrior { resource, slots });
         }
-        (!resources.is_empty()).then(|| Prior {
+        (!resources.is_empty()).then_some(Prior {
             source,
             peers: used.len() as u32,
             slot_len_s,
