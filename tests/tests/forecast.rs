@@ -60,7 +60,7 @@ impl Rig {
         )
         .unwrap()
         .replace(
-            "forecast_refresh_secs = 300.0",
+            "forecast_refresh_secs = 900.0",
             "forecast_refresh_secs = 3600.0",
         );
         std::fs::write(&config, toml).unwrap();
