@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use tidemill_forecast::metrics::{Scoreboard, ScoredPoint};
-use tidemill_forecast::{ForecastConfig, HorizonBucket, Method, Resource, SeriesForecaster};
+use tidemill_forecast::{
+    ForecastConfig, HorizonBucket, Method, Quantiles, Resource, SeriesForecaster,
+};
 
 use crate::trace::Series;
 
@@ -33,6 +35,9 @@ pub struct Boards {
     pub all: Scoreboard,
     /// The leads of each bucket.
     pub by_bucket: [Scoreboard; 3],
+    /// tidemill's forecast scored on this method's points only (every lead),
+    /// so that the two compare on the same origins and slots.
+    pub tidemill_here: Scoreboard,
 }
 
 impl Boards {
@@ -41,6 +46,7 @@ impl Boards {
         for (a, b) in self.by_bucket.iter_mut().zip(&other.by_bucket) {
             a.merge(b);
         }
+        self.tidemill_here.merge(&other.tidemill_here);
     }
 }
 
@@ -171,23 +177,31 @@ impl Backtest {
                 fed += 1;
             }
             let reference = model.forecast(Method::SameSlotYesterday, origin).slots;
+            let forecasts: Vec<Vec<Option<Quantiles>>> = self
+                .methods
+                .iter()
+                .map(|m| model.forecast(*m, origin).slots)
+                .collect();
+            let ours = self.methods.iter().position(|m| *m == Method::Tidemill);
             let first_slot = origin.div_euclid(slot_ms);
-            for (method, board) in self.methods.iter().zip(boards.iter_mut()) {
-                let slots = model.forecast(*method, origin).slots;
+            for (slots, board) in forecasts.iter().zip(boards.iter_mut()) {
                 for (lead, q) in slots.iter().enumerate() {
                     let slot = first_slot + lead as i64;
                     let (Some(q), Some(y), Some(r)) = (q, actual.get(slot), reference[lead]) else {
                         continue;
                     };
-                    let point = ScoredPoint {
+                    let point = |forecast| ScoredPoint {
                         actual: y,
-                        forecast: *q,
+                        forecast,
                         reference_p50: r.p50,
                         hours,
                     };
                     let bucket = HorizonBucket::of_slot(lead, self.config.slot_len_s);
-                    board.all.add(&point, threshold, confidence);
-                    board.by_bucket[bucket.index()].add(&point, threshold, confidence);
+                    board.all.add(&point(*q), threshold, confidence);
+                    board.by_bucket[bucket.index()].add(&point(*q), threshold, confidence);
+                    if let Some(t) = ours.and_then(|i| forecasts[i][lead]) {
+                        board.tidemill_here.add(&point(t), threshold, confidence);
+                    }
                 }
             }
         }
@@ -239,6 +253,32 @@ mod tests {
             b.by_bucket.iter().map(points).collect::<Vec<_>>(),
             [24, 72, 0]
         );
+    }
+
+    #[test]
+    fn tidemill_is_also_scored_on_each_baselines_own_points() {
+        // Ten days, hourly origins: same-slot-last-week forecasts only from
+        // day 7, so its points are fewer than tidemill's; tidemill's score on
+        // its points counts exactly those, and on its own points all of them.
+        let points: Vec<(i64, f64)> = (0..960)
+            .map(|i| (i * 900_000, if (i / 4) % 24 < 8 { 10.0 } else { 60.0 }))
+            .collect();
+        let series = Series {
+            node: "n".to_string(),
+            points,
+        };
+        let backtest = Backtest {
+            config: ForecastConfig::default(),
+            step_ms: 6 * 3_600_000,
+            methods: vec![Method::SameSlotLastWeek, Method::Tidemill],
+        };
+        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
+        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
+        let (week, ours) = (&boards[0].1, &boards[1].1);
+        assert!(points(&week.all) > 0);
+        assert!(points(&week.all) < points(&ours.all));
+        assert_eq!(points(&week.tidemill_here), points(&week.all));
+        assert_eq!(points(&ours.tidemill_here), points(&ours.all));
     }
 
     #[test]

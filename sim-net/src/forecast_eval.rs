@@ -137,6 +137,11 @@ struct MethodReport {
     #[serde(flatten)]
     figures: Option<Figures>,
     by_bucket: Vec<BucketReport>,
+    /// tidemill on this method's points (absent for tidemill itself): a
+    /// baseline that cannot forecast a young box's first week is compared
+    /// with tidemill on the same origins and slots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tidemill_on_same_points: Option<Figures>,
 }
 
 /// One method's figures over the leads of one horizon bucket.
@@ -160,6 +165,9 @@ impl MethodReport {
                     figures: board.figures(),
                 })
                 .collect(),
+            tidemill_on_same_points: (method != Method::Tidemill)
+                .then(|| boards.tidemill_here.figures())
+                .flatten(),
         }
     }
 }
@@ -315,9 +323,12 @@ fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
         "idle_recall"
     )?;
     for m in &report.methods {
-        write_row(out, m.method, "all", m.figures.as_ref())?;
+        write_row(out, m.method.name(), "all", m.figures.as_ref())?;
         for b in &m.by_bucket {
-            write_row(out, m.method, b.bucket.name(), b.figures.as_ref())?;
+            write_row(out, m.method.name(), b.bucket.name(), b.figures.as_ref())?;
+        }
+        if let Some(f) = &m.tidemill_on_same_points {
+            write_row(out, " tidemill there", "all", Some(f))?;
         }
     }
     Ok(())
@@ -325,7 +336,7 @@ fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
 
 fn write_row(
     out: &mut dyn Write,
-    method: Method,
+    method: &str,
     leads: &str,
     figures: Option<&Figures>,
 ) -> std::io::Result<()> {
@@ -334,7 +345,7 @@ fn write_row(
         Some(f) => writeln!(
             out,
             "{:<20} {:<7} {:>9} {:>7.3} {:>6} {:>11.3} {:>11.3} {:>8.3} {:>9} {:>11}",
-            method.name(),
+            method,
             leads,
             f.points,
             f.mae,
@@ -345,7 +356,7 @@ fn write_row(
             opt(f.idle_precision),
             opt(f.idle_recall)
         ),
-        None => writeln!(out, "{:<20} {:<7} {:>9}", method.name(), leads, 0),
+        None => writeln!(out, "{:<20} {:<7} {:>9}", method, leads, 0),
     }
 }
 
