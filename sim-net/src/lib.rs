@@ -5,6 +5,7 @@
 pub mod allreduce;
 pub mod backtest;
 pub mod demo;
+mod edge_link;
 pub mod forecast_eval;
 pub mod gen_trace;
 pub mod plot;
@@ -12,4 +13,5 @@ pub mod simulate;
 pub mod swarm;
 pub mod sweep;
 pub mod trace;
+pub mod twin;
 pub mod wan;

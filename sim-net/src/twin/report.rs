@@ -1,0 +1,181 @@
+//! The twin's report: the live jobs, as the coordinator's API gives them,
+//! summarised with the same function as `simulate`'s rows, the live run's
+//! own costs, and the jobs whose outcome differs from the simulator's.
+
+use serde::Serialize;
+use tidemill_cloud::job::{JobPhase, JobRecord};
+use tidemill_sched::Verdict;
+
+use crate::simulate::jobs::TraceJob;
+use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
+use crate::simulate::policies::{JobRun, JobStatus};
+
+/// One live row: `simulate`'s fields, then what only a live run has.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveRow {
+    /// The same fields as a row of `simulate --json`'s `policies`. Only the
+    /// job outcomes are live (DSR, met, guaranteed, rejected, unfinished,
+    /// best-effort times); device-hours, traffic, evictions and rounds are
+    /// not measured live yet and read 0.
+    #[serde(flatten)]
+    pub metrics: PolicyMetrics,
+    /// CPU seconds the coordinator used over the run.
+    pub coordinator_cpu_s: f64,
+    /// The coordinator's resident memory at the end, MiB.
+    pub coordinator_rss_mib: f64,
+    /// Reports the emulated edges journaled, per job.
+    pub reports_per_job: f64,
+    /// Wall seconds the live run took.
+    pub wall_s: f64,
+}
+
+/// A job met in one run and missed in the other.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DifferingJob {
+    /// Its row in the trace (the simulator's job id).
+    pub job: usize,
+    /// The trace's job id.
+    pub name: String,
+    /// Whether it met its deadline live.
+    pub live_met: bool,
+    /// Whether it met it in the simulator.
+    pub simulated_met: bool,
+    /// Where the two histories first diverge: not computed yet.
+    pub divergence: Option<String>,
+}
+
+/// What `twin --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct TwinReport {
+    /// One row per policy run live.
+    pub live: Vec<LiveRow>,
+    /// The simulator's rows on the same slice and seed (`--compare`).
+    pub simulated: Vec<PolicyMetrics>,
+    /// Jobs whose outcome differs (`--compare`).
+    pub differing_jobs: Vec<DifferingJob>,
+}
+
+/// The trace's job `j` as the engine would have left it, from the
+/// coordinator's record of it, on the trace's clock (`offset_ms` is tide
+/// minus trace time). A job that succeeded is done at its end; a rejected
+/// one is rejected; anything else (failed, queued, running) is unfinished.
+/// Its guarantee time is that of its latest plan, if that plan guaranteed it.
+pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobRun {
+    let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
+    let Some(r) = record else {
+        return run;
+    };
+    match r.state {
+        JobPhase::Succeeded => {
+            run.status = JobStatus::Done;
+            run.done_iters = j.spec.iterations;
+            run.finish_ms = r.finished_at.map(|t| t.timestamp_millis() - offset_ms);
+        }
+        JobPhase::Rejected => run.status = JobStatus::Rejected,
+        _ => run.done_iters = r.done_iters,
+    }
+    if let Some(Verdict::Guaranteed { since_ms }) = r.plan.as_ref().map(|p| p.verdict) {
+        run.guaranteed_ms = Some(since_ms - offset_ms);
+    }
+    run
+}
+
+/// `policy`'s live row from its jobs.
+pub fn live_row(policy: &str, runs: &[JobRun], elapsed_s: f64) -> PolicyMetrics {
+    metrics::summarise(
+        policy,
+        runs,
+        &Accumulators::default(),
+        EdgeTotals::default(),
+        None,
+        elapsed_s,
+    )
+}
+
+/// Whether `run` met its deadline, as `simulate` counts it: an SLO job
+/// finished by its deadline, a best-effort job finished at all.
+pub fn met(run: &JobRun) -> bool {
+    match run.finish_ms {
+        Some(f) => !run.slo() || f <= run.spec.deadline_ms,
+        None => false,
+    }
+}
+
+/// The jobs met in one of `live` and `simulated` and missed in the other.
+pub fn differing(trace: &[TraceJob], live: &[JobRun], simulated: &[JobRun]) -> Vec<DifferingJob> {
+    trace
+        .iter()
+        .zip(live.iter().zip(simulated))
+        .enumerate()
+        .filter(|(_, (_, (l, s)))| met(l) != met(s))
+        .map(|(k, (j, (l, s)))| DifferingJob {
+            job: k,
+            name: j.name.clone(),
+            live_met: met(l),
+            simulated_met: met(s),
+            divergence: None,
+        })
+        .collect()
+}
+
+impl TwinReport {
+    /// The table `twin` prints without `--json`.
+    pub fn write_table(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "{:<10} {:<14} {:>5} {:>6} {:>9} {:>10} {:>11} {:>8} {:>8}",
+            "run",
+            "policy",
+            "jobs",
+            "DSR",
+            "SLO met",
+            "guaranteed",
+            "guar.missed",
+            "cpu_s",
+            "rss_MiB"
+        )?;
+        let row = |out: &mut dyn std::io::Write,
+                   run: &str,
+                   m: &PolicyMetrics,
+                   cost: Option<(f64, f64)>| {
+            let (cpu, rss) = cost.map_or(("-".to_string(), "-".to_string()), |(c, r)| {
+                (format!("{c:.1}"), format!("{r:.0}"))
+            });
+            writeln!(
+                out,
+                "{:<10} {:<14} {:>5} {:>6.3} {:>9} {:>10} {:>11} {:>8} {:>8}",
+                run,
+                m.policy,
+                m.jobs,
+                m.deadline_satisfaction_ratio,
+                format!("{}/{}", m.deadlines_met, m.slo_jobs),
+                m.guaranteed_jobs,
+                m.guaranteed_missed,
+                cpu,
+                rss
+            )
+        };
+        for l in &self.live {
+            row(
+                out,
+                "live",
+                &l.metrics,
+                Some((l.coordinator_cpu_s, l.coordinator_rss_mib)),
+            )?;
+        }
+        for s in &self.simulated {
+            row(out, "simulated", s, None)?;
+        }
+        for d in &self.differing_jobs {
+            writeln!(
+                out,
+                "differs: job {} ({}) live {} simulated {}; divergence point not computed yet",
+                d.job,
+                d.name,
+                if d.live_met { "met" } else { "missed" },
+                if d.simulated_met { "met" } else { "missed" },
+            )?;
+        }
+        Ok(())
+    }
+}
