@@ -79,6 +79,10 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Keep the coordinator's data dir, config and log here (default: a
+    /// temporary dir, removed after a run that succeeded).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
 }
 
 /// Why `twin` could not run.
@@ -302,7 +306,11 @@ fn submit_all(
     let mut ids = Vec::new();
     for j in &setup.world.jobs {
         let at = j.spec.submitted_ms + shared.offset_ms;
-        let wait_ms = (at - clock.now_ms()).max(0) as f64 / speed;
+        let wait_ms = (at - clock.now_ms()) as f64 / speed;
+        if wait_ms < -1000.0 {
+            tracing::warn!(job = %j.name, late_wall_ms = -wait_ms as i64, "a trace job is submitted late: this box cannot keep up with --speed");
+        }
+        let wait_ms = wait_ms.max(0.0);
         std::thread::sleep(Duration::from_secs_f64(wait_ms / 1000.0));
         if stop.load(Ordering::Relaxed) {
             break;
@@ -333,10 +341,12 @@ pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
     }
     let setup = load(args)?;
     let bin = cloud_bin(args)?;
-    let dir = std::env::temp_dir().join(format!("tidemill-twin-{}", std::process::id()));
+    let dir = args.work_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tidemill-twin-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir).map_err(TwinError::Io)?;
     let result = run_in(args, &setup, &bin, &dir);
-    if result.is_ok() {
+    if result.is_ok() && args.work_dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result
@@ -351,10 +361,11 @@ fn run_in(
     let started = Instant::now();
     let anchor = chrono::Utc::now().timestamp_millis();
     let clock = clock::for_speed(args.speed, Some(anchor));
-    let (window_start, _) = setup.world.window;
-    let lead_ms = (LEAD_WALL_S * args.speed * 1000.0) as i64;
-    let offset_ms = anchor + lead_ms - window_start;
     let cloud = Cloud::start(bin, dir, setup, args.policy, args.speed, anchor)?;
+    // The trace starts a lead after the coordinator serves, whatever its
+    // start-up took, so the edges connect and forecast before the first job.
+    let lead_ms = (LEAD_WALL_S * args.speed * 1000.0) as i64;
+    let offset_ms = clock.now_ms() + lead_ms - setup.world.window.0;
     let (forecast, refresh_ms) = setup.forecast_config()?;
     let shared = Arc::new(Shared {
         registry: Registry::new(setup.world.model.clone()),
@@ -377,6 +388,7 @@ fn run_in(
         rt.spawn(advance(shared.clone(), edges.clone()));
         edges
     };
+    let start_tide = clock.now_ms();
     let end_tide = setup.world.end_ms + offset_ms;
     let bar = ProgressBar::new(1000);
     bar.set_style(simulate::bar_style());
@@ -384,11 +396,12 @@ fn run_in(
     let stop = AtomicBool::new(false);
     let ids = std::thread::scope(|s| {
         let submitter = s.spawn(|| submit_all(setup, &cloud, &clock, &shared, args.speed, &stop));
-        let span = (end_tide - anchor).max(1) as f64;
+        let span = (end_tide - start_tide).max(1) as f64;
+        let done = |now: i64| (((now - start_tide) as f64 / span).clamp(0.0, 1.0) * 1000.0) as u64;
         loop {
             std::thread::sleep(Duration::from_millis(200));
             let now = clock.now_ms();
-            bar.set_position((((now - anchor) as f64 / span).clamp(0.0, 1.0) * 1000.0) as u64);
+            bar.set_position(done(now));
             if now >= end_tide {
                 stop.store(true, Ordering::Relaxed);
             }
@@ -401,7 +414,7 @@ fn run_in(
         while !open.is_empty() && clock.now_ms() < end_tide {
             std::thread::sleep(Duration::from_millis(500));
             let now = clock.now_ms();
-            bar.set_position((((now - anchor) as f64 / span).clamp(0.0, 1.0) * 1000.0) as u64);
+            bar.set_position(done(now));
             open.retain(|&id| cloud.client.job(id).map_or(true, |r| !ended(&r)));
         }
         Ok::<_, TwinError>(ids)
@@ -432,7 +445,7 @@ fn run_in(
     };
     let (simulated, differing_jobs) = if args.compare {
         let (m, outcome) = setup.run_one(args.policy, Variant::Full, false, &mut |_| {})?;
-        let diff = report::differing(&setup.world.jobs, &runs, &outcome.jobs);
+        let diff = report::differing(&setup.world.jobs, &records, &runs, &outcome.jobs);
         (vec![m], diff)
     } else {
         (Vec::new(), Vec::new())

@@ -40,6 +40,11 @@ pub struct DifferingJob {
     pub live_met: bool,
     /// Whether it met it in the simulator.
     pub simulated_met: bool,
+    /// Its state at the coordinator at the end, and why (`None` where the
+    /// API refused the job).
+    pub live_state: Option<String>,
+    /// The coordinator's reason for that state.
+    pub live_reason: Option<String>,
     /// Where the two histories first diverge: not computed yet.
     pub divergence: Option<String>,
 }
@@ -102,18 +107,29 @@ pub fn met(run: &JobRun) -> bool {
 }
 
 /// The jobs met in one of `live` and `simulated` and missed in the other.
-pub fn differing(trace: &[TraceJob], live: &[JobRun], simulated: &[JobRun]) -> Vec<DifferingJob> {
+/// `records` are the coordinator's, by trace row.
+pub fn differing(
+    trace: &[TraceJob],
+    records: &[Option<JobRecord>],
+    live: &[JobRun],
+    simulated: &[JobRun],
+) -> Vec<DifferingJob> {
     trace
         .iter()
         .zip(live.iter().zip(simulated))
         .enumerate()
         .filter(|(_, (_, (l, s)))| met(l) != met(s))
-        .map(|(k, (j, (l, s)))| DifferingJob {
-            job: k,
-            name: j.name.clone(),
-            live_met: met(l),
-            simulated_met: met(s),
-            divergence: None,
+        .map(|(k, (j, (l, s)))| {
+            let record = records.get(k).and_then(Option::as_ref);
+            DifferingJob {
+                job: k,
+                name: j.name.clone(),
+                live_met: met(l),
+                simulated_met: met(s),
+                live_state: record.map(|r| r.state.as_str().to_string()),
+                live_reason: record.and_then(|r| r.reason.clone()),
+                divergence: None,
+            }
         })
         .collect()
 }
@@ -169,11 +185,13 @@ impl TwinReport {
         for d in &self.differing_jobs {
             writeln!(
                 out,
-                "differs: job {} ({}) live {} simulated {}; divergence point not computed yet",
+                "differs: job {} ({}) live {} simulated {}; live {} ({}); divergence point not computed yet",
                 d.job,
                 d.name,
                 if d.live_met { "met" } else { "missed" },
                 if d.simulated_met { "met" } else { "missed" },
+                d.live_state.as_deref().unwrap_or("refused"),
+                d.live_reason.as_deref().unwrap_or("-"),
             )?;
         }
         Ok(())

@@ -11,6 +11,7 @@
 //! a yield because a box's own load came back falls back to the last
 //! checkpoint.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -94,17 +95,17 @@ impl Registry {
         let world = env("WORLD_SIZE").unwrap_or(1).max(1);
         let workers = env("TIDEMILL_WORKERS").unwrap_or(1).max(1);
         let mut jobs = self.jobs.lock().unwrap();
-        if !jobs.contains_key(&a.job_id) {
-            let spec = self
-                .specs
-                .lock()
-                .unwrap()
-                .get(&a.job_id)
-                .cloned()
-                .ok_or(Refusal::UnknownJob(a.job_id))?;
-            jobs.insert(
-                a.job_id,
-                Job {
+        let job = match jobs.entry(a.job_id) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let spec = self
+                    .specs
+                    .lock()
+                    .unwrap()
+                    .get(&a.job_id)
+                    .cloned()
+                    .ok_or(Refusal::UnknownJob(a.job_id))?;
+                v.insert(Job {
                     spec,
                     world,
                     done: 0.0,
@@ -114,10 +115,9 @@ impl Registry {
                     location: Vec::new(),
                     tasks: BTreeMap::new(),
                     started: false,
-                },
-            );
-        }
-        let job = jobs.get_mut(&a.job_id).expect("inserted above");
+                })
+            }
+        };
         if job.tasks.contains_key(&a.task_id) {
             return Ok(None);
         }
