@@ -123,6 +123,19 @@ fn config(
     );
     table(&mut c, "trust").insert("report_skew_secs".into(), tide_s(300));
     table(&mut c, "trust").insert("start_timeout_secs".into(), tide_s(120));
+    // Every emulated edge dials from loopback, one address for all where a
+    // real fleet has one per box, and joins before its first session: two
+    // handshakes each may be in flight at once.
+    let handshakes = 2 * setup.world.model.nodes().len() as i64 + 32;
+    let q = table(&mut c, "quic");
+    q.insert(
+        "max_unadmitted_per_address".into(),
+        toml::Value::Integer(handshakes),
+    );
+    q.insert(
+        "max_unadmitted".into(),
+        toml::Value::Integer(handshakes.max(512)),
+    );
     let ingest = table(&mut c, "ingest");
     ingest.insert("reports_per_hour".into(), toml::Value::Integer(100_000_000));
     ingest.insert(

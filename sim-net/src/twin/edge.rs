@@ -315,3 +315,109 @@ fn load_sample(load: f64, t_ms: i64) -> LoadSample {
 fn wire_error(code: ErrorCode, message: String) -> EdgeMsg {
     EdgeMsg::Error(WireError { code, message })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tidemill_proto::TaskAssignment;
+    use tidemill_runtime::quic::{self, Timing};
+
+    use super::*;
+    use crate::twin::tasks::test_model;
+
+    /// Cloud node 0 of the test model, dialing nowhere, and the registry
+    /// knowing job 7 only.
+    fn edge() -> Edge {
+        let shared = Arc::new(Shared {
+            registry: Registry::new(test_model()),
+            edges: EdgeWorld::new(&[], &[], 0, 300_000, 60_000, 0),
+            clock: tidemill_runtime::clock::for_speed(1.0, None),
+            offset_ms: 0,
+            sample_ms: 300_000,
+            refresh_ms: 3_600_000,
+            forecast: ForecastConfig::default(),
+            reports: AtomicU64::new(0),
+        });
+        let spec = crate::simulate::testkit::job("m").spec;
+        shared.registry.submitted(7, spec);
+        let token: tidemill_runtime::identity::JoinToken =
+            format!("K10{}::id.secret", "0".repeat(64)).parse().unwrap();
+        let joiner = quic::joiner_config(&token.ca_sha256, Timing::default()).unwrap();
+        let dialer = Dialer::new(
+            quic::bare_client().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+            "localhost".into(),
+            Arc::new((token, joiner)),
+        );
+        Edge::new(0, "c0".into(), None, "A100".into(), 1, None, dialer, shared)
+    }
+
+    fn assign(task_id: u64, job_id: u64) -> Command {
+        Command::Assign(TaskAssignment {
+            task_id,
+            job_id,
+            command: vec!["emulated".into()],
+            env: BTreeMap::new(),
+            memory_bytes: None,
+            checkpoint_interval_s: None,
+        })
+    }
+
+    fn journaled(e: &Edge) -> Vec<ReportBody> {
+        let o = e.outbox.lock().unwrap();
+        o.pending.iter().map(|(r, _)| r.body.clone()).collect()
+    }
+
+    #[test]
+    fn an_assignment_for_a_job_the_twin_never_submitted_is_refused_with_the_reason() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let _in_rt = rt.enter();
+        let e = edge();
+        match e.command(assign(1, 99)) {
+            EdgeMsg::Error(w) => {
+                assert_eq!(w.code, ErrorCode::UnexpectedMessage);
+                assert!(w.message.contains("job 99"), "{}", w.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(journaled(&e).is_empty());
+    }
+
+    #[test]
+    fn assignments_are_idempotent_and_a_cancel_of_an_unknown_task_is_acknowledged() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let _in_rt = rt.enter();
+        let e = edge();
+        assert_eq!(e.command(assign(1, 7)), EdgeMsg::CommandAck { task_id: 1 });
+        assert_eq!(e.command(assign(1, 7)), EdgeMsg::CommandAck { task_id: 1 });
+        let started = journaled(&e)
+            .iter()
+            .filter(|b| matches!(b, ReportBody::Task(s) if matches!(s.event, TaskEvent::Started { .. })))
+            .count();
+        assert_eq!(started, 1, "one start for a repeated assignment");
+        assert_eq!(
+            e.command(Command::Cancel { task_id: 42 }),
+            EdgeMsg::CommandAck { task_id: 42 }
+        );
+        assert_eq!(
+            journaled(&e).len(),
+            1,
+            "nothing to report for a task it never ran"
+        );
+        assert_eq!(
+            e.command(Command::Cancel { task_id: 1 }),
+            EdgeMsg::CommandAck { task_id: 1 }
+        );
+        assert!(matches!(
+            journaled(&e).last(),
+            Some(ReportBody::Task(TaskStatus {
+                event: TaskEvent::Exited {
+                    cancelled: true,
+                    ..
+                },
+                ..
+            }))
+        ));
+    }
+}

@@ -330,6 +330,30 @@ fn submit_all(
     Ok(ids)
 }
 
+/// Waits until the coordinator lists `n` nodes online, `patience` at most;
+/// warns if they are not all there by then (the first jobs then see fewer).
+fn wait_for_nodes(cloud: &Cloud, n: usize, patience: Duration) {
+    let started = Instant::now();
+    loop {
+        let online = cloud
+            .client
+            .nodes()
+            .map_or(0, |ns| ns.iter().filter(|n| n.online).count());
+        if online >= n {
+            return;
+        }
+        if started.elapsed() >= patience {
+            tracing::warn!(
+                online,
+                nodes = n,
+                "not every emulated edge is connected by the first job's submission; the first rounds see fewer nodes"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Runs the twin and returns its report.
 pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
     if !(args.speed.is_finite() && (1.0..=100_000.0).contains(&args.speed)) {
@@ -388,6 +412,7 @@ fn run_in(
         rt.spawn(advance(shared.clone(), edges.clone()));
         edges
     };
+    wait_for_nodes(&cloud, edges.len(), Duration::from_secs_f64(LEAD_WALL_S));
     let start_tide = clock.now_ms();
     let end_tide = setup.world.end_ms + offset_ms;
     let bar = ProgressBar::new(1000);

@@ -217,10 +217,34 @@ impl Registry {
     }
 }
 
+/// Two one-GPU cloud nodes, model `m` at 2 iterations/s on one GPU: the
+/// world of the twin's unit tests.
+#[cfg(test)]
+pub(crate) fn test_model() -> CostModel {
+    let mut tables = tidemill_sched::ThroughputTables::default();
+    let rates = tidemill_sched::ModelRates {
+        global_batch: 64,
+        source: "test".into(),
+        iters_per_s: [("A100".to_string(), 2.0)].into(),
+    };
+    tables.insert_rates("m", &rates).unwrap();
+    tables.fill_missing();
+    let nodes = vec![
+        crate::simulate::testkit::cloud_node("c0", "A100", 1),
+        crate::simulate::testkit::cloud_node("c1", "A100", 1),
+    ];
+    CostModel::new(
+        nodes,
+        tables,
+        tidemill_sched::LinkTable::default(),
+        2.0,
+        30.0,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::testkit;
 
     fn assignment(task_id: u64, job_id: u64, world: u32) -> TaskAssignment {
         let mut env = std::collections::BTreeMap::new();
@@ -236,32 +260,9 @@ mod tests {
         }
     }
 
-    /// Two one-GPU cloud nodes, model `m` at 2 iterations/s on one GPU.
-    fn model() -> CostModel {
-        let mut tables = tidemill_sched::ThroughputTables::default();
-        let rates = tidemill_sched::ModelRates {
-            global_batch: 64,
-            source: "test".into(),
-            iters_per_s: [("A100".to_string(), 2.0)].into(),
-        };
-        tables.insert_rates("m", &rates).unwrap();
-        tables.fill_missing();
-        let nodes = vec![
-            testkit::cloud_node("c0", "A100", 1),
-            testkit::cloud_node("c1", "A100", 1),
-        ];
-        CostModel::new(
-            nodes,
-            tables,
-            tidemill_sched::LinkTable::default(),
-            2.0,
-            30.0,
-        )
-    }
-
     fn registry() -> (Registry, JobSpec) {
-        let model = model();
-        let mut spec = testkit::job("m").spec;
+        let model = test_model();
+        let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 1e9;
         let r = Registry::new(model);
         r.submitted(7, spec.clone());
@@ -276,7 +277,7 @@ mod tests {
         r.advance(100.0);
         assert_eq!(r.done(7), Some(0.0), "one rank of two: no progress");
         r.assign(1, &assignment(2, 7, 2)).unwrap();
-        let model = model();
+        let model = test_model();
         let place = [(0, 1), (1, 1)];
         let startup = model.startup(&spec, &[], &place).secs;
         let (step, _) = model.step(&spec, &place).unwrap();
