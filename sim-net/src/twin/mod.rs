@@ -293,8 +293,21 @@ async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
     }
 }
 
+/// A trace job the coordinator took.
+#[derive(Debug, Clone, Copy)]
+struct Submitted {
+    /// The coordinator's id.
+    id: u64,
+    /// Tide ms after its trace time that it was sent; its deadline moves
+    /// by as much, so that it keeps the window the trace gives it.
+    late_ms: i64,
+}
+
 /// Submits each trace job at its submission time on the tide clock;
-/// returns the coordinator's id of each (`None` where the API refused it).
+/// returns what the coordinator took (`None` where the API refused it).
+/// A job sent late (the API answers slowly on a loaded box, and every wall
+/// ms is `speed` ms of tide) keeps its trace window from submission to
+/// deadline.
 fn submit_all(
     setup: &simulate::Setup,
     cloud: &Cloud,
@@ -302,32 +315,29 @@ fn submit_all(
     shared: &Shared,
     speed: f64,
     stop: &AtomicBool,
-) -> Result<Vec<Option<u64>>, TwinError> {
-    let mut ids = Vec::new();
+) -> Result<Vec<Option<Submitted>>, TwinError> {
+    let mut out = Vec::new();
     for j in &setup.world.jobs {
         let at = j.spec.submitted_ms + shared.offset_ms;
-        let wait_ms = (at - clock.now_ms()) as f64 / speed;
-        if wait_ms < -1000.0 {
-            tracing::warn!(job = %j.name, late_wall_ms = -wait_ms as i64, "a trace job is submitted late: this box cannot keep up with --speed");
-        }
-        let wait_ms = wait_ms.max(0.0);
+        let wait_ms = ((at - clock.now_ms()) as f64 / speed).max(0.0);
         std::thread::sleep(Duration::from_secs_f64(wait_ms / 1000.0));
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let file = job_file(j, shared.offset_ms, setup.world.end_ms);
+        let late_ms = (clock.now_ms() - at).max(0);
+        let file = job_file(j, shared.offset_ms + late_ms, setup.world.end_ms);
         match cloud.client.submit(&file) {
             Ok(id) => {
                 shared.registry.submitted(id, j.spec.clone());
-                ids.push(Some(id));
+                out.push(Some(Submitted { id, late_ms }));
             }
             Err(e) => {
                 tracing::warn!(job = %j.name, error = %e, "the coordinator refused a trace job");
-                ids.push(None);
+                out.push(None);
             }
         }
     }
-    Ok(ids)
+    Ok(out)
 }
 
 /// Waits until the coordinator lists `n` nodes online, `patience` at most;
@@ -435,7 +445,7 @@ fn run_in(
             }
         }
         let ids = submitter.join().expect("the submitter does not panic")?;
-        let mut open: Vec<u64> = ids.iter().flatten().copied().collect();
+        let mut open: Vec<u64> = ids.iter().flatten().map(|s| s.id).collect();
         while !open.is_empty() && clock.now_ms() < end_tide {
             std::thread::sleep(Duration::from_millis(500));
             let now = clock.now_ms();
@@ -448,8 +458,9 @@ fn run_in(
     let (cpu_s, rss_mib) = cloud.cost();
     let records: Vec<Option<JobRecord>> = ids
         .iter()
-        .map(|id| id.and_then(|id| cloud.client.job(id).ok()))
+        .map(|sub| sub.and_then(|sub| cloud.client.job(sub.id).ok()))
         .collect();
+    let late_ms = |k: usize| ids.get(k).copied().flatten().map_or(0, |s| s.late_ms);
     drop(edges);
     rt.shutdown_background();
     let runs: Vec<_> = setup
@@ -457,7 +468,10 @@ fn run_in(
         .jobs
         .iter()
         .enumerate()
-        .map(|(k, j)| report::job_run(j, records.get(k).and_then(Option::as_ref), offset_ms))
+        .map(|(k, j)| {
+            let record = records.get(k).and_then(Option::as_ref);
+            report::job_run(j, record, offset_ms + late_ms(k))
+        })
         .collect();
     let wall_s = started.elapsed().as_secs_f64();
     let live = LiveRow {
@@ -466,6 +480,7 @@ fn run_in(
         coordinator_rss_mib: rss_mib,
         reports_per_job: shared.reports.load(Ordering::Relaxed) as f64
             / setup.world.jobs.len().max(1) as f64,
+        submit_late_max_s: (0..ids.len()).map(late_ms).max().unwrap_or(0) as f64 / 1000.0,
         wall_s,
     };
     let (simulated, differing_jobs) = if args.compare {

@@ -25,6 +25,9 @@ pub struct LiveRow {
     pub coordinator_rss_mib: f64,
     /// Reports the emulated edges journaled, per job.
     pub reports_per_job: f64,
+    /// The most tide seconds a job was sent after its trace time (its
+    /// deadline moved by as much, so it keeps its trace window).
+    pub submit_late_max_s: f64,
     /// Wall seconds the live run took.
     pub wall_s: f64,
 }
@@ -62,7 +65,7 @@ pub struct TwinReport {
 
 /// The trace's job `j` as the engine would have left it, from the
 /// coordinator's record of it, on the trace's clock (`offset_ms` is tide
-/// minus trace time). A job that succeeded is done at its end; a rejected
+/// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
 /// one is rejected; anything else (failed, queued, running) is unfinished.
 /// Its guarantee time is that of its latest plan, if that plan guaranteed it.
 pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobRun {
