@@ -190,10 +190,12 @@ fn cloud_bin(args: &Args) -> Result<PathBuf, TwinError> {
 /// The job file the twin submits for trace job `j`, on the tide clock.
 fn job_file(j: &TraceJob, offset_ms: i64, end_ms: i64) -> JobFile {
     let s = &j.spec;
-    let deadline_ms = if s.class == JobClass::Slo || s.deadline_ms > s.submitted_ms {
-        s.deadline_ms
-    } else {
-        end_ms
+    // A best-effort job's trace deadline may be unset (far past the run, or
+    // before its submission): it gets the run's end.
+    let deadline_ms = match s.class {
+        JobClass::Slo => s.deadline_ms,
+        JobClass::BestEffort if s.deadline_ms > s.submitted_ms => s.deadline_ms.min(end_ms),
+        JobClass::BestEffort => end_ms,
     };
     JobFile {
         name: format!("trace-{}", j.spec.id),
