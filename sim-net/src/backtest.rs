@@ -95,6 +95,40 @@ pub fn origins(first_ms: i64, last_ms: i64, step_ms: i64) -> impl Iterator<Item 
         .take_while(move |o| *o <= last_ms)
 }
 
+/// Runs `work` on every item over the available cores: each worker folds
+/// its items into its own accumulator (from `init`), and the accumulators are
+/// merged at the end; `progress(done, total)` is called after each item.
+pub fn fan_out<T: Sync, A: Send>(
+    items: &[T],
+    init: impl Fn() -> A + Sync,
+    work: impl Fn(&T, &mut A) + Sync,
+    merge: impl Fn(&mut A, &A) + Sync,
+    progress: impl Fn(usize, usize) + Sync,
+) -> A {
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let total = Mutex::new(init());
+    let workers = thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len().max(1));
+    thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                let mut mine = init();
+                while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    work(item, &mut mine);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
+                }
+                let mut total = total
+                    .lock()
+                    .expect("no worker panics while holding the lock");
+                merge(&mut total, &mine);
+            });
+        }
+    });
+    total.into_inner().expect("no worker panicked")
+}
+
 impl Backtest {
     /// Scores every method over every node; `progress(done, total)` is called
     /// after each node. Nodes are spread over the available cores.
@@ -103,30 +137,17 @@ impl Backtest {
         series: &[Series],
         progress: impl Fn(usize, usize) + Sync,
     ) -> Vec<(Method, Boards)> {
-        let next = AtomicUsize::new(0);
-        let done = AtomicUsize::new(0);
-        let total = Mutex::new(vec![Boards::default(); self.methods.len()]);
-        let workers = thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(series.len().max(1));
-        thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| {
-                    let mut boards = vec![Boards::default(); self.methods.len()];
-                    while let Some(s) = series.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        self.node(s, &mut boards);
-                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, series.len());
-                    }
-                    let mut total = total
-                        .lock()
-                        .expect("no worker panics while holding the lock");
-                    for (t, b) in total.iter_mut().zip(&boards) {
-                        t.merge(b);
-                    }
-                });
-            }
-        });
-        let total = total.into_inner().expect("no worker panicked");
+        let total = fan_out(
+            series,
+            || vec![Boards::default(); self.methods.len()],
+            |s, boards| self.node(s, boards),
+            |total, boards| {
+                for (t, b) in total.iter_mut().zip(boards) {
+                    t.merge(b);
+                }
+            },
+            progress,
+        );
         self.methods.iter().copied().zip(total).collect()
     }
 

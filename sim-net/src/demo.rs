@@ -275,6 +275,8 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
             token: token.reveal(),
             data_dir: args.data_dir.join(&node),
             sample_interval_secs: 300.0,
+            // A forecast an hour of tide: one a wall second at 3600x.
+            forecast_refresh_secs: 3600.0,
             replay: Some(ReplayConfig {
                 file: trace.clone(),
                 node: node.clone(),

@@ -12,6 +12,7 @@ use tidemill_forecast::metrics::Figures;
 use tidemill_forecast::{ConfigError, ForecastConfig, HorizonBucket, Method};
 
 use crate::backtest::{Backtest, Boards};
+use crate::cold_start;
 use crate::plot::{PlotError, plot_node};
 use crate::trace::{MappingFlags, TraceError, read_trace};
 
@@ -63,6 +64,20 @@ pub struct Args {
     /// Method whose forecast is plotted.
     #[arg(long, default_value = "tidemill")]
     pub plot_method: Method,
+    /// Score a new box's first 24 h and first 7 days instead: forecast from
+    /// its own samples alone against from its site peers' prior (boxes named
+    /// rrh_<site>_<box>, as in C2TM); --max-nodes then samples the joining boxes.
+    #[arg(long, conflicts_with = "plot")]
+    pub cold_start: bool,
+    /// With --cold-start: the prior's blend-out hours to compare,
+    /// comma-separated (e.g. 24,48,96,168).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "48",
+        requires = "cold_start"
+    )]
+    pub prior_blend_h: Vec<f64>,
 }
 
 /// Why `forecast-eval` failed.
@@ -82,6 +97,14 @@ pub enum EvalError {
     /// The plot failed.
     #[error(transparent)]
     Plot(#[from] PlotError),
+    /// `--cold-start` found no site with two boxes.
+    #[error(
+        "{0}: no box has a site peer: --cold-start groups the series named rrh_<site>_<box> (C2TM's layout) by site and needs two boxes in one site; run it on the C2TM trace with --format c2tm"
+    )]
+    NoPeers(PathBuf),
+    /// A `--prior-blend-h` value is not positive.
+    #[error("--prior-blend-h {0}: the prior's blend-out hours must be positive, e.g. 24,48,96,168")]
+    BlendHours(f64),
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
@@ -178,6 +201,9 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
         return Err(EvalError::ZeroStep);
     }
     let mut series = read_trace(&args.trace, &args.mapping.resolve(&args.trace, None)?)?;
+    if args.cold_start {
+        return cold_start(args, config, &series, started);
+    }
     if let Some(max) = args.max_nodes {
         let every = series.len().div_ceil(max.max(1)).max(1);
         series = series.into_iter().step_by(every).collect();
@@ -236,6 +262,30 @@ pub fn run(args: &Args) -> Result<(), EvalError> {
         write_table(&mut out, &report).map_err(EvalError::Stdout)?;
     }
     Ok(())
+}
+
+/// `--cold-start`: the new-box backtest, printed as a table or JSON.
+fn cold_start(
+    args: &Args,
+    config: ForecastConfig,
+    series: &[crate::trace::Series],
+    started: Instant,
+) -> Result<(), EvalError> {
+    let options = cold_start::Options {
+        trace: &args.trace,
+        config,
+        step_s: args.step,
+        blend_h: &args.prior_blend_h,
+        max_boxes: args.max_nodes,
+    };
+    let report = cold_start::evaluate(series, &options, started)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+        writeln!(out, "{json}").map_err(EvalError::Stdout)
+    } else {
+        cold_start::write_table(&mut out, &report).map_err(EvalError::Stdout)
+    }
 }
 
 fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {

@@ -4,6 +4,7 @@
 
 pub mod allreduce;
 pub mod backtest;
+pub mod cold_start;
 pub mod demo;
 mod edge_link;
 pub mod forecast_eval;

@@ -60,7 +60,7 @@ impl Rig {
         )
         .unwrap()
         .replace(
-            "forecast_refresh_secs = 300.0",
+            "forecast_refresh_secs = 900.0",
             "forecast_refresh_secs = 3600.0",
         );
         std::fs::write(&config, toml).unwrap();
@@ -107,7 +107,7 @@ fn the_coordinator_serves_a_replaying_edges_forecast() {
         .find(|r| r["resource"] == "cpu")
         .expect("a CPU forecast");
     let slots = cpu["slots"].as_array().unwrap();
-    assert_eq!(slots.len(), 96, "24 h of 15-minute slots");
+    assert_eq!(slots.len(), 192, "48 h of 15-minute slots");
     let known: Vec<&serde_json::Value> = slots.iter().filter(|s| !s.is_null()).collect();
     assert!(!known.is_empty(), "some slots are forecast: {cpu}");
     for q in known {

@@ -83,9 +83,22 @@ fn the_walkthrough_job_runs_in_a_forecast_idle_window_and_meets_its_deadline() {
         window("start") <= started && started < window("end"),
         "started at {started}, outside {held}"
     );
+    // It ran once, start to end, in the night it started in: never yielded
+    // to the tide (the trainer says "checkpointed at" on SIGTERM), resumed
+    // or moved. The window recorded at the start comes from the forecast
+    // then in force, refreshed every 5 minutes of tide; where the night's
+    // P90 grazes the idle threshold (27 to 29 % against 30 % in the first
+    // hours on this trace) a refresh may end that window a slot or two
+    // early while the box stays idle, so the job's end is not held to it.
+    let tail = job["output_tail"].to_string();
     assert!(
-        finished <= window("end"),
-        "finished at {finished}, after its idle window {held}"
+        !tail.contains("checkpointed at") && !tail.contains("resumed at"),
+        "it ran without a yield: {job:#}"
+    );
+    assert_eq!(
+        job["checkpoint_transfers"].as_array().map(Vec::len),
+        Some(0),
+        "it never moved: {job:#}"
     );
     // The edges' data dirs are relative (`--data-dir edge-e0`), and the task
     // runs as a uid of its own where the test is root: its checkpoints still

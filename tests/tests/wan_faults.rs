@@ -176,7 +176,7 @@ fn a_degraded_wan_carries_every_report_forecast_and_a_job() {
         dir.path(),
         &[
             (
-                "forecast_refresh_secs = 300.0",
+                "forecast_refresh_secs = 900.0",
                 "forecast_refresh_secs = 20.0",
             ),
             ("interval_secs = 3600", "interval_secs = 5"),
@@ -438,7 +438,7 @@ fn a_slow_lossy_link_carries_a_forecast_and_a_backlog() {
     let config = edge_config(
         dir.path(),
         &[(
-            "forecast_refresh_secs = 300.0",
+            "forecast_refresh_secs = 900.0",
             "forecast_refresh_secs = 15.0",
         )],
     );

@@ -134,7 +134,7 @@ impl Prior {
             let slots = pooled.iter().map(|qs| summarise(qs)).collect();
             resources.push(ResourcePrior { resource, slots });
         }
-        (!resources.is_empty()).then(|| Prior {
+        (!resources.is_empty()).then_some(Prior {
             source,
             peers: used.len() as u32,
             slot_len_s,
@@ -157,8 +157,9 @@ impl Prior {
     /// Blends one slot, percent: q = w × own + (1 − w) × (prior + δ) per
     /// quantile, where `prior_weight` is 1 − w and δ (percentage points) is
     /// the box's level against its peers' (see [`ResourcePrior::offset`]).
-    /// A slot the box has no forecast for takes prior + δ.
-    pub(crate) fn blend(
+    /// A slot the box has no forecast for takes prior + δ. Public so that a
+    /// backtest can score the blend without the shift (δ = 0).
+    pub fn blend(
         own: Option<Quantiles>,
         prior: Option<Quantiles>,
         offset: f64,

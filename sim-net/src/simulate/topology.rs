@@ -378,7 +378,7 @@ impl Default for EngineSpec {
 pub struct ForecastSpec {
     /// Forecast slot, seconds.
     pub slot_s: u32,
-    /// Horizon, hours.
+    /// Horizon, hours (default 48: as far as plans reach).
     pub horizon_h: u32,
     /// Seconds between refreshes.
     pub refresh_s: u32,
@@ -390,7 +390,7 @@ impl Default for ForecastSpec {
     fn default() -> Self {
         ForecastSpec {
             slot_s: 900,
-            horizon_h: 24,
+            horizon_h: 48,
             refresh_s: 900,
             warmup_days: 2.0,
         }

@@ -358,7 +358,7 @@ impl Cluster {
             .replace("keep_alive_secs = 5", "keep_alive_secs = 1")
             .replace("idle_timeout_secs = 30", "idle_timeout_secs = 4")
             .replace(
-                "forecast_refresh_secs = 300.0",
+                "forecast_refresh_secs = 900.0",
                 "forecast_refresh_secs = 1800.0",
             );
         std::fs::write(&config, toml).unwrap();
