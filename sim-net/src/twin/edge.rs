@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tidemill_edge::executor::PROGRESS_EVERY_MS;
 use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster};
 use tidemill_proto::{
     Accelerator, AcceleratorKind, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode, Hello,
@@ -125,11 +126,13 @@ impl Edge {
     }
 
     /// Samples the box every sample interval of tide: a sample report, a
-    /// forecast every refresh, its tasks' progress, and a yield of every
-    /// task when the box's own load has come back.
+    /// forecast every refresh, its tasks' progress as often as a real edge
+    /// reports it, and a yield of every task when the box's own load has
+    /// come back.
     pub(crate) async fn sample(self: Arc<Self>) {
         let s = &self.shared;
         let mut last_forecast: Option<i64> = None;
+        let mut last_progress: Option<i64> = None;
         loop {
             s.clock
                 .sleep(Duration::from_millis(s.sample_ms as u64))
@@ -157,6 +160,11 @@ impl Edge {
                 }
             }
             let busy = self.box_ix.is_some_and(|e| !s.edges.idle(e, trace_t));
+            // Progress goes at most as often as a real edge lets it through.
+            let progress_due = last_progress.is_none_or(|at| now - at >= PROGRESS_EVERY_MS);
+            if progress_due {
+                last_progress = Some(now);
+            }
             for task in s.registry.on_node(self.node) {
                 if busy {
                     if let Some(t) = s.registry.stop(task.task_id, false) {
@@ -171,7 +179,7 @@ impl Edge {
                             },
                         );
                     }
-                } else if let Some(done) = s.registry.done(task.job_id) {
+                } else if let Some(done) = s.registry.done(task.job_id).filter(|_| progress_due) {
                     self.journal(ReportBody::Progress(TaskProgress {
                         task_id: task.task_id,
                         job_id: task.job_id,

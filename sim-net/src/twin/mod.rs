@@ -274,7 +274,9 @@ fn start_edges(
 }
 
 /// Advances the emulated tasks on the tide clock and reports the ends of
-/// those whose job finished, until the runtime stops.
+/// those whose job finished, until the runtime stops: the last progress
+/// count (all the job's iterations, as a training script prints its last
+/// step before it exits), then the exit.
 async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
     let tick = Duration::from_millis((shared.sample_ms / 4).max(1) as u64);
     let mut last = shared.clock.now_ms();
@@ -282,7 +284,18 @@ async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
         shared.clock.sleep(tick).await;
         let now = shared.clock.now_ms();
         for Event::Finished(task) in shared.registry.advance((now - last) as f64 / 1000.0) {
-            edges[task.node as usize].task_event(
+            let edge = &edges[task.node as usize];
+            if let Some(done) = shared.registry.done(task.job_id) {
+                edge.journal(tidemill_proto::ReportBody::Progress(
+                    tidemill_proto::TaskProgress {
+                        task_id: task.task_id,
+                        job_id: task.job_id,
+                        t_ms: now,
+                        iterations: done.floor() as u64,
+                    },
+                ));
+            }
+            edge.task_event(
                 &task,
                 tidemill_proto::TaskEvent::Exited {
                     exit_code: Some(0),

@@ -9,7 +9,10 @@
 //! restart), as the simulator's engine does. A planned stop (the
 //! coordinator's cancel) checkpoints on the way out and keeps all progress;
 //! a yield because a box's own load came back falls back to the last
-//! checkpoint.
+//! checkpoint. A job that ran all its iterations saves a last checkpoint, as
+//! the reference training script does: a task of it started again (the
+//! coordinator may have asked it to stop just as it finished, and read its
+//! exit as that stop) resumes there and ends once its start-up is paid.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -173,13 +176,14 @@ impl Registry {
     }
 
     /// Advances every job whose ranks all run by `dt_s` seconds of tide;
-    /// returns the tasks of jobs that finished (and forgets those jobs).
+    /// returns the tasks of jobs that finished. A finished job keeps its last
+    /// checkpoint (all its iterations) for a task started again.
     pub(crate) fn advance(&self, dt_s: f64) -> Vec<Event> {
         let mut jobs = self.jobs.lock().unwrap();
         let mut events = Vec::new();
-        jobs.retain(|_, job| {
+        for job in jobs.values_mut() {
             if job.tasks.len() < job.world as usize || job.tasks.is_empty() {
-                return true;
+                continue;
             }
             let mut place: Vec<(u32, u32)> =
                 job.tasks.values().map(|t| (t.node, t.workers)).collect();
@@ -193,8 +197,11 @@ impl Registry {
             let startup = job.startup_left_s.min(left);
             job.startup_left_s -= startup;
             left -= startup;
+            if job.startup_left_s > 0.0 {
+                continue;
+            }
             let Some((step_s, _)) = self.model.step(&job.spec, &place) else {
-                return true;
+                continue;
             };
             if left > 0.0 && step_s > 0.0 {
                 job.done = (job.done + left / step_s).min(job.spec.iterations);
@@ -208,11 +215,13 @@ impl Registry {
                 }
             }
             if job.done >= job.spec.iterations {
-                events.extend(job.tasks.values().cloned().map(Event::Finished));
-                return false;
+                job.checkpoint = job.done;
+                job.since_checkpoint_s = 0.0;
+                job.started = false;
+                let tasks = std::mem::take(&mut job.tasks);
+                events.extend(tasks.into_values().map(Event::Finished));
             }
-            true
-        });
+        }
         events
     }
 }
@@ -307,6 +316,36 @@ mod tests {
             r.assign(0, &assignment(3, 7, 1)),
             Ok(Some(before.floor() as u64))
         );
+    }
+
+    #[test]
+    fn a_finished_job_started_again_resumes_at_its_end_and_ends_after_its_start_up() {
+        let model = test_model();
+        let mut spec = crate::simulate::testkit::job("m").spec;
+        spec.iterations = 100.0;
+        let r = Registry::new(model.clone());
+        r.submitted(7, spec.clone());
+        r.assign(0, &assignment(1, 7, 1)).unwrap();
+        let ended = r.advance(1e6);
+        assert_eq!(ended.len(), 1, "{ended:?}");
+        assert_eq!(r.done(7), Some(100.0));
+        // The coordinator asked it to stop as it finished, and starts it
+        // again elsewhere: it resumes from its last checkpoint, the end.
+        assert_eq!(r.assign(1, &assignment(2, 7, 1)), Ok(Some(100)));
+        let startup = model.startup(&spec, &[(0, 1)], &[(1, 1)]).secs;
+        assert!(startup > 1.0, "{startup}");
+        assert!(r.advance(startup / 2.0).is_empty(), "still starting up");
+        let again = r.advance(startup);
+        assert_eq!(
+            again,
+            vec![Event::Finished(Task {
+                task_id: 2,
+                job_id: 7,
+                node: 1,
+                workers: 1
+            })]
+        );
+        assert_eq!(r.done(7), Some(100.0));
     }
 
     #[test]
