@@ -119,7 +119,7 @@ impl Counters {
 }
 
 /// The `q`-quantile (0 to 1) of sorted `values`, by the nearest rank; `None` when empty.
-pub fn quantile(sorted: &[u32], q: f64) -> Option<u32> {
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     if sorted.is_empty() {
         return None;
     }
@@ -443,6 +443,6 @@ mod tests {
         assert_eq!(quantile(&v, 0.99), Some(99));
         assert_eq!(quantile(&v, 1.0), Some(100));
         assert_eq!(quantile(&[7], 0.99), Some(7));
-        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile::<u32>(&[], 0.5), None);
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod cloud;
 pub mod edge;
+pub mod lag;
 pub mod report;
 pub mod tasks;
 
@@ -34,6 +35,7 @@ use crate::simulate::variants::Variant;
 use crate::simulate::{self, SimError, policy_parser};
 use cloud::Cloud;
 use edge::{Edge, Shared};
+use lag::LivePath;
 use report::{LiveRow, TwinReport};
 use tasks::{Event, Registry};
 
@@ -471,6 +473,12 @@ fn run_in(
     })?;
     bar.finish_and_clear();
     let (cpu_s, rss_mib) = cloud.cost();
+    let live_path = LivePath::measure(
+        &cloud.client.metrics().unwrap_or_default(),
+        &dir.join("cloud").join(tidemill_cloud::store::DB_FILE),
+        (clock.now_ms().min(end_tide) - start_tide) as f64 / 1000.0,
+        f64::from(setup.topology.engine.slot_s.max(1)),
+    );
     let records: Vec<Option<JobRecord>> = ids
         .iter()
         .map(|sub| sub.and_then(|sub| cloud.client.job(sub.id).ok()))
@@ -497,6 +505,7 @@ fn run_in(
             / setup.world.jobs.len().max(1) as f64,
         submit_late_max_s: (0..ids.len()).map(late_ms).max().unwrap_or(0) as f64 / 1000.0,
         wall_s,
+        live_path,
     };
     let (simulated, differing_jobs) = if args.compare {
         let (m, outcome) = setup.run_one(args.policy, Variant::Full, false, &mut |_| {})?;

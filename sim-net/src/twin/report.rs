@@ -6,6 +6,7 @@ use serde::Serialize;
 use tidemill_cloud::job::{JobPhase, JobRecord};
 use tidemill_sched::Verdict;
 
+use super::lag::LivePath;
 use crate::simulate::jobs::TraceJob;
 use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
 use crate::simulate::policies::{JobRun, JobStatus};
@@ -30,6 +31,8 @@ pub struct LiveRow {
     pub submit_late_max_s: f64,
     /// Wall seconds the live run took.
     pub wall_s: f64,
+    /// How well the live path kept up with the clock.
+    pub live_path: LivePath,
 }
 
 /// A job met in one run and missed in the other.
@@ -184,6 +187,28 @@ impl TwinReport {
         }
         for s in &self.simulated {
             row(out, "simulated", s, None)?;
+        }
+        for l in &self.live {
+            let p = &l.live_path;
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+            let w = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
+            writeln!(
+                out,
+                "live path: {} of {} rounds due ran (p50 {} s, p99 {} s of wall); report lag p50 {} s, p99 {} s; assignment lag p50 {} s, p99 {} s (tide); {}",
+                p.rounds,
+                p.rounds_due,
+                w(p.round_p50_wall_s),
+                w(p.round_p99_wall_s),
+                f(p.report_lag_p50_s),
+                f(p.report_lag_p99_s),
+                f(p.assign_lag_p50_s),
+                f(p.assign_lag_p99_s),
+                if p.kept_up {
+                    "kept up"
+                } else {
+                    "DID NOT KEEP UP with the clock: lower --speed"
+                }
+            )?;
         }
         for d in &self.differing_jobs {
             writeln!(
