@@ -51,7 +51,9 @@ pub struct DifferingJob {
     pub live_state: Option<String>,
     /// The coordinator's reason for that state.
     pub live_reason: Option<String>,
-    /// Where the two histories first diverge: not computed yet.
+    /// The first milestone where the two histories diverge: turned away in
+    /// one only, guaranteed in one only or a round apart, finished in one
+    /// only or at other times ([`divergence`]).
     pub divergence: Option<String>,
 }
 
@@ -134,10 +136,63 @@ pub fn differing(
                 simulated_met: met(s),
                 live_state: record.map(|r| r.state.as_str().to_string()),
                 live_reason: record.and_then(|r| r.reason.clone()),
-                divergence: None,
+                divergence: divergence(l, s),
             }
         })
         .collect()
+}
+
+/// Milestone times closer than this are the same (one engine slot).
+const SAME_MS: i64 = 60_000;
+
+/// Where the live and simulated runs of one job first part, milestone by
+/// milestone in the order a job meets them: admission, the promise of its
+/// deadline, its end. Times are hours after its submission, on the trace's
+/// clock. `None` when no milestone differs.
+pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
+    let h = |t: i64| (t - live.spec.submitted_ms) as f64 / 3.6e6;
+    let rejected = |r: &JobRun| r.status == JobStatus::Rejected;
+    if rejected(live) != rejected(sim) {
+        let (turned, took) = if rejected(live) {
+            ("live", "simulated")
+        } else {
+            ("simulated", "live")
+        };
+        return Some(format!("admission: turned away {turned}, taken {took}"));
+    }
+    match (live.guaranteed_ms, sim.guaranteed_ms) {
+        (Some(l), Some(s)) if (l - s).abs() >= SAME_MS => {
+            return Some(format!(
+                "guarantee: at +{:.2} h live, +{:.2} h simulated",
+                h(l),
+                h(s)
+            ));
+        }
+        (Some(t), None) | (None, Some(t)) => {
+            let only = if live.guaranteed_ms.is_some() {
+                "live"
+            } else {
+                "simulated"
+            };
+            return Some(format!("guarantee: only {only}, at +{:.2} h", h(t)));
+        }
+        _ => {}
+    }
+    let end = |r: &JobRun| {
+        r.finish_ms.map_or("not finished".to_string(), |t| {
+            format!("finished at +{:.2} h", h(t))
+        })
+    };
+    match (live.finish_ms, sim.finish_ms) {
+        (Some(l), Some(s)) if (l - s).abs() < SAME_MS => None,
+        (None, None) => None,
+        _ => Some(format!(
+            "end: {} live, {} simulated; deadline +{:.2} h",
+            end(live),
+            end(sim),
+            h(live.spec.deadline_ms)
+        )),
+    }
 }
 
 impl TwinReport {
@@ -213,15 +268,55 @@ impl TwinReport {
         for d in &self.differing_jobs {
             writeln!(
                 out,
-                "differs: job {} ({}) live {} simulated {}; live {} ({}); divergence point not computed yet",
+                "differs: job {} ({}) live {} simulated {}; first parts at {}; live {} ({})",
                 d.job,
                 d.name,
                 if d.live_met { "met" } else { "missed" },
                 if d.simulated_met { "met" } else { "missed" },
+                d.divergence.as_deref().unwrap_or("no milestone"),
                 d.live_state.as_deref().unwrap_or("refused"),
                 d.live_reason.as_deref().unwrap_or("-"),
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(guaranteed_h: Option<f64>, finish_h: Option<f64>) -> JobRun {
+        let spec = crate::simulate::testkit::job("m").spec;
+        let at = |h: f64| spec.submitted_ms + (h * 3.6e6) as i64;
+        let mut r = JobRun::new(spec.clone(), 1);
+        r.guaranteed_ms = guaranteed_h.map(at);
+        r.finish_ms = finish_h.map(at);
+        r
+    }
+
+    #[test]
+    fn the_first_milestone_that_differs_is_named() {
+        let sim = run(Some(0.5), Some(2.0));
+        assert_eq!(divergence(&run(Some(0.5), Some(2.0)), &sim), None);
+        assert_eq!(
+            divergence(&run(Some(1.5), Some(9.0)), &sim).unwrap(),
+            "guarantee: at +1.50 h live, +0.50 h simulated"
+        );
+        assert_eq!(
+            divergence(&run(None, Some(9.0)), &sim).unwrap(),
+            "guarantee: only simulated, at +0.50 h"
+        );
+        let late = divergence(&run(Some(0.5), None), &sim).unwrap();
+        assert!(
+            late.starts_with("end: not finished live, finished at +2.00 h simulated"),
+            "{late}"
+        );
+        let mut turned = run(None, None);
+        turned.status = JobStatus::Rejected;
+        assert_eq!(
+            divergence(&turned, &sim).unwrap(),
+            "admission: turned away live, taken simulated"
+        );
     }
 }
