@@ -17,6 +17,10 @@ pub struct TaskContext<'a> {
     pub yielding: bool,
     /// The job's other tasks still open and not being stopped.
     pub others_open: u32,
+    /// The job's own progress reports have reached its work's iterations:
+    /// a task that exits 0 as it is being stopped finished the job, rather
+    /// than checkpointing to be resumed.
+    pub work_done: bool,
 }
 
 /// What an event does to the job.
@@ -88,6 +92,12 @@ pub fn on_task_event(ctx: TaskContext<'_>, event: &TaskEvent) -> Transition {
         stop_other_ranks,
         reason,
     };
+    // A task that finished the job's work as it was asked to stop ended the
+    // job: resuming it would pay a start-up to do nothing.
+    if ctx.yielding && ctx.work_done && ended == JobPhase::Succeeded {
+        let reason = format!("finished its work on {node} as it was being stopped ({how})");
+        return done(Some(JobPhase::Succeeded), false, false, reason);
+    }
     // A task being stopped no longer counts towards the job's outcome: the
     // job waits for the plan to resume it once its last such task is down.
     if ctx.yielding {
@@ -161,6 +171,7 @@ mod tests {
             node_id: "e1",
             yielding,
             others_open,
+            work_done: false,
         }
     }
 
@@ -230,6 +241,26 @@ mod tests {
             last.reason,
             "checkpointed and stopped on e1 to follow the plan (killed by signal 15); waiting to resume"
         );
+    }
+
+    #[test]
+    fn a_task_that_finished_its_work_as_it_was_stopped_ends_the_job() {
+        let finished = TaskContext {
+            work_done: true,
+            ..ctx(true, 0)
+        };
+        let t = on_task_event(finished, &exited(Some(0), false));
+        assert_eq!(
+            (t.phase, t.exit_code, t.settle_progress),
+            (Some(JobPhase::Succeeded), Some(0), false)
+        );
+        assert_eq!(
+            t.reason,
+            "finished its work on e1 as it was being stopped (exited with code 0)"
+        );
+        // Killed before its exit: stopped, whatever it reported.
+        let killed = on_task_event(finished, &exited(None, false));
+        assert_eq!(killed.phase, Some(JobPhase::Queued));
     }
 
     #[test]

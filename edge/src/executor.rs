@@ -43,7 +43,7 @@ pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
 /// every step; the uplink carries at most 48 of its reports a day, riding
 /// with the sample batches, which fit the 9 000 bytes a day that
 /// docs/links.md leaves under its 0.5 kbit/s bound.
-const PROGRESS_EVERY_MS: i64 = 1_800_000;
+pub const PROGRESS_EVERY_MS: i64 = 1_800_000;
 
 /// Under the data dir, a directory per task, unless `[tasks] work_dir` is set.
 pub const TASKS_DIR: &str = "tasks";

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tidemill_runtime::lifecycle;
-use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, swarm, sweep, wan};
+use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, swarm, sweep, twin, wan};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,6 +39,11 @@ enum Command {
     /// Run one scenario over a grid of settings (`--vary KEY=V1,V2,...`) for
     /// every policy, on all cores; write CSV, JSON and SVG line charts.
     Sweep(sweep::Args),
+    /// Run a scenario live: a real coordinator on the accelerated clock, one
+    /// emulated edge per node that replays its box's load and runs its
+    /// tasks in emulation, and the trace's jobs submitted through the API;
+    /// prints `simulate`'s figures for the live run.
+    Twin(twin::Args),
     /// Relay UDP between an edge and the coordinator through emulated WAN
     /// impairment: delay, jitter, loss, reordering, duplication, a rate limit
     /// and outages, in each direction.
@@ -70,6 +75,10 @@ fn main() -> ExitCode {
         Command::Sweep(args) => {
             lifecycle::exit_quietly_on_closed_pipe();
             sweep::run(&args).map_err(Into::into)
+        }
+        Command::Twin(args) => {
+            lifecycle::exit_quietly_on_closed_pipe();
+            twin::run(&args).map_err(Into::into)
         }
         Command::Swarm(args) => swarm::run(&args).map_err(Into::into),
         Command::Wan(args) => wan::run(&args).map_err(Into::into),

@@ -11,7 +11,6 @@
 //! says so, and the coordinator treats the assignment as refused. Loads are
 //! synthetic: a tidal day (busy by day, idle at night), phase-shifted per edge.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,21 +18,17 @@ use std::time::{Duration, Instant};
 
 use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecast, NodeForecaster};
 use tidemill_proto::{
-    Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, Report, ReportBody, Sample, WireError,
+    Capabilities, CloudMsg, EdgeMsg, ErrorCode, Hello, ReportBody, Sample, WireError,
 };
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::frames;
-use tidemill_runtime::identity::{JoinToken, NodeKeyPair, request_certificate};
+use tidemill_runtime::identity::JoinToken;
 use tidemill_runtime::quic::{self, Timing};
 
-/// Reports sent in one batch at most, as the edge's link sends them.
-const BATCH: usize = 256;
+use crate::edge_link::{Dialer, Outbox, drain};
 
 /// Simulated edges that share one UDP socket.
 const EDGES_PER_SOCKET: usize = 250;
-
-/// How long an edge waits for an acknowledgement before it reconnects.
-const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Options of `swarm`.
 #[derive(Debug, Clone, clap::Args)]
@@ -124,41 +119,12 @@ impl Counters {
 }
 
 /// The `q`-quantile (0 to 1) of sorted `values`, by the nearest rank; `None` when empty.
-pub fn quantile(sorted: &[u32], q: f64) -> Option<u32> {
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     if sorted.is_empty() {
         return None;
     }
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     Some(sorted[rank - 1])
-}
-
-/// One simulated edge's journal: reports not yet acknowledged, with the time
-/// each was journaled.
-struct Outbox {
-    next_seq: u64,
-    pending: VecDeque<(Report, Instant)>,
-}
-
-impl Outbox {
-    fn append(&mut self, body: ReportBody) {
-        self.next_seq += 1;
-        self.pending.push_back((
-            Report {
-                seq: self.next_seq,
-                body,
-            },
-            Instant::now(),
-        ));
-    }
-
-    /// Drops every report up to `seq`, returning their journaling times.
-    fn ack(&mut self, seq: u64) -> Vec<Instant> {
-        let mut times = Vec::new();
-        while self.pending.front().is_some_and(|(r, _)| r.seq <= seq) {
-            times.extend(self.pending.pop_front().map(|(_, t)| t));
-        }
-        times
-    }
 }
 
 /// The forecast the edges send: one forecaster primed with a synthetic tidal
@@ -222,10 +188,7 @@ struct Edge {
     k: usize,
     node_id: String,
     args: Arc<Args>,
-    endpoint: quinn::Endpoint,
-    join: Arc<(JoinToken, quinn::ClientConfig)>,
-    /// The client side of this edge's connections, once it has joined.
-    config: Mutex<Option<quinn::ClientConfig>>,
+    dialer: Dialer,
     counters: Arc<Counters>,
     forecast: Arc<SharedForecast>,
     outbox: Mutex<Outbox>,
@@ -282,40 +245,8 @@ impl Edge {
         }
     }
 
-    /// This edge's client configuration, joining first if it has none.
-    async fn config(&self) -> Result<quinn::ClientConfig, String> {
-        if let Some(c) = self.config.lock().unwrap().clone() {
-            return Ok(c);
-        }
-        let (token, joiner) = &*self.join;
-        let conn = self
-            .endpoint
-            .connect_with(
-                joiner.clone(),
-                self.args.coordinator,
-                &self.args.server_name,
-            )
-            .map_err(|e| e.to_string())?
-            .await
-            .map_err(|e| e.to_string())?;
-        let key = NodeKeyPair::generate().map_err(|e| e.to_string())?;
-        let joined = request_certificate(&conn, token, &self.node_id, &key).await;
-        conn.close(0u32.into(), b"joined");
-        let issued = joined.map_err(|e| e.to_string())?;
-        let config = quic::client_config(&key.into_identity(issued), Timing::default())
-            .map_err(|e| e.to_string())?;
-        *self.config.lock().unwrap() = Some(config.clone());
-        Ok(config)
-    }
-
     async fn session(&self, backoff: &mut Backoff) -> Result<(), String> {
-        let config = self.config().await?;
-        let connecting = self
-            .endpoint
-            .connect_with(config, self.args.coordinator, &self.args.server_name)
-            .map_err(|e| e.to_string())?;
-        let conn = connecting.await.map_err(|e| e.to_string())?;
-        let hello = EdgeMsg::Hello(Hello {
+        let hello = Hello {
             node_id: self.node_id.clone(),
             capabilities: Capabilities {
                 cpu_cores: 4,
@@ -327,21 +258,29 @@ impl Edge {
             },
             probe_port: None,
             site: None,
-        });
-        let acked = match ask(&conn, &hello).await? {
-            CloudMsg::Welcome(w) => w.acked_seq,
-            other => return Err(format!("unexpected answer to the hello: {other:?}")),
         };
+        let (conn, acked) = self.dialer.open(hello).await?;
         self.outbox.lock().unwrap().ack(acked);
         backoff.reset();
         self.counters.sessions.fetch_add(1, Ordering::Relaxed);
         self.counters.connected.fetch_add(1, Ordering::Relaxed);
         let refuse = tokio::spawn(refuse_commands(conn.clone()));
-        let mut sent = 0;
-        let result = self.drain(&conn, &mut sent).await;
+        let sent = Mutex::new(0);
+        let result = drain(&conn, &self.outbox, &self.wake, &|times| {
+            self.counters
+                .acked
+                .fetch_add(times.len() as u64, Ordering::Relaxed);
+            self.counters.latencies_ms.lock().unwrap().extend(
+                times
+                    .iter()
+                    .map(|t| t.elapsed().as_millis().min(u32::MAX as u128) as u32),
+            );
+            self.count_sent(&conn, &mut sent.lock().unwrap());
+        })
+        .await;
         refuse.abort();
         self.counters.connected.fetch_sub(1, Ordering::Relaxed);
-        self.count_sent(&conn, &mut sent);
+        self.count_sent(&conn, &mut sent.lock().unwrap());
         conn.close(0u32.into(), b"swarm edge reconnects");
         result
     }
@@ -353,54 +292,6 @@ impl Edge {
             .udp_tx_bytes
             .fetch_add(now.saturating_sub(*sent), Ordering::Relaxed);
         *sent = now;
-    }
-
-    /// Sends pending reports in batches, each acknowledged before the next.
-    async fn drain(&self, conn: &quinn::Connection, sent: &mut u64) -> Result<(), String> {
-        loop {
-            let wake = self.wake.notified();
-            let batch: Vec<Report> = self
-                .outbox
-                .lock()
-                .unwrap()
-                .pending
-                .iter()
-                .take(BATCH)
-                .map(|(r, _)| r.clone())
-                .collect();
-            let Some(last) = batch.last().map(|r| r.seq) else {
-                tokio::select! {
-                    () = wake => continue,
-                    e = conn.closed() => return Err(e.to_string()),
-                }
-            };
-            match ask(conn, &EdgeMsg::Reports(batch)).await? {
-                CloudMsg::Ack { seq } if seq >= last => {
-                    let times = self.outbox.lock().unwrap().ack(seq);
-                    self.counters
-                        .acked
-                        .fetch_add(times.len() as u64, Ordering::Relaxed);
-                    let mut lat = self.counters.latencies_ms.lock().unwrap();
-                    lat.extend(
-                        times
-                            .iter()
-                            .map(|t| t.elapsed().as_millis().min(u32::MAX as u128) as u32),
-                    );
-                    drop(lat);
-                    self.count_sent(conn, sent);
-                }
-                other => return Err(format!("unexpected answer to reports: {other:?}")),
-            }
-        }
-    }
-}
-
-/// One request and its answer, bounded by [`ACK_TIMEOUT`].
-async fn ask(conn: &quinn::Connection, msg: &EdgeMsg) -> Result<CloudMsg, String> {
-    match tokio::time::timeout(ACK_TIMEOUT, frames::request(conn, msg)).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within the ack timeout".into()),
     }
 }
 
@@ -466,15 +357,15 @@ pub fn start(args: Args) -> Result<Arc<Counters>, SwarmError> {
             k,
             node_id: format!("{}{k:05}", args.prefix),
             args: args.clone(),
-            endpoint: endpoints[k / EDGES_PER_SOCKET].clone(),
-            join: join.clone(),
-            config: Mutex::new(None),
+            dialer: Dialer::new(
+                endpoints[k / EDGES_PER_SOCKET].clone(),
+                args.coordinator,
+                args.server_name.clone(),
+                join.clone(),
+            ),
             counters: counters.clone(),
             forecast: forecast.clone(),
-            outbox: Mutex::new(Outbox {
-                next_seq: 0,
-                pending: VecDeque::new(),
-            }),
+            outbox: Mutex::new(Outbox::new()),
             wake: tokio::sync::Notify::new(),
         });
         let delay = Duration::from_secs_f64(args.ramp * k as f64 / args.edges as f64);
@@ -552,21 +443,6 @@ mod tests {
         assert_eq!(quantile(&v, 0.99), Some(99));
         assert_eq!(quantile(&v, 1.0), Some(100));
         assert_eq!(quantile(&[7], 0.99), Some(7));
-        assert_eq!(quantile(&[], 0.5), None);
-    }
-
-    #[test]
-    fn an_ack_drops_exactly_the_reports_it_covers() {
-        let mut o = Outbox {
-            next_seq: 0,
-            pending: VecDeque::new(),
-        };
-        for _ in 0..5 {
-            o.append(ReportBody::Samples(Vec::new()));
-        }
-        assert_eq!(o.ack(3).len(), 3);
-        assert_eq!(o.pending.front().map(|(r, _)| r.seq), Some(4));
-        assert!(o.ack(2).is_empty(), "an old ack changes nothing");
-        assert_eq!(o.ack(9).len(), 2);
+        assert_eq!(quantile::<u32>(&[], 0.5), None);
     }
 }

@@ -388,10 +388,17 @@ pub(super) fn apply_task_status(
         params![job, task],
         |r| r.get(0),
     )?;
+    let work_done: bool = tx.query_row(
+        "SELECT COALESCE(reported_iters >= json_extract(spec, '$.work.iterations'), 0)
+         FROM jobs WHERE id = ?1",
+        [job],
+        |r| r.get(0),
+    )?;
     let ctx = lifecycle::TaskContext {
         node_id,
         yielding,
         others_open,
+        work_done,
     };
     let t = lifecycle::on_task_event(ctx, &s.event);
     let task_state = if t.task_running { "running" } else { "done" };

@@ -658,13 +658,7 @@ mod tests {
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
         // A task asked to stop measures nothing, though its count stands.
-        store
-            .conn
-            .execute(
-                "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1",
-                [job as i64],
-            )
-            .unwrap();
+        ask_to_stop(&store, job);
         store
             .apply_report("e1", &progress(6, task, job, 1_400_000, 45), 1_400_005)
             .unwrap();
@@ -692,6 +686,54 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+    }
+
+    /// Marks `job`'s tasks as asked to checkpoint and stop, as a round does.
+    fn ask_to_stop(store: &Store, job: u64) {
+        store
+            .conn
+            .execute(
+                "UPDATE tasks SET yield_requested = 1 WHERE job_id = ?1",
+                [job as i64],
+            )
+            .unwrap();
+    }
+
+    /// `job` on the store of [`running_job`] after the plan asked its task
+    /// to stop and the task reported `iterations` done, then exited 0.
+    fn stopped_after(
+        store: &mut Store,
+        job: u64,
+        task: u64,
+        iterations: u64,
+    ) -> crate::job::JobRecord {
+        ask_to_stop(store, job);
+        store
+            .apply_report("e1", &progress(2, task, job, 100_000, iterations), 100_005)
+            .unwrap();
+        let exit = tidemill_proto::TaskEvent::Exited {
+            exit_code: Some(0),
+            signal: None,
+            cancelled: false,
+        };
+        let ended = crate::store::testkit::task(3, task, job, exit);
+        store.apply_report("e1", &ended, 100_010).unwrap();
+        store.job(job).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_job_that_finished_its_work_as_it_was_asked_to_stop_succeeds_and_is_not_resumed() {
+        use crate::job::JobPhase;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
+        let shown = stopped_after(&mut store, job, task, 1000);
+        assert_eq!(shown.state, JobPhase::Succeeded, "{:?}", shown.reason);
+        assert!(store.planned_jobs(100_020).unwrap().is_empty());
+        // Short of its iterations, the same exit is the checkpoint asked for.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, job, task) = running_job(dir.path());
+        let shown = stopped_after(&mut store, job, task, 600);
+        assert_eq!(shown.state, JobPhase::Queued, "{:?}", shown.reason);
     }
 
     #[test]

@@ -587,6 +587,14 @@ impl Setup {
         if name != PolicyName::Tidemill || self.oracle {
             return Ok(RunSignals::oracle(&world.edges));
         }
+        let (forecast, refresh_ms) = self.forecast_config()?;
+        Ok(RunSignals::forecast(&world.edges, forecast, refresh_ms)?)
+    }
+
+    /// The edges' forecaster settings from the topology's `[forecast]`
+    /// table, checked, and the ms between two forecasts of a box: what
+    /// `simulate` and the twin's emulated edges both forecast with.
+    pub fn forecast_config(&self) -> Result<(ForecastConfig, i64), SimError> {
         let f = &self.topology.forecast;
         let forecast = ForecastConfig {
             slot_len_s: f.slot_s,
@@ -599,8 +607,7 @@ impl Setup {
             ..ForecastConfig::default()
         };
         forecast.validate()?;
-        let refresh_ms = i64::from(f.refresh_s.max(1)) * 1000;
-        Ok(RunSignals::forecast(&world.edges, forecast, refresh_ms)?)
+        Ok((forecast, i64::from(f.refresh_s.max(1)) * 1000))
     }
 
     /// Solves the LP bound ([`bound::lp_bound`]) of the world as described
@@ -724,6 +731,14 @@ impl Setup {
 /// The upper bound's row name: cloud-only with the edge's idle time as cloud GPUs.
 pub const EDGE_AS_CLOUD: &str = "edge-as-cloud";
 
+/// The style of a run's progress bar on stderr: its name, the bar, the
+/// share done and the time taken (`simulate` and `twin`).
+pub fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template("{prefix:>22} [{bar:30}] {percent:>3}% {elapsed}")
+        .expect("the template is valid")
+        .progress_chars("=> ")
+}
+
 /// Runs every policy asked for, and the runs `edge_gain` and the upper bound
 /// need (spread over the cores), with a progress bar per run on stderr, and
 /// prints the table or JSON; writes charts with `--plot`.
@@ -735,9 +750,7 @@ pub fn run(args: &Args) -> Result<(), SimError> {
     }
     let runs = setup.runs()?;
     let bars = MultiProgress::new();
-    let style = ProgressStyle::with_template("{prefix:>22} [{bar:30}] {percent:>3}% {elapsed}")
-        .expect("the template is valid")
-        .progress_chars("=> ");
+    let style = bar_style();
     let record = args.plot.is_some();
     let bar_of: Vec<ProgressBar> = runs
         .iter()

@@ -1,0 +1,322 @@
+//! The twin's report: the live jobs, as the coordinator's API gives them,
+//! summarised with the same function as `simulate`'s rows, the live run's
+//! own costs, and the jobs whose outcome differs from the simulator's.
+
+use serde::Serialize;
+use tidemill_cloud::job::{JobPhase, JobRecord};
+use tidemill_sched::Verdict;
+
+use super::lag::LivePath;
+use crate::simulate::jobs::TraceJob;
+use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
+use crate::simulate::policies::{JobRun, JobStatus};
+
+/// One live row: `simulate`'s fields, then what only a live run has.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveRow {
+    /// The same fields as a row of `simulate --json`'s `policies`. Only the
+    /// job outcomes are live (DSR, met, guaranteed, rejected, unfinished,
+    /// best-effort times); device-hours, traffic, evictions and rounds are
+    /// not measured live yet and read 0.
+    #[serde(flatten)]
+    pub metrics: PolicyMetrics,
+    /// CPU seconds the coordinator used over the run.
+    pub coordinator_cpu_s: f64,
+    /// The coordinator's resident memory at the end, MiB.
+    pub coordinator_rss_mib: f64,
+    /// Reports the emulated edges journaled, per job.
+    pub reports_per_job: f64,
+    /// The most tide seconds a job was sent after its trace time (its
+    /// deadline moved by as much, so it keeps its trace window).
+    pub submit_late_max_s: f64,
+    /// Wall seconds the live run took.
+    pub wall_s: f64,
+    /// How well the live path kept up with the clock.
+    pub live_path: LivePath,
+}
+
+/// A job met in one run and missed in the other.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DifferingJob {
+    /// Its row in the trace (the simulator's job id).
+    pub job: usize,
+    /// The trace's job id.
+    pub name: String,
+    /// Whether it met its deadline live.
+    pub live_met: bool,
+    /// Whether it met it in the simulator.
+    pub simulated_met: bool,
+    /// Its state at the coordinator at the end, and why (`None` where the
+    /// API refused the job).
+    pub live_state: Option<String>,
+    /// The coordinator's reason for that state.
+    pub live_reason: Option<String>,
+    /// The first milestone where the two histories diverge: turned away in
+    /// one only, guaranteed in one only or a round apart, finished in one
+    /// only or at other times ([`divergence`]).
+    pub divergence: Option<String>,
+}
+
+/// What `twin --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct TwinReport {
+    /// One row per policy run live.
+    pub live: Vec<LiveRow>,
+    /// The simulator's rows on the same slice and seed (`--compare`).
+    pub simulated: Vec<PolicyMetrics>,
+    /// Jobs whose outcome differs (`--compare`).
+    pub differing_jobs: Vec<DifferingJob>,
+}
+
+/// The trace's job `j` as the engine would have left it, from the
+/// coordinator's record of it, on the trace's clock (`offset_ms` is tide
+/// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
+/// one is rejected; anything else (failed, queued, running) is unfinished.
+/// Its guarantee time is that of its latest plan, if that plan guaranteed it.
+pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobRun {
+    let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
+    let Some(r) = record else {
+        return run;
+    };
+    match r.state {
+        JobPhase::Succeeded => {
+            run.status = JobStatus::Done;
+            run.done_iters = j.spec.iterations;
+            run.finish_ms = r.finished_at.map(|t| t.timestamp_millis() - offset_ms);
+        }
+        JobPhase::Rejected => run.status = JobStatus::Rejected,
+        _ => run.done_iters = r.done_iters,
+    }
+    if let Some(Verdict::Guaranteed { since_ms }) = r.plan.as_ref().map(|p| p.verdict) {
+        run.guaranteed_ms = Some(since_ms - offset_ms);
+    }
+    run
+}
+
+/// `policy`'s live row from its jobs.
+pub fn live_row(policy: &str, runs: &[JobRun], elapsed_s: f64) -> PolicyMetrics {
+    metrics::summarise(
+        policy,
+        runs,
+        &Accumulators::default(),
+        EdgeTotals::default(),
+        None,
+        elapsed_s,
+    )
+}
+
+/// Whether `run` met its deadline, as `simulate` counts it: an SLO job
+/// finished by its deadline, a best-effort job finished at all.
+pub fn met(run: &JobRun) -> bool {
+    match run.finish_ms {
+        Some(f) => !run.slo() || f <= run.spec.deadline_ms,
+        None => false,
+    }
+}
+
+/// The jobs met in one of `live` and `simulated` and missed in the other.
+/// `records` are the coordinator's, by trace row.
+pub fn differing(
+    trace: &[TraceJob],
+    records: &[Option<JobRecord>],
+    live: &[JobRun],
+    simulated: &[JobRun],
+) -> Vec<DifferingJob> {
+    trace
+        .iter()
+        .zip(live.iter().zip(simulated))
+        .enumerate()
+        .filter(|(_, (_, (l, s)))| met(l) != met(s))
+        .map(|(k, (j, (l, s)))| {
+            let record = records.get(k).and_then(Option::as_ref);
+            DifferingJob {
+                job: k,
+                name: j.name.clone(),
+                live_met: met(l),
+                simulated_met: met(s),
+                live_state: record.map(|r| r.state.as_str().to_string()),
+                live_reason: record.and_then(|r| r.reason.clone()),
+                divergence: divergence(l, s),
+            }
+        })
+        .collect()
+}
+
+/// Milestone times closer than this are the same (one engine slot).
+const SAME_MS: i64 = 60_000;
+
+/// Where the live and simulated runs of one job first part, milestone by
+/// milestone in the order a job meets them: admission, the promise of its
+/// deadline, its end. Times are hours after its submission, on the trace's
+/// clock. `None` when no milestone differs.
+pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
+    let h = |t: i64| (t - live.spec.submitted_ms) as f64 / 3.6e6;
+    let rejected = |r: &JobRun| r.status == JobStatus::Rejected;
+    if rejected(live) != rejected(sim) {
+        let (turned, took) = if rejected(live) {
+            ("live", "simulated")
+        } else {
+            ("simulated", "live")
+        };
+        return Some(format!("admission: turned away {turned}, taken {took}"));
+    }
+    match (live.guaranteed_ms, sim.guaranteed_ms) {
+        (Some(l), Some(s)) if (l - s).abs() >= SAME_MS => {
+            return Some(format!(
+                "guarantee: at +{:.2} h live, +{:.2} h simulated",
+                h(l),
+                h(s)
+            ));
+        }
+        (Some(t), None) | (None, Some(t)) => {
+            let only = if live.guaranteed_ms.is_some() {
+                "live"
+            } else {
+                "simulated"
+            };
+            return Some(format!("guarantee: only {only}, at +{:.2} h", h(t)));
+        }
+        _ => {}
+    }
+    let end = |r: &JobRun| {
+        r.finish_ms.map_or("not finished".to_string(), |t| {
+            format!("finished at +{:.2} h", h(t))
+        })
+    };
+    match (live.finish_ms, sim.finish_ms) {
+        (Some(l), Some(s)) if (l - s).abs() < SAME_MS => None,
+        (None, None) => None,
+        _ => Some(format!(
+            "end: {} live, {} simulated; deadline +{:.2} h",
+            end(live),
+            end(sim),
+            h(live.spec.deadline_ms)
+        )),
+    }
+}
+
+impl TwinReport {
+    /// The table `twin` prints without `--json`.
+    pub fn write_table(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "{:<10} {:<14} {:>5} {:>6} {:>9} {:>10} {:>11} {:>8} {:>8}",
+            "run",
+            "policy",
+            "jobs",
+            "DSR",
+            "SLO met",
+            "guaranteed",
+            "guar.missed",
+            "cpu_s",
+            "rss_MiB"
+        )?;
+        let row = |out: &mut dyn std::io::Write,
+                   run: &str,
+                   m: &PolicyMetrics,
+                   cost: Option<(f64, f64)>| {
+            let (cpu, rss) = cost.map_or(("-".to_string(), "-".to_string()), |(c, r)| {
+                (format!("{c:.1}"), format!("{r:.0}"))
+            });
+            writeln!(
+                out,
+                "{:<10} {:<14} {:>5} {:>6.3} {:>9} {:>10} {:>11} {:>8} {:>8}",
+                run,
+                m.policy,
+                m.jobs,
+                m.deadline_satisfaction_ratio,
+                format!("{}/{}", m.deadlines_met, m.slo_jobs),
+                m.guaranteed_jobs,
+                m.guaranteed_missed,
+                cpu,
+                rss
+            )
+        };
+        for l in &self.live {
+            row(
+                out,
+                "live",
+                &l.metrics,
+                Some((l.coordinator_cpu_s, l.coordinator_rss_mib)),
+            )?;
+        }
+        for s in &self.simulated {
+            row(out, "simulated", s, None)?;
+        }
+        for l in &self.live {
+            let p = &l.live_path;
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+            let w = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
+            writeln!(
+                out,
+                "live path: {} of {} rounds due ran (p50 {} s, p99 {} s of wall); report lag p50 {} s, p99 {} s; assignment lag p50 {} s, p99 {} s (tide); {}",
+                p.rounds,
+                p.rounds_due,
+                w(p.round_p50_wall_s),
+                w(p.round_p99_wall_s),
+                f(p.report_lag_p50_s),
+                f(p.report_lag_p99_s),
+                f(p.assign_lag_p50_s),
+                f(p.assign_lag_p99_s),
+                if p.kept_up {
+                    "kept up"
+                } else {
+                    "DID NOT KEEP UP with the clock: lower --speed"
+                }
+            )?;
+        }
+        for d in &self.differing_jobs {
+            writeln!(
+                out,
+                "differs: job {} ({}) live {} simulated {}; first parts at {}; live {} ({})",
+                d.job,
+                d.name,
+                if d.live_met { "met" } else { "missed" },
+                if d.simulated_met { "met" } else { "missed" },
+                d.divergence.as_deref().unwrap_or("no milestone"),
+                d.live_state.as_deref().unwrap_or("refused"),
+                d.live_reason.as_deref().unwrap_or("-"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(guaranteed_h: Option<f64>, finish_h: Option<f64>) -> JobRun {
+        let spec = crate::simulate::testkit::job("m").spec;
+        let at = |h: f64| spec.submitted_ms + (h * 3.6e6) as i64;
+        let mut r = JobRun::new(spec.clone(), 1);
+        r.guaranteed_ms = guaranteed_h.map(at);
+        r.finish_ms = finish_h.map(at);
+        r
+    }
+
+    #[test]
+    fn the_first_milestone_that_differs_is_named() {
+        let sim = run(Some(0.5), Some(2.0));
+        assert_eq!(divergence(&run(Some(0.5), Some(2.0)), &sim), None);
+        assert_eq!(
+            divergence(&run(Some(1.5), Some(9.0)), &sim).unwrap(),
+            "guarantee: at +1.50 h live, +0.50 h simulated"
+        );
+        assert_eq!(
+            divergence(&run(None, Some(9.0)), &sim).unwrap(),
+            "guarantee: only simulated, at +0.50 h"
+        );
+        let late = divergence(&run(Some(0.5), None), &sim).unwrap();
+        assert!(
+            late.starts_with("end: not finished live, finished at +2.00 h simulated"),
+            "{late}"
+        );
+        let mut turned = run(None, None);
+        turned.status = JobStatus::Rejected;
+        assert_eq!(
+            divergence(&turned, &sim).unwrap(),
+            "admission: turned away live, taken simulated"
+        );
+    }
+}

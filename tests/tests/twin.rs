@@ -1,0 +1,80 @@
+//! The live twin (`tidemill-sim twin`) on a small slice of the MEC scenario:
+//! a real coordinator, 10 emulated MEC boxes and a cloud node that run their
+//! tasks in emulation, and the first 20 jobs of the trace, submitted through
+//! the API. The live deadline satisfaction ratio must stay within 0.05 of the
+//! simulator's on the same slice and seed, so that the live path cannot drift
+//! from the model unnoticed.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::CLOUD;
+use tidemill_sim::simulate::policies::PolicyName;
+use tidemill_sim::twin::{self, Args};
+
+/// The MEC scenario cut to 10 sites of one box and one cloud node, with its
+/// data paths made absolute; written under `dir`.
+fn small_mec(dir: &Path) -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let data = repo
+        .join("../shared/data")
+        .canonicalize()
+        .expect("the scenario's data sits beside the repository, in ../shared/data");
+    let mut text = std::fs::read_to_string(repo.join("configs/scenarios/mec-sites.toml")).unwrap();
+    for (from, to) in [
+        ("\nsites = 20\n", "\nsites = 10\n"),
+        ("\nnodes = 8\n", "\nnodes = 1\n"),
+        ("\nnodes = 2\n", "\nnodes = 1\n"),
+        ("\"../shared/data", &format!("\"{}", data.display())),
+    ] {
+        assert!(text.contains(from), "mec-sites.toml has no {from:?}");
+        text = text.replace(from, to);
+    }
+    let file = dir.join("mec-small.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[test]
+fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
+    let dir = support::tempdir();
+    let report = twin::twin(&Args {
+        topology: small_mec(dir.path()),
+        jobs: None,
+        max_jobs: Some(20),
+        days: None,
+        speed: 3600.0,
+        policy: PolicyName::Tidemill,
+        cloud_bin: Some(CLOUD.into()),
+        seed: 1,
+        compare: true,
+        json: false,
+        work_dir: Some(dir.path().join("twin")),
+    })
+    .expect("the twin runs");
+    let live = &report.live[0];
+    let sim = &report.simulated[0];
+    eprintln!(
+        "twin: live DSR {:.3} ({} of {} SLO jobs met, {} guaranteed, {} missed), simulated {:.3}; coordinator {:.1} CPU-s, {:.0} MiB; {:.1} s wall; differing {:?}",
+        live.metrics.deadline_satisfaction_ratio,
+        live.metrics.deadlines_met,
+        live.metrics.slo_jobs,
+        live.metrics.guaranteed_jobs,
+        live.metrics.guaranteed_missed,
+        sim.deadline_satisfaction_ratio,
+        live.coordinator_cpu_s,
+        live.coordinator_rss_mib,
+        live.wall_s,
+        report.differing_jobs,
+    );
+    assert_eq!(live.metrics.jobs, 20);
+    assert!(
+        (live.metrics.deadline_satisfaction_ratio - sim.deadline_satisfaction_ratio).abs() <= 0.05,
+        "live DSR {} against simulated {}; jobs that differ: {:#?}; the coordinator's log: {}",
+        live.metrics.deadline_satisfaction_ratio,
+        sim.deadline_satisfaction_ratio,
+        report.differing_jobs,
+        dir.path().join("twin/cloud.log").display(),
+    );
+}
