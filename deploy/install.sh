@@ -14,18 +14,36 @@
 # and starts it. The edge's join token goes into /etc/tidemill/edge.env (0600),
 # which the unit reads as an EnvironmentFile: it is never on a command line.
 #
-# --root DIR   install every file under DIR instead of /, and do nothing to the
-#              running system (no user, chown or systemctl: they are printed);
-#              for packaging and tests.
-# --dry-run    print every step and change nothing.
-# --binary F   the binary to install; default: bin/tidemill-<role> beside this
-#              script (the release tarball), else the repository's release
-#              build, else tidemill-<role> on PATH (`cargo install`).
-# --no-start   install and enable, but do not start (or restart) the service.
+# Options:
+# --coordinator H:P  (edge, required) the coordinator's QUIC address.
+# --token T          (edge) a join token from `tidemill-cloud token create`;
+#                    `ps` shows it while this script runs, so prefer
+#                    --token-file.
+# --token-file F     (edge) the join token from file F, or - for stdin.
+# --listen A         (cloud) the QUIC address edges connect to; default
+#                    0.0.0.0:7400.
+# --tls-name N       (cloud) a host name or address edges reach the
+#                    coordinator by, added to its certificate's names.
+# --root DIR         install every file under DIR instead of /, and do nothing
+#                    to the running system (no user, chown or systemctl: they
+#                    are printed); for packaging and tests.
+# --dry-run          print every step and change nothing.
+# --binary F         the binary to install; default: bin/tidemill-<role>
+#                    beside this script (the release tarball), else the
+#                    repository's release build, else tidemill-<role> on PATH
+#                    (`cargo install`).
+# --no-start         install and enable, but do not start (or restart) the
+#                    service.
+# -h, --help         print this text.
 set -eu
 
+# This header comment, the one description of the options.
+help() {
+    sed -n '2,/^set -eu$/s/^# \{0,1\}//p' "$0"
+}
+
 usage() {
-    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2
+    help >&2
     exit 2
 }
 
@@ -39,7 +57,7 @@ role=$1
 shift
 case $role in
     edge | cloud) ;;
-    -h | --help) usage ;;
+    -h | --help) help; exit 0 ;;
     *) die "the first argument is the role, edge or cloud, not '$role'" ;;
 esac
 
@@ -63,7 +81,7 @@ while [ $# -gt 0 ]; do
         --token-file) token_file=${2:?--token-file needs a file, or - for stdin}; shift 2 ;;
         --listen) listen=${2:?--listen needs ADDR:PORT}; shift 2 ;;
         --tls-name) tls_name=${2:?--tls-name needs a host name or address}; shift 2 ;;
-        -h | --help) usage ;;
+        -h | --help) help; exit 0 ;;
         *) die "unknown option '$1'; run with --help for the options" ;;
     esac
 done

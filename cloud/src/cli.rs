@@ -121,8 +121,9 @@ struct ServeArgs {
 
 #[derive(Debug, Args)]
 struct ApiArgs {
-    /// The coordinator's API (https:// where [api] tls = true).
-    #[arg(long, env = "TIDEMILL_API", default_value = "http://127.0.0.1:7480")]
+    /// The coordinator's API, HOST:PORT or a URL (https:// where [api] tls
+    /// = true); a bare HOST:PORT means http://HOST:PORT.
+    #[arg(long, env = "TIDEMILL_API", default_value = "http://127.0.0.1:7480", value_parser = crate::client::api_base)]
     api: String,
     /// An API token (`api-token create`). Without one, the CLI reads the
     /// local admin token, <data_dir>/admin-token (0600), of the coordinator on

@@ -36,6 +36,22 @@ pub enum ClientError {
     },
 }
 
+/// `--api` (or TIDEMILL_API) as a base URL: a bare `HOST:PORT` means
+/// `http://HOST:PORT`, as it does to the coordinator's `api_listen`; any
+/// other scheme than http and https is refused with the fix.
+pub fn api_base(value: &str) -> Result<String, String> {
+    match value.split_once("://") {
+        None if !value.trim().is_empty() => Ok(format!("http://{value}")),
+        Some((scheme, rest))
+            if !rest.is_empty()
+                && (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) =>
+        {
+            Ok(value.to_string())
+        }
+        _ => Err("give the coordinator's API as HOST:PORT or http://HOST:PORT (https://HOST:PORT where [api] tls = true)".to_string()),
+    }
+}
+
 /// A client for one coordinator.
 pub struct Client {
     base: String,
@@ -271,5 +287,27 @@ impl Client {
         req: &crate::api::RotateRequest,
     ) -> Result<crate::rotation::CaStatus, ClientError> {
         self.call("POST", "/v1/ca/rotate", Some(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_base;
+
+    #[test]
+    fn a_bare_host_and_port_is_http_and_other_schemes_are_refused() {
+        assert_eq!(api_base("127.0.0.1:8080").unwrap(), "http://127.0.0.1:8080");
+        assert_eq!(api_base("[::1]:7480").unwrap(), "http://[::1]:7480");
+        assert_eq!(
+            api_base("https://c.example:7480").unwrap(),
+            "https://c.example:7480"
+        );
+        assert_eq!(
+            api_base("HTTP://10.0.0.1:7480").unwrap(),
+            "HTTP://10.0.0.1:7480"
+        );
+        for bad in ["ftp://10.0.0.1:7480", "http://", ""] {
+            assert!(api_base(bad).unwrap_err().contains("HOST:PORT"), "{bad}");
+        }
     }
 }

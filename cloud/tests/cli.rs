@@ -22,17 +22,32 @@ fn prints_the_documented_default_config() {
     assert_eq!(out, include_str!("../../configs/cloud.toml"));
 }
 
+/// A bare HOST:PORT is http://HOST:PORT, as it is to `api_listen`.
 #[test]
 fn an_unreachable_api_is_reported_plainly() {
-    let (ok, _, err) = cloud(&["nodes", "--api", "http://127.0.0.1:9"]);
+    for api in ["http://127.0.0.1:9", "127.0.0.1:9"] {
+        let (ok, _, err) = cloud(&["nodes", "--api", api]);
+        assert!(!ok);
+        assert!(
+            err.starts_with(
+                "tidemill-cloud: error: cannot reach the coordinator API at http://127.0.0.1:9/v1/nodes"
+            ),
+            "{api}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn an_api_with_another_scheme_is_refused_naming_the_flag_and_the_fix() {
+    let (ok, _, err) = cloud(&["nodes", "--api", "ftp://127.0.0.1:9"]);
     assert!(!ok);
     assert!(
-        err.starts_with(
-            "tidemill-cloud: error: cannot reach the coordinator API at http://127.0.0.1:9/v1/nodes"
-        ),
+        err.contains("--api")
+            && err.contains("ftp://127.0.0.1:9")
+            && err.contains("HOST:PORT or http://HOST:PORT"),
         "{err}"
     );
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

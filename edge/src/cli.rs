@@ -36,18 +36,7 @@ enum Cmd {
     /// Check this box: config, data dir, certificate, the coordinator over
     /// mutual TLS, clock, probe port, accelerators, task confinement. Exits
     /// non-zero when a check fails.
-    Doctor {
-        /// TOML config file; without it the documented defaults apply.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// The data dir to check (overrides the config's, as `run`'s does).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// The coordinator's QUIC address, HOST:PORT (overrides the config's,
-        /// as `run`'s does).
-        #[arg(long)]
-        coordinator: Option<String>,
-    },
+    Doctor(NodeArgs),
     /// Kill what a stopped or crashed daemon's tasks left running (systemd's
     /// ExecStopPost runs it); the next start reports them as yielded.
     /// Refused while the daemon runs.
@@ -121,24 +110,57 @@ impl StatusArgs {
     }
 }
 
-/// Flags of `run`; each overrides the config file.
+/// The flags that say which node this is and where its coordinator is:
+/// `run`, `join` and `doctor` share them, each overriding the config file.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub struct NodeArgs {
     /// TOML config file; without it the documented defaults apply.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// How log lines are written: text or json (overrides `log_format`).
-    #[arg(long)]
-    log_format: Option<LogFormat>,
     /// Coordinator QUIC address, HOST:PORT.
     #[arg(long)]
     coordinator: Option<String>,
     /// This node's id.
     #[arg(long)]
     node_id: Option<String>,
-    /// Where the journal lives.
+    /// Where the journal, certificate and tasks live.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// A CA certificate to trust instead of the one received at join.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+}
+
+impl NodeArgs {
+    /// The config file overlaid with the `TIDEMILL_*` environment, then these
+    /// flags, with relative paths made absolute.
+    fn resolve(&self) -> Result<EdgeConfig, tidemill_runtime::config_file::ConfigError> {
+        let mut cfg = EdgeConfig::load(self.config.as_deref())?;
+        if let Some(v) = &self.coordinator {
+            cfg.coordinator = v.clone();
+        }
+        if let Some(v) = &self.node_id {
+            cfg.node_id = v.clone();
+        }
+        if let Some(v) = &self.data_dir {
+            cfg.data_dir = v.clone();
+        }
+        if let Some(v) = &self.ca {
+            cfg.ca = v.clone();
+        }
+        cfg.absolute_paths()?;
+        Ok(cfg)
+    }
+}
+
+/// Flags of `run` and `join`; each overrides the config file.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// How log lines are written: text or json (overrides `log_format`).
+    #[arg(long)]
+    log_format: Option<LogFormat>,
     /// A join token (`tidemill-cloud token create`), used when the data dir
     /// holds no certificate yet. On a command line it shows in
     /// /proc/PID/cmdline to every local user: prefer --token-file or the
@@ -149,9 +171,6 @@ pub struct RunArgs {
     /// line; used as --token is.
     #[arg(long, conflicts_with = "token")]
     token_file: Option<PathBuf>,
-    /// A CA certificate to trust instead of the one received at join.
-    #[arg(long)]
-    ca: Option<PathBuf>,
     /// Seconds between samples.
     #[arg(long)]
     sample_interval: Option<f64>,
@@ -191,24 +210,12 @@ pub enum ArgsError {
 impl RunArgs {
     /// The config file overlaid with the `TIDEMILL_*` environment, then the flags.
     pub fn resolve(&self) -> Result<EdgeConfig, ArgsError> {
-        let mut cfg = EdgeConfig::load(self.config.as_deref())?;
+        let mut cfg = self.node.resolve()?;
         if let Some(path) = &self.token_file {
             cfg.token = read_token(path).map_err(|source| ArgsError::TokenFile {
                 path: path.clone(),
                 source,
             })?;
-        }
-        if let Some(v) = &self.coordinator {
-            cfg.coordinator = v.clone();
-        }
-        if let Some(v) = &self.node_id {
-            cfg.node_id = v.clone();
-        }
-        if let Some(v) = &self.data_dir {
-            cfg.data_dir = v.clone();
-        }
-        if let Some(v) = &self.ca {
-            cfg.ca = v.clone();
         }
         if let Some(v) = &self.token {
             cfg.token = v.clone();
@@ -237,7 +244,6 @@ impl RunArgs {
                 r.clock_anchor_ms = Some(anchor);
             }
         }
-        cfg.absolute_paths()?;
         Ok(cfg)
     }
 }
@@ -299,11 +305,7 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Cmd::Doctor {
-            config,
-            data_dir,
-            coordinator,
-        } => doctor(config.as_deref(), data_dir, coordinator),
+        Cmd::Doctor(args) => doctor(&args),
         Cmd::Reap { config } => match crate::doctor::reap(config.as_deref()) {
             Ok(0) => ExitCode::SUCCESS,
             Ok(n) => {
@@ -370,27 +372,14 @@ fn start(args: &RunArgs) -> Result<(EdgeConfig, tokio::runtime::Runtime), ExitCo
 
 /// `doctor`: a config that does not load is the first failed check and
 /// ends the run; otherwise every check runs.
-fn doctor(
-    config: Option<&std::path::Path>,
-    data_dir: Option<PathBuf>,
-    coordinator: Option<String>,
-) -> ExitCode {
+fn doctor(args: &NodeArgs) -> ExitCode {
     lifecycle::exit_quietly_on_closed_pipe();
     lifecycle::init_logging("warn");
-    let source = config.map_or_else(
+    let source = args.config.as_ref().map_or_else(
         || "the default config".to_string(),
         |p| p.display().to_string(),
     );
-    let loaded = EdgeConfig::load(config).and_then(|mut cfg| {
-        if let Some(dir) = data_dir {
-            cfg.data_dir = dir;
-        }
-        if let Some(addr) = coordinator {
-            cfg.coordinator = addr;
-        }
-        cfg.absolute_paths()?;
-        cfg.validate().map(|()| cfg)
-    });
+    let loaded = args.resolve().and_then(|cfg| cfg.validate().map(|()| cfg));
     let cfg = match loaded {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -421,4 +410,48 @@ fn doctor(
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     eprintln!("tidemill-edge: error: {e}");
     ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_args(cli: Cli) -> NodeArgs {
+        match cli.command {
+            Cmd::Doctor(args) => args,
+            Cmd::Run(args) | Cmd::Join(args) => args.node,
+            other => panic!("not a node command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn doctor_takes_the_node_flags_of_run_and_resolves_them_as_run_does() {
+        let flags = [
+            "--data-dir",
+            "/srv/edge",
+            "--coordinator",
+            "10.0.0.1:7400",
+            "--node-id",
+            "e7",
+            "--ca",
+            "/etc/tidemill/ca.pem",
+        ];
+        let mut resolved = Vec::new();
+        for sub in ["run", "join", "doctor"] {
+            let argv = [&["tidemill-edge", sub][..], &flags[..]].concat();
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{sub}: {e}"));
+            let cfg = node_args(cli).resolve().unwrap();
+            resolved.push((cfg.data_dir, cfg.coordinator, cfg.node_id, cfg.ca));
+        }
+        assert_eq!(
+            resolved[2],
+            (
+                PathBuf::from("/srv/edge"),
+                "10.0.0.1:7400".to_string(),
+                "e7".to_string(),
+                PathBuf::from("/etc/tidemill/ca.pem")
+            )
+        );
+        assert!(resolved.iter().all(|r| *r == resolved[2]), "{resolved:?}");
+    }
 }

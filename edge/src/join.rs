@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::Clock;
@@ -42,10 +43,24 @@ pub enum JoinError {
         /// Why.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Nothing answered at the coordinator's address within [`JOIN_WAIT`].
+    #[error(
+        "no coordinator answered at {addr} within {} s; check that --coordinator (`coordinator` in the config) names the coordinator's host and its QUIC UDP port (its `quic_listen`, 7400 by default), and that no firewall drops UDP on the way",
+        JOIN_WAIT.as_secs()
+    )]
+    NoAnswer {
+        /// The address tried.
+        addr: SocketAddr,
+    },
     /// The coordinator refused the join.
     #[error("the coordinator refused the join: {0}")]
     Refused(String),
 }
+
+/// How long a join waits for the coordinator's first answer: a wrong address
+/// or port, or a firewall that drops UDP, is reported this soon, not after
+/// the link's longer idle timeout.
+pub const JOIN_WAIT: Duration = Duration::from_secs(10);
 
 /// Where this node's credentials come from: its data dir, or a join.
 pub struct Joining {
@@ -87,9 +102,9 @@ impl Joining {
         let mut rng: rand::rngs::StdRng = rand::make_rng();
         loop {
             match self.identity().await {
-                Err(JoinError::Connect { addr, source }) => {
+                Err(e @ (JoinError::Connect { .. } | JoinError::NoAnswer { .. })) => {
                     let delay = backoff.next_delay(&mut rng);
-                    tracing::warn!(node_id = %self.node_id, coordinator = %addr, error = %source, retry_in_ms = delay.as_millis() as u64, "cannot join yet");
+                    tracing::warn!(node_id = %self.node_id, coordinator = %self.coordinator.0, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot join yet");
                     clock.sleep(delay).await;
                 }
                 other => return other,
@@ -107,6 +122,10 @@ pub async fn join(
     timing: Timing,
 ) -> Result<(), JoinError> {
     let token: JoinToken = token.parse()?;
+    let timing = Timing {
+        idle_timeout: timing.idle_timeout.min(JOIN_WAIT),
+        ..timing
+    };
     let endpoint = quic::joiner(&token.ca_sha256, timing)?;
     let connect =
         |source: Box<dyn std::error::Error + Send + Sync>| JoinError::Connect { addr, source };
@@ -114,7 +133,10 @@ pub async fn join(
         .connect(addr, server_name)
         .map_err(|e| connect(e.into()))?
         .await
-        .map_err(|e| connect(e.into()))?;
+        .map_err(|e| match e {
+            quinn::ConnectionError::TimedOut => JoinError::NoAnswer { addr },
+            e => connect(e.into()),
+        })?;
     let key = NodeKeyPair::generate()?;
     let exchanged = request_certificate(&conn, &token, node_id, &key).await;
     conn.close(0u32.into(), b"joined");

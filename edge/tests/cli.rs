@@ -68,3 +68,28 @@ fn a_missing_replay_node_lists_the_known_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn a_join_that_nothing_answers_names_the_address_and_what_to_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Well-formed, for a CA that answers nowhere: port 1 on loopback.
+    let token = format!("K10{}::abc123.secret456", "0".repeat(64));
+    let (ok, _, err) = edge(&[
+        "join",
+        "--coordinator",
+        "127.0.0.1:1",
+        "--token",
+        &token,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("no coordinator answered at 127.0.0.1:1 within 10 s")
+            && err.contains("UDP port")
+            && err.contains("firewall")
+            && !err.contains("panicked"),
+        "{err}"
+    );
+}

@@ -1,7 +1,8 @@
-// Build metadata for `--version`, included by the daemons' build scripts
-// (edge/build.rs, cloud/build.rs): the git commit (short hash, "-dirty" with
-// uncommitted changes, "unknown" without git, as in a tarball build) and the
-// build date in UTC (SOURCE_DATE_EPOCH when set, for reproducible builds).
+// Build metadata for `--version`, included by the binaries' build scripts
+// (edge/build.rs, cloud/build.rs, sim-net/build.rs): the git commit (short
+// hash, "-dirty" with uncommitted changes, "unknown" without git, as in a
+// tarball build) and the build date in UTC (SOURCE_DATE_EPOCH when set, for
+// reproducible builds).
 //
 // The script reruns when HEAD moves (a commit, a checkout) or the crate's own
 // sources change, never on every build.

@@ -9,7 +9,7 @@ use tidemill_sim::{allreduce, demo, forecast_eval, gen_trace, simulate, swarm, s
 #[derive(Debug, Parser)]
 #[command(
     name = "tidemill-sim",
-    version,
+    version = tidemill_runtime::version_line!(),
     about = "tidemill's simulator, trace generator and forecast backtest"
 )]
 struct Cli {

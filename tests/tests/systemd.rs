@@ -406,6 +406,34 @@ fn install_sh_puts_the_coordinator_in_place() {
 }
 
 #[test]
+fn install_sh_help_lists_every_option_it_accepts() {
+    let script = std::fs::read_to_string(deploy().join("install.sh")).unwrap();
+    // The options the parser accepts: the long names of its case arms.
+    let accepted: Vec<&str> = script
+        .lines()
+        .filter_map(|l| l.trim().strip_suffix(";;")?.split_once(')'))
+        .flat_map(|(arm, _)| arm.split('|').map(str::trim))
+        .filter(|name| name.starts_with("--"))
+        .collect();
+    assert!(accepted.len() >= 10, "{accepted:?}");
+    let out = Command::new("sh")
+        .arg(deploy().join("install.sh"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let listed = |flag: &str| {
+        help.lines().any(|l| {
+            l.split_whitespace()
+                .any(|w| w.trim_end_matches(',') == flag)
+        })
+    };
+    let missing: Vec<_> = accepted.iter().filter(|f| !listed(f)).collect();
+    assert!(missing.is_empty(), "--help lacks {missing:?}:\n{help}");
+}
+
+#[test]
 fn install_sh_dry_run_changes_nothing_and_bad_input_is_named() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
