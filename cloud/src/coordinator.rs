@@ -33,6 +33,9 @@ pub struct Coordinator {
     pub store: Mutex<Store>,
     /// Live connections by node id.
     sessions: Mutex<HashMap<String, Session>>,
+    /// Nodes between their hello and their session, by count of such
+    /// connections: a round must not call them offline mid-handshake.
+    greeting: Mutex<HashMap<String, usize>>,
     /// Edge pairs handed out to probe and not yet measured: (pair, the end
     /// that probes it, when), so the other end is not given it too.
     probing: Mutex<probing::Pending>,
@@ -84,6 +87,7 @@ impl Coordinator {
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
             sessions: Mutex::new(HashMap::new()),
+            greeting: Mutex::new(HashMap::new()),
             probing: Mutex::new(probing::Pending::new()),
             wake: Notify::new(),
             admission: Admission::new(&cfg.quic),
@@ -256,9 +260,28 @@ impl Coordinator {
         }
     }
 
-    /// The ids of connected nodes.
+    /// The ids of connected nodes, and of nodes in their handshake: the
+    /// hello marks a node heard from before its session is registered, and a
+    /// round between the two must not take it for gone.
     pub fn connected(&self) -> HashSet<String> {
-        self.sessions.lock().unwrap().keys().cloned().collect()
+        let mut ids: HashSet<String> = self.sessions.lock().unwrap().keys().cloned().collect();
+        ids.extend(self.greeting.lock().unwrap().keys().cloned());
+        ids
+    }
+
+    /// Counts `node_id` as connected until the returned guard drops: hold it
+    /// from before the hello is stored until the session is registered.
+    pub fn greeting(&self, node_id: &str) -> Greeting<'_> {
+        *self
+            .greeting
+            .lock()
+            .unwrap()
+            .entry(node_id.to_string())
+            .or_default() += 1;
+        Greeting {
+            coord: self,
+            node_id: node_id.to_string(),
+        }
     }
 
     /// The address each connected node connected from, by node id: where a
@@ -280,5 +303,62 @@ impl Coordinator {
             .iter()
             .map(|(k, s)| (k.clone(), s.conn.clone()))
             .collect()
+    }
+}
+
+/// A node's handshake in progress (see [`Coordinator::greeting`]).
+pub struct Greeting<'a> {
+    coord: &'a Coordinator,
+    node_id: String,
+}
+
+impl Drop for Greeting<'_> {
+    fn drop(&mut self) {
+        let mut greeting = self.coord.greeting.lock().unwrap();
+        if let Some(n) = greeting.get_mut(&self.node_id) {
+            *n -= 1;
+            if *n == 0 {
+                greeting.remove(&self.node_id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testkit::hello;
+    use tidemill_runtime::clock::SystemClock;
+
+    #[test]
+    fn a_node_in_its_handshake_is_not_expired_and_counts_until_its_last_greeting_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        tidemill_runtime::tls::load_or_create(dir.path(), &["localhost".into()], 0).unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        store.register(&hello("n1"), 100).unwrap();
+        store.register(&hello("n2"), 100).unwrap();
+        let coord = Coordinator::new(
+            store,
+            CloudConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..CloudConfig::default()
+            },
+            Arc::new(SystemClock),
+            tidemill_sched::ThroughputTables::default(),
+            Authority::load(dir.path()).unwrap(),
+        );
+        let first = coord.greeting("n1");
+        let second = coord.greeting("n1");
+        // Both heard from at 100; with no grace, only the one not greeting goes.
+        let gone = coord
+            .store
+            .lock()
+            .unwrap()
+            .expire(&coord.connected(), 200, None, 200);
+        assert_eq!(gone.unwrap(), vec!["n2".to_string()]);
+        drop(first);
+        assert!(coord.connected().contains("n1"), "one handshake still open");
+        drop(second);
+        assert!(coord.connected().is_empty());
     }
 }

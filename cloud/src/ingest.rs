@@ -101,6 +101,9 @@ async fn serve_connection(incoming: quinn::Incoming, ticket: Ticket, coord: Arc<
         return refuse_with_answer(&coord, &conn, remote, send, ErrorCode::Unauthorized, &why)
             .await;
     }
+    // From here until its session is registered, a certified node counts as
+    // connected, so a round cannot call it offline mid-handshake.
+    let greeting = certified.as_ref().map(|(node, _)| coord.greeting(node));
     let outcome = match (first, certified.as_ref()) {
         (Ok(Some(EdgeMsg::Join(j))), None) => {
             return join(&coord, &conn, send, j, remote).await;
@@ -152,6 +155,7 @@ async fn serve_connection(incoming: quinn::Incoming, ticket: Ticket, coord: Arc<
     let fingerprint = certified.as_ref().map_or("", |(_, f)| f.as_str());
     tracing::info!(node_id = %node_id, %remote, cert = %&fingerprint[..fingerprint.len().min(16)], "edge connected");
     coord.connect(&node_id, conn.clone(), probe_port, fingerprint);
+    drop(greeting);
     drop(ticket);
     quic::raise_to_admitted(&conn, coord.admission.admitted_bounds());
     let trains = probe::Trains::watch(&conn);
