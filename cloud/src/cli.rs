@@ -12,6 +12,7 @@ use crate::job::{JobFile, JobPhase};
 use tidemill_sched::policies::PolicyName;
 
 mod args;
+mod job_headline;
 mod job_view;
 mod trust;
 

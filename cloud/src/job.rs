@@ -398,8 +398,12 @@ pub struct JobRecord {
     pub deadline: DateTime<Utc>,
     /// When it was submitted.
     pub submitted_at: DateTime<Utc>,
-    /// When it started running.
+    /// When it first started running.
     pub started_at: Option<DateTime<Utc>>,
+    /// When it last started running: after a move or a pause, the start of
+    /// its current (or latest) run, which [`JobRecord::start_window`] holds.
+    #[serde(default)]
+    pub last_started_at: Option<DateTime<Utc>>,
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
     /// Whether an operator asked to cancel it.

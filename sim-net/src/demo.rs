@@ -767,6 +767,7 @@ mod tests {
             deadline: time(14),
             submitted_at: time(0),
             started_at: Some(time(1)),
+            last_started_at: Some(time(1)),
             finished_at: finish_h.map(time),
             cancel_requested: false,
             class: JobClass::Slo,

@@ -130,6 +130,7 @@ fn a_drained_node_hands_its_job_on_with_the_checkpoint_and_takes_no_new_one() {
     let cluster = Cluster::start(dir.path(), &trace, &nodes, &[], &names, "", None);
     let id = cluster.submit(dir.path(), &job("moved", 24, 8.0, "slo", "reject"));
     let first = running_on(&cluster, id);
+    assert_headline(&cluster, id, &format!("running on {first} since"));
     let_it_train(&cluster, &first, 6);
 
     let said = cluster.coord.cli(&["nodes", "drain", &first]);
@@ -151,12 +152,27 @@ fn a_drained_node_hands_its_job_on_with_the_checkpoint_and_takes_no_new_one() {
     assert_resumed_and_met(&cluster, id, 24);
     let moved = cluster.coord.job(id);
     assert_ne!(moved["node"].as_str(), Some(first.as_str()), "{moved:#}");
+    // Its last start, on the node it moved to, is after its first.
+    let time = |k: &str| chrono::DateTime::parse_from_rfc3339(moved[k].as_str().unwrap()).unwrap();
+    assert!(time("last_started_at") > time("started_at"), "{moved:#}");
+    assert_headline(&cluster, id, "succeeded at ");
 
     let said = cluster.coord.cli(&["nodes", "uncordon", &first]);
     assert!(said.contains("uncordoned"), "{said}");
     let listed = cluster.coord.nodes();
     let back = listed.iter().find(|n| n["id"] == first.as_str()).unwrap();
     assert_eq!(back["drained"], false, "{back}");
+}
+
+/// Checks that `jobs show` leads with a plain sentence that starts with
+/// `starts`, with no Rust `None`, negative zero or admission terms in it.
+fn assert_headline(cluster: &Cluster, id: u64, starts: &str) {
+    let shown = cluster.coord.cli(&["jobs", "show", &id.to_string()]);
+    let first = shown.lines().next().unwrap_or_default();
+    assert!(first.starts_with(starts), "{shown}");
+    for jargon in ["None", "-0.00", "admission", "promise_lead_h"] {
+        assert!(!first.contains(jargon), "{jargon} in: {first}");
+    }
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.

@@ -1,6 +1,9 @@
-//! What `jobs show` prints: the job, its checkpoint, its transfers and its
-//! plan, one stretch of the plan a line with why it starts, resizes or moves.
+//! What `jobs show` prints: a plain sentence for the job's state
+//! ([`super::job_headline`]), then the job, its checkpoint, its transfers and
+//! its plan, one stretch of the plan a line with why it starts, resizes or
+//! moves.
 
+use super::job_headline::headline;
 use super::{Outcome, print_json};
 use crate::job::JobRecord;
 
@@ -8,6 +11,8 @@ pub(super) fn show(job: &JobRecord, json: bool) -> Outcome {
     if json {
         return print_json(job);
     }
+    println!("{}", headline(job));
+    println!();
     println!("id:         {}", job.id);
     println!("name:       {}", job.name);
     println!("state:      {}", job.state.as_str());
@@ -23,7 +28,11 @@ pub(super) fn show(job: &JobRecord, json: bool) -> Outcome {
     if let Some(t) = job.started_at {
         println!("started:    {}", t.to_rfc3339());
     }
+    if let Some(t) = job.last_started_at.filter(|&t| Some(t) != job.started_at) {
+        println!("last start: {}", t.to_rfc3339());
+    }
     if let Some(w) = &job.start_window {
+        // The window holds the latest start, the line above it.
         println!(
             "            in {}'s forecast idle window {} – {} (confidence {:.2}; forecast of {})",
             w.node,
@@ -113,7 +122,7 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
         println!("plan ({}):", p.decided_at.to_rfc3339());
     }
     println!("  verdict:  {}", p.verdict.as_str());
-    println!("  shape:    {:?} on {}", p.shape, p.nodes.join(", "));
+    println!("  shape:    {}", shape_line(p));
     println!("  start:    {}", time(p.expected_start));
     println!("  finish:   {}", time(p.expected_finish));
     if let Some(s) = p.step {
@@ -122,7 +131,7 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
             s.total_s, s.compute_s, s.sync_s, p.staging_s
         );
     }
-    println!("  cloud:    {:.2}", p.cloud_cost);
+    println!("  cloud:    {:.2}", unsigned_zero(p.cloud_cost));
     println!("  reason:   {}", p.reason);
     for (k, seg) in p.segments.iter().enumerate() {
         let why = stretch_why(k.checked_sub(1).map(|j| &p.segments[j]), seg);
@@ -140,6 +149,24 @@ fn print_plan(job: &JobRecord, p: &crate::job::PlanView) {
             println!("  rate:     {r:.4} iterations/s, measured from the job's reports");
         }
     }
+}
+
+/// The kind of placement and its nodes, in words.
+fn shape_line(p: &crate::job::PlanView) -> String {
+    use tidemill_sched::Shape;
+    let kind = match p.shape {
+        Shape::None => return "nothing planned".into(),
+        Shape::Cloud => "the cloud",
+        Shape::Edge => "one edge node",
+        Shape::MultiEdge => "several edge nodes",
+        Shape::EdgeThenCloud => "edge windows, then the cloud",
+    };
+    format!("{kind}: {}", p.nodes.join(", "))
+}
+
+/// `x`, with a negative zero (a sum of nothing but `-0.0`s) shown as zero.
+fn unsigned_zero(x: f64) -> f64 {
+    if x == 0.0 { 0.0 } else { x }
 }
 
 /// One stretch of a plan for `jobs show`: from when to when, where and on
@@ -163,7 +190,7 @@ fn stretch_line(s: &tidemill_sched::Segment) -> String {
         s.iters,
         s.step.total_s,
         s.startup_s,
-        s.cloud_cost
+        unsigned_zero(s.cloud_cost)
     )
 }
 
@@ -289,5 +316,28 @@ mod tests {
             ),
             "moves from idle edge capacity to the cloud (checkpoint transfer and restart)"
         );
+    }
+
+    #[test]
+    fn no_field_prints_a_rust_none_or_a_negative_zero() {
+        let mut p = crate::job::PlanView {
+            decided_at: chrono::DateTime::from_timestamp_millis(0).unwrap(),
+            verdict: tidemill_sched::Verdict::BestEffort,
+            action: tidemill_sched::Action::Wait,
+            shape: tidemill_sched::Shape::None,
+            nodes: Vec::new(),
+            expected_start: None,
+            expected_finish: None,
+            step: None,
+            staging_s: 0.0,
+            cloud_cost: -0.0,
+            reason: "r".into(),
+            segments: Vec::new(),
+        };
+        assert_eq!(shape_line(&p), "nothing planned");
+        assert_eq!(format!("{:.2}", unsigned_zero(p.cloud_cost)), "0.00");
+        p.shape = tidemill_sched::Shape::EdgeThenCloud;
+        p.nodes = vec!["e1".into(), "c1".into()];
+        assert_eq!(shape_line(&p), "edge windows, then the cloud: e1, c1");
     }
 }

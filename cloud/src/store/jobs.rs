@@ -267,7 +267,7 @@ impl Store {
 const JOB_COLUMNS: &str =
     "SELECT id, name, spec, state, node, exit_code, output_tail, reason, cancel_requested,
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window,
-    reported_iters IS NOT NULL, measured_ips, secret_names, checkpoint FROM jobs";
+    reported_iters IS NOT NULL, measured_ips, secret_names, checkpoint, last_started_ms FROM jobs";
 
 fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
@@ -295,6 +295,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         deadline: spec.deadline,
         submitted_at: ms_to_time(r.get(9)?),
         started_at: r.get::<_, Option<i64>>(10)?.map(ms_to_time),
+        last_started_at: r.get::<_, Option<i64>>(20)?.map(ms_to_time),
         finished_at: r.get::<_, Option<i64>>(11)?.map(ms_to_time),
         cancel_requested: r.get(8)?,
         class: spec.class,
@@ -424,7 +425,7 @@ pub(super) fn apply_task_status(
                 .map(|w| serde_json::to_string(&w).expect("a window serialises"));
             tx.execute(
                 "UPDATE jobs SET state = 'running', started_ms = COALESCE(started_ms, ?2),
-                        progress_ms = COALESCE(progress_ms, ?2), reason = ?3, start_window = ?4
+                        last_started_ms = ?2, progress_ms = COALESCE(progress_ms, ?2), reason = ?3, start_window = ?4
                  WHERE id = ?1 AND state = 'queued'",
                 params![job, s.t_ms, t.reason, window],
             )?
@@ -529,7 +530,10 @@ mod tests {
                 4,
             )
             .unwrap();
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Running);
+        let running = store.job(id).unwrap().unwrap();
+        assert_eq!(running.state, JobPhase::Running);
+        assert!(running.started_at.is_some());
+        assert_eq!(running.last_started_at, running.started_at);
         let exit = TaskEvent::Exited {
             exit_code: Some(3),
             signal: None,

@@ -230,4 +230,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE nodes ADD COLUMN prior TEXT;
     CREATE INDEX nodes_by_site ON nodes (site);
 ",
+    // When each job last started (its first start is started_ms), so `jobs
+    // show` says since when it runs where it runs, after moves and pauses.
+    "
+    ALTER TABLE jobs ADD COLUMN last_started_ms INTEGER;
+    UPDATE jobs SET last_started_ms = started_ms;
+",
 ];
