@@ -184,7 +184,10 @@ pub async fn join_only(cfg: &EdgeConfig) -> Result<String, EdgeError> {
 /// Runs the edge daemon until `shutdown` resolves, then yields running tasks
 /// (each checkpoints in its grace period; the journal says so) and returns. On a first start with a join token it
 /// joins first.
-pub async fn run(cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
+pub async fn run(mut cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Result<(), EdgeError> {
+    // Every embedder (the CLI, the demo) gets absolute paths, which tasks
+    // running as their own uid in their own work dir need.
+    cfg.absolute_paths()?;
     cfg.validate()?;
     let node_id = cfg.resolved_node_id();
     data_dir(&cfg)?;

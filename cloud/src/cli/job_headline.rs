@@ -68,9 +68,9 @@ fn waiting(job: &JobRecord) -> String {
             at(f),
             against(job, f)
         ),
-        _ => format!(
-            "{what}: no free capacity meets its deadline yet; it is tried again each round"
-        ),
+        _ => {
+            format!("{what}: no free capacity meets its deadline yet; it is tried again each round")
+        }
     }
 }
 
@@ -231,7 +231,14 @@ mod tests {
             headline(&f),
             "failed at 2026-01-01 03:00 UTC with exit code 2"
         );
-        for state in ["queued", "running", "succeeded", "failed", "cancelled", "rejected"] {
+        for state in [
+            "queued",
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "rejected",
+        ] {
             let line = headline(&job(state));
             for jargon in ["None", "-0.00", "admission", "promise_lead_h"] {
                 assert!(!line.contains(jargon), "{state}: {line}");
