@@ -4,6 +4,7 @@
 
 pub mod allreduce;
 pub mod backtest;
+pub mod cli;
 pub mod cold_start;
 pub mod demo;
 mod edge_link;

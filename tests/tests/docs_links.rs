@@ -3,9 +3,14 @@
 //! GitHub renders with that slug. The README also stays short enough that its
 //! first screen is the two commands and the way to install (issue 17).
 
+#[path = "support/markdown.rs"]
+mod markdown;
+
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use markdown::{anchors, link_targets, prose_lines, slug};
 
 /// The README's size limit: long material belongs in `docs/`.
 const README_MAX_BYTES: usize = 15_000;
@@ -39,100 +44,6 @@ fn markdown_files(root: &Path) -> Vec<PathBuf> {
     walk(&root.join("docs"), &mut files);
     files.sort();
     files
-}
-
-/// A line with its inline code spans removed, so that `[a](b)` inside
-/// backticks is not taken for a link.
-fn without_code_spans(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut in_code = false;
-    for c in line.chars() {
-        if c == '`' {
-            in_code = !in_code;
-        } else if !in_code {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Inline link targets on a line: `[text](target)` and `![alt](target)`.
-fn link_targets(line: &str) -> Vec<String> {
-    let line = without_code_spans(line);
-    let mut targets = Vec::new();
-    let mut rest = line.as_str();
-    while let Some(i) = rest.find("](") {
-        let after = &rest[i + 2..];
-        match after.find(')') {
-            Some(end) => {
-                targets.push(after[..end].trim().to_string());
-                rest = &after[end + 1..];
-            }
-            None => break,
-        }
-    }
-    targets
-}
-
-/// The lines of a markdown text outside fenced code blocks, numbered from 1.
-fn prose_lines(text: &str) -> Vec<(usize, &str)> {
-    let mut in_fence = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-        } else if !in_fence {
-            out.push((i + 1, line));
-        }
-    }
-    out
-}
-
-/// The anchor GitHub gives a heading's text: links reduced to their text,
-/// lower case, letters, digits, `-` and `_` kept, spaces as `-`, the rest
-/// dropped.
-fn slug(heading: &str) -> String {
-    let mut text = String::new();
-    let mut rest = heading;
-    while let Some(i) = rest.find("](") {
-        let close = rest[i + 2..].find(')').map(|e| i + 2 + e + 1);
-        text.push_str(&rest[..i]);
-        rest = close.map_or("", |c| &rest[c..]);
-    }
-    text.push_str(rest);
-    text.trim()
-        .chars()
-        .filter_map(|c| {
-            if c.is_alphanumeric() || c == '-' || c == '_' {
-                Some(c.to_lowercase().collect::<String>())
-            } else if c == ' ' {
-                Some("-".to_string())
-            } else {
-                None
-            }
-        })
-        .collect()
-}
-
-/// Every anchor a markdown text's headings produce, with GitHub's `-1`,
-/// `-2` suffixes for repeats.
-fn anchors(text: &str) -> HashSet<String> {
-    let mut seen = HashSet::new();
-    for (_, line) in prose_lines(text) {
-        let hashes = line.chars().take_while(|&c| c == '#').count();
-        if !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
-            continue;
-        }
-        let base = slug(&line[hashes..]);
-        let mut anchor = base.clone();
-        let mut n = 0;
-        while seen.contains(&anchor) {
-            n += 1;
-            anchor = format!("{base}-{n}");
-        }
-        seen.insert(anchor);
-    }
-    seen
 }
 
 /// Every broken relative link in `files`, one line each, naming the file,
