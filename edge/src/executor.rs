@@ -4,6 +4,11 @@
 //! group, a grace period, then SIGKILL and `cgroup.kill`) reaches every
 //! process it started, even one that left the group.
 
+mod progress;
+mod retention;
+
+pub use progress::{PROGRESS_EVERY_MS, PROGRESS_PREFIX};
+
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -13,20 +18,14 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tidemill_proto::{
-    CheckpointState, Command, ReportBody, TaskAssignment, TaskEvent, TaskProgress, TaskStatus,
-};
+use tidemill_proto::{CheckpointState, Command, ReportBody, TaskAssignment, TaskEvent, TaskStatus};
 use tidemill_runtime::clock::SharedClock;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{Notify, watch};
 
 use crate::config::TaskConfig;
 use crate::confine::Confinement;
 use crate::journal::{Journal, JournalError};
-use crate::taskdirs::job_dir;
-
-/// Longest output line kept, in bytes; longer lines are cut.
-const MAX_LINE: usize = 1000;
+use progress::{ProgressGate, ProgressSink, collect};
 
 /// How long output readers may run on after the task's main process exits,
 /// when a leftover child still holds its pipes. Wall time, not the clock's:
@@ -34,22 +33,12 @@ const MAX_LINE: usize = 1000;
 /// accelerated clock would cut the output tail short.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What a task prints, on stdout or stderr, to report its iterations:
-/// `TIDEMILL_PROGRESS iter=N`, optionally followed by other `key=value` pairs.
-pub const PROGRESS_PREFIX: &str = "TIDEMILL_PROGRESS ";
-
-/// The least time between two progress reports of one task, ms of the
-/// sampling clock, plus one at the task's end. A trainer may print a line
-/// every step; the uplink carries at most 48 of its reports a day, riding
-/// with the sample batches, which fit the 9 000 bytes a day that
-/// docs/links.md leaves under its 0.5 kbit/s bound.
-pub const PROGRESS_EVERY_MS: i64 = 1_800_000;
-
 /// Under the data dir, a directory per task, unless `[tasks] work_dir` is set.
 pub const TASKS_DIR: &str = "tasks";
 
-/// Under the data dir, a checkpoint directory per job, named by [`job_dir`],
-/// unless `[tasks] checkpoint_dir` is set.
+/// Under the data dir, a checkpoint directory per job, named by
+/// [`job_dir`](crate::taskdirs::job_dir), unless `[tasks] checkpoint_dir` is
+/// set.
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
 
 /// Why a task yields while its daemon stops.
@@ -231,50 +220,6 @@ impl Executor {
             }
             idle.await;
         }
-    }
-
-    /// Deletes the work dirs of tasks that ended more than
-    /// `keep_ended_hours` ago and the checkpoint dirs of jobs that have not
-    /// run here for `checkpoint_retention_days`, both under the data dir
-    /// only, as of wall time `now`; returns how many went.
-    pub fn prune_dirs(&self, now: std::time::SystemTime) -> Result<usize, JournalError> {
-        let open = self.journal.lock().unwrap().unfinished_tasks()?;
-        let tasks: Vec<String> = open.iter().map(|(a, _)| a.task_id.to_string()).collect();
-        let jobs: Vec<String> = open.iter().map(|(a, _)| job_dir(a.job_id)).collect();
-        let hours = |h: u64| Duration::from_secs(h * 3600);
-        let mut gone = 0;
-        for (dir, busy, keep) in [
-            (TASKS_DIR, &tasks, hours(self.cfg.keep_ended_hours)),
-            (
-                CHECKPOINTS_DIR,
-                &jobs,
-                hours(self.cfg.checkpoint_retention_days * 24),
-            ),
-            (
-                crate::checkpoint_move::STORE_DIR,
-                &jobs,
-                hours(self.cfg.checkpoint_retention_days * 24),
-            ),
-        ] {
-            let Ok(entries) = std::fs::read_dir(self.data_dir.join(dir)) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let stale = last_written(&entry.path())
-                    .is_some_and(|at| now.duration_since(at).unwrap_or_default() > keep);
-                if busy.contains(&name) || !stale {
-                    continue;
-                }
-                match std::fs::remove_dir_all(entry.path()) {
-                    Ok(()) => gone += 1,
-                    Err(e) => {
-                        tracing::warn!(node_id = %self.node_id, path = %entry.path().display(), error = %e, "cannot delete an old task dir; delete it by hand")
-                    }
-                }
-            }
-        }
-        Ok(gone)
     }
 
     fn status(
@@ -556,148 +501,11 @@ pub fn kill_leftovers(
     Ok(tasks)
 }
 
-/// When `dir` or anything directly in it was last written.
-fn last_written(dir: &std::path::Path) -> Option<std::time::SystemTime> {
-    let own = std::fs::symlink_metadata(dir)
-        .and_then(|m| m.modified())
-        .ok();
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .chain(own)
-        .max()
-}
-
-/// The iterations a `TIDEMILL_PROGRESS iter=N` line reports: exactly that
-/// prefix, then whitespace-separated `key=value` pairs of which `iter` is
-/// the one read, its value decimal digits that fit a `u64`. Any other line,
-/// malformed ones included, is ordinary output (`None`).
-fn parse_progress(line: &str) -> Option<u64> {
-    let pairs = line.strip_prefix(PROGRESS_PREFIX)?;
-    let n = pairs
-        .split_ascii_whitespace()
-        .find_map(|kv| kv.strip_prefix("iter="))?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    n.parse().ok()
-}
-
-/// A task's latest iteration count and what of it was reported, so that a
-/// trainer printing every step sends at most one report per
-/// [`PROGRESS_EVERY_MS`].
-#[derive(Debug, Default)]
-struct ProgressGate {
-    /// The latest count and when it was seen, ms of the sampling clock.
-    latest: Option<(u64, i64)>,
-    /// When the last report was let through.
-    sent_ms: Option<i64>,
-    /// Whether `latest` is still to be reported.
-    unsent: bool,
-}
-
-impl ProgressGate {
-    /// Takes a count seen at `now_ms`; returns it with its time when it is
-    /// to be reported now.
-    fn see(&mut self, iters: u64, now_ms: i64) -> Option<(u64, i64)> {
-        self.latest = Some((iters, now_ms));
-        self.unsent = true;
-        if self.sent_ms.is_some_and(|t| now_ms - t < PROGRESS_EVERY_MS) {
-            return None;
-        }
-        self.sent_ms = Some(now_ms);
-        self.unsent = false;
-        self.latest
-    }
-
-    /// The latest count if the gate held it back, for the task's end.
-    fn take_unsent(&mut self) -> Option<(u64, i64)> {
-        std::mem::take(&mut self.unsent)
-            .then_some(self.latest)
-            .flatten()
-    }
-}
-
-/// Journals one task's progress lines as [`ReportBody::Progress`], through a
-/// [`ProgressGate`]. The reports wait for the next batch the outbox sends
-/// (samples go every few seconds) rather than waking it.
-#[derive(Clone)]
-struct ProgressSink {
-    journal: Arc<Mutex<Journal>>,
-    stamps: SharedClock,
-    node_id: String,
-    task_id: u64,
-    job_id: u64,
-    gate: Arc<Mutex<ProgressGate>>,
-}
-
-impl ProgressSink {
-    /// A progress line said `iters`. A journal that cannot take the report
-    /// is logged, not fatal: the task runs on and its end reports the count.
-    fn seen(&self, iters: u64) {
-        let due = self.gate.lock().unwrap().see(iters, self.stamps.now_ms());
-        if let Some(due) = due
-            && let Err(e) = self.journal(due)
-        {
-            tracing::warn!(node_id = %self.node_id, job_id = self.job_id, task_id = self.task_id, error = %e, "cannot journal the task's progress");
-        }
-    }
-
-    /// Journals the count the gate held back, if any, at the task's end.
-    fn flush(&self) -> Result<(), JournalError> {
-        let unsent = self.gate.lock().unwrap().take_unsent();
-        unsent.map_or(Ok(()), |due| self.journal(due))
-    }
-
-    fn journal(&self, (iterations, t_ms): (u64, i64)) -> Result<(), JournalError> {
-        tracing::debug!(node_id = %self.node_id, job_id = self.job_id, task_id = self.task_id, iterations, "task progress");
-        let body = ReportBody::Progress(TaskProgress {
-            task_id: self.task_id,
-            job_id: self.job_id,
-            t_ms,
-            iterations,
-        });
-        self.journal.lock().unwrap().append(&body).map(drop)
-    }
-}
-
-/// Keeps the last `keep` lines of a stream, each cut to [`MAX_LINE`] bytes,
-/// and hands progress lines to `progress` and every line to `checkpoint`.
-async fn collect(
-    stream: impl AsyncRead + Unpin,
-    tail: Arc<Mutex<VecDeque<String>>>,
-    keep: usize,
-    progress: ProgressSink,
-    checkpoint: Arc<crate::ckwatch::CheckpointWatch>,
-) {
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line[..line.len().min(MAX_LINE)]);
-                let text = text.trim_end_matches(['\n', '\r']);
-                if let Some(iters) = parse_progress(text) {
-                    progress.seen(iters);
-                }
-                checkpoint.see(text);
-                let mut tail = tail.lock().unwrap();
-                tail.push_back(text.to_string());
-                while tail.len() > keep {
-                    tail.pop_front();
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::progress::parse_progress;
     use super::*;
+    use tidemill_proto::TaskProgress;
     use tidemill_runtime::clock::{ScaledClock, SharedClock, SystemClock};
 
     struct Harness {

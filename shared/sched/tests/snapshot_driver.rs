@@ -1,7 +1,8 @@
 //! Every registered policy on the live coordinator's path: a snapshot in, a
 //! round plan out, through [`SnapshotDriver`].
 
-// The builders only; the plan executor there serves scheduler.rs.
+// The builders only; the plan executor there serves scheduler_guarantee.rs
+// and scheduler_rounds.rs.
 #[allow(dead_code)]
 mod common;
 

@@ -41,6 +41,8 @@
 //! the link's bandwidth) in its step time. Step times are recomputed in every
 //! round where a site's `k` changes.
 
+mod decisions;
+
 use thiserror::Error;
 
 use super::checkpoints::Checkpoint;
@@ -48,7 +50,7 @@ use super::edges::EdgeWorld;
 use super::jobs::TraceJob;
 use super::metrics::{Accumulators, EdgeTotals};
 use super::placement::{CostModel, Place};
-use super::policies::{Decision, EdgeInterest, EdgeSignals, JobRun, JobStatus, Scheduler, View};
+use super::policies::{EdgeInterest, EdgeSignals, JobRun, JobStatus, Scheduler, View};
 
 /// Everything a run needs, shared by all policies.
 #[derive(Clone)]
@@ -322,164 +324,6 @@ impl Run<'_> {
                 iters: self.jobs[j].done_iters - iters0,
             });
         }
-    }
-
-    fn apply(&mut self, now: i64, d: &Decision) -> Result<(), EngineError> {
-        let model = &self.world.model;
-        let mut used = vec![0u32; model.nodes().len()];
-        let mut wanted: Vec<Option<&Place>> = vec![None; self.jobs.len()];
-        for (j, p) in &d.run {
-            let bad = |what: &str| EngineError::BadDecision {
-                job: *j,
-                t_ms: now,
-                what: what.to_string(),
-            };
-            if self
-                .jobs
-                .get(*j)
-                .is_none_or(|job| job.status != JobStatus::Active || job.spec.submitted_ms > now)
-            {
-                return Err(bad("not an active job"));
-            }
-            if wanted[*j].is_some() {
-                return Err(bad("placed twice in one round"));
-            }
-            if p.iter()
-                .any(|&(q, w)| w == 0 || q as usize >= model.nodes().len())
-            {
-                return Err(bad("placement names an unknown node or zero workers"));
-            }
-            if d.reject.contains(j) || d.abandon.contains(j) {
-                return Err(bad("both placed and turned away"));
-            }
-            for &(q, w) in p {
-                used[q as usize] += w;
-            }
-            wanted[*j] = (!p.is_empty()).then_some(p);
-        }
-        for (q, &u) in used.iter().enumerate() {
-            if u > model.nodes()[q].devices {
-                return Err(EngineError::OverCapacity {
-                    node: model.nodes()[q].id.clone(),
-                    t_ms: now,
-                    used: u,
-                    devices: model.nodes()[q].devices,
-                });
-            }
-        }
-        for (list, status) in [
-            (&d.reject, JobStatus::Rejected),
-            (&d.abandon, JobStatus::Abandoned),
-        ] {
-            for &j in list {
-                if self
-                    .jobs
-                    .get(j)
-                    .is_some_and(|job| job.status == JobStatus::Active)
-                {
-                    self.close(j, now);
-                    let job = &mut self.jobs[j];
-                    job.status = status;
-                    job.place.clear();
-                }
-            }
-        }
-        for &j in &d.guarantee {
-            if let Some(job) = self.jobs.get_mut(j) {
-                job.guaranteed_ms.get_or_insert(now);
-            }
-        }
-        self.active
-            .retain(|&j| self.jobs[j].status == JobStatus::Active);
-        let mut placed = false;
-        for i in 0..self.active.len() {
-            let j = self.active[i];
-            let new: Place = wanted[j].cloned().unwrap_or_default();
-            if new == self.jobs[j].place {
-                continue;
-            }
-            self.close(j, now);
-            self.leave(j, now);
-            let job = &mut self.jobs[j];
-            self.lan[j] = model.lan_sites(&new);
-            placed |= !self.lan[j].is_empty();
-            if new.is_empty() {
-                job.preemptions += 1;
-                job.place.clear();
-                job.startup_left_s = 0.0;
-                continue;
-            }
-            let from = if job.running() {
-                job.migrations += 1;
-                job.place.clone()
-            } else {
-                job.location.clone()
-            };
-            let su = model.startup(&job.spec, &from, &new);
-            let Some((step, sync_class)) = model.step(&job.spec, &new) else {
-                return Err(EngineError::NoThroughput {
-                    job: j,
-                    model: job.spec.model.clone(),
-                });
-            };
-            self.acc.traffic.add_scaled(&su.wan, 1.0);
-            job.startup_left_s = su.secs;
-            job.step_s = step;
-            job.sync_class = sync_class;
-            job.location = new.clone();
-            job.place = new;
-            self.open[j] = Some((now, job.done_iters));
-        }
-        self.share_lans(placed)?;
-        if self.record {
-            let (mut cloud, mut edge) = (0, 0);
-            for (q, &u) in used.iter().enumerate() {
-                if model.nodes()[q].is_cloud() {
-                    cloud += u;
-                } else {
-                    edge += u;
-                }
-            }
-            self.usage.push(UsageSample {
-                t_ms: now,
-                cloud,
-                edge,
-            });
-        }
-        Ok(())
-    }
-
-    /// Job `j` leaves its placement at `now` (if it runs): an eviction when
-    /// a box of it is truly busy, else a planned stop (module doc).
-    fn leave(&mut self, j: usize, now: i64) {
-        let job = &mut self.jobs[j];
-        if !job.running() {
-            return;
-        }
-        let model = &self.world.model;
-        let busy = job.place.iter().any(|&(q, _)| {
-            model.nodes()[q as usize]
-                .edge
-                .is_some_and(|e| !self.world.edges.idle(e, now))
-        });
-        if !busy {
-            self.ckpt[j].save(job.done_iters);
-            return;
-        }
-        let workers: u32 = job.place.iter().map(|p| p.1).sum();
-        let before_iters = job.done_iters;
-        let lost = self.ckpt[j].evict(&mut job.done_iters);
-        if self.record {
-            self.evictions.push(Eviction {
-                job: j,
-                t_ms: now,
-                before_iters,
-                after_iters: job.done_iters,
-            });
-        }
-        self.acc.evictions += 1;
-        self.acc.lost_iters += lost.iters;
-        self.acc.lost_device_s += lost.train_s * f64::from(workers);
     }
 
     /// Counts the jobs syncing over each site's LAN and, when a count

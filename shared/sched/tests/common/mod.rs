@@ -323,3 +323,29 @@ pub fn simulate(
     }
     outcomes
 }
+
+// The clock and the policies the hand-built scheduler scenarios share.
+
+/// 18:00 on day 0; tonight's idle window is 22:00–06:00.
+pub const NOW: i64 = 18 * H;
+pub const NIGHT: (i64, i64) = (22 * H, 30 * H);
+
+/// Reserve admission in least-attained-service order, without running
+/// ahead: the policy these hand-built scenarios were written for (queue
+/// admission has its own tests).
+pub fn policy() -> Policy {
+    Policy {
+        admission: AdmissionMode::Reserve,
+        best_effort_order: BestEffortOrder::LeastAttainedService,
+        run_ahead: false,
+        ..Policy::default()
+    }
+}
+
+pub fn each_round() -> Policy {
+    Policy {
+        admission: AdmissionMode::EachRound,
+        best_effort_order: BestEffortOrder::ShortestRemainingTime,
+        ..policy()
+    }
+}
