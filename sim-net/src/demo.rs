@@ -108,26 +108,41 @@ struct DemoJob {
     epochs: Option<f64>,
 }
 
+/// The shell that saves a job's checkpoint (the epoch it reached) where its
+/// edge looks for it, `$TIDEMILL_CHECKPOINT_DIR`, and says so.
+macro_rules! checkpoint {
+    ($epoch:literal) => {
+        concat!(
+            "echo ",
+            $epoch,
+            " > \"$TIDEMILL_CHECKPOINT_DIR/epoch\" && echo checkpoint saved"
+        )
+    };
+}
+
 /// The jobs submitted: night jobs planned into the tide, one that fails on
 /// purpose, and noon jobs that wait for the next night.
 const JOBS: &[DemoJob] = &[
     DemoJob {
         name: "resnet50-night-1",
-        command: "echo epoch 1; sleep 1; echo epoch 2; sleep 1; echo checkpoint saved",
+        command: concat!(
+            "echo epoch 1; sleep 1; echo epoch 2; sleep 1; ",
+            checkpoint!(2)
+        ),
         expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(2.0),
     },
     DemoJob {
         name: "bert-night-2",
-        command: "echo epoch 1; sleep 2; echo checkpoint saved",
+        command: concat!("echo epoch 1; sleep 2; ", checkpoint!(1)),
         expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(2.0),
     },
     DemoJob {
         name: "vgg16-night-3",
-        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        command: concat!("echo epoch 1; sleep 1; ", checkpoint!(1)),
         expect: JobPhase::Succeeded,
         at_hour: 0.0,
         epochs: Some(1.0),
@@ -141,19 +156,22 @@ const JOBS: &[DemoJob] = &[
     },
     DemoJob {
         name: "gpt2-noon-1",
-        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        command: concat!("echo epoch 1; sleep 1; ", checkpoint!(1)),
         expect: JobPhase::Succeeded,
         at_hour: 12.0,
         epochs: Some(1.0),
     },
     DemoJob {
         name: "gpt2-noon-2",
-        command: "echo epoch 1; sleep 1; echo checkpoint saved",
+        command: concat!("echo epoch 1; sleep 1; ", checkpoint!(1)),
         expect: JobPhase::Succeeded,
         at_hour: 12.0,
         epochs: Some(1.0),
     },
 ];
+
+/// The demo's log, in its data dir.
+const LOG_FILE: &str = "demo.log";
 
 /// How a job without `[work]` is scheduled, and why: with no work to plan
 /// against its deadline, it runs best-effort wherever first-fit finds an idle node.
@@ -178,8 +196,15 @@ pub fn run(args: &Args) -> Result<(), DemoError> {
             rule: "must be between 1 and 100000",
         });
     }
-    tidemill_runtime::lifecycle::init_logging("warn");
     prepare_dir(&args.data_dir)?;
+    // Logs go to a file, so that they do not break into the story on stdout.
+    let log = args.data_dir.join(LOG_FILE);
+    tidemill_runtime::lifecycle::init_logging_to_file("info", &log).map_err(|source| {
+        DemoError::Io {
+            path: log.clone(),
+            source,
+        }
+    })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -319,7 +344,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
     }
     server.stop().await;
     println!(
-        "\ndata kept in {} (coordinator database: cloud/tidemill.db)",
+        "\ndata kept in {} (coordinator database: cloud/tidemill.db; the log: {LOG_FILE})",
         args.data_dir.display()
     );
     outcome

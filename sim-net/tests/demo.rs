@@ -103,6 +103,36 @@ fn the_demo_runs_and_reports_on_one_clock() {
     assert_eq!(broken[9..12].join(" "), "failed as intended", "{broken:?}");
     assert!(broken.join(" ").contains("no [work]"), "{broken:?}");
     assert!(stdout.contains("all 6 jobs ended as expected"), "{stdout}");
+
+    // The story's words agree with the table: each job's last line before
+    // it says how it was admitted as its row does.
+    for name in [
+        "resnet50-night-1",
+        "bert-night-2",
+        "vgg16-night-3",
+        "broken-config",
+        "gpt2-noon-1",
+        "gpt2-noon-2",
+    ] {
+        let said = tide
+            .iter()
+            .rfind(|l| l.contains(&format!(" {name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"));
+        let admitted = said
+            .split_once("): ")
+            .and_then(|(_, rest)| rest.split_once(';'))
+            .map(|(a, _)| a)
+            .unwrap_or_else(|| panic!("{name} does not end with its verdict: {said}"));
+        let row = row(name).join(" ");
+        assert!(row.contains(&format!(" {admitted};")), "{said}\n{row}");
+    }
+    // Log lines go to the data dir's demo.log, not into the story.
+    for l in stdout.lines().chain(stderr.lines()) {
+        for level in ["  INFO ", "  WARN ", " ERROR ", " DEBUG "] {
+            assert!(!l.contains(level), "a log line on the terminal: {l}");
+        }
+    }
+    assert!(data.join("demo.log").is_file(), "{stdout}");
 }
 
 /// Whether `line` holds a calendar date such as `2026-11-25`.

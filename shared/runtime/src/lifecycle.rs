@@ -71,6 +71,26 @@ pub fn init_logging_as(default_filter: &str, format: LogFormat) {
     }
 }
 
+/// Logs plain text to the file at `path` (appended to, created 0600), filtered
+/// by `RUST_LOG`, else by `default_filter`: for a command whose own output
+/// is on the terminal, where log lines would break into it.
+pub fn init_logging_to_file(default_filter: &str, path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .init();
+    Ok(())
+}
+
 /// For commands that print and exit: let a closed pipe (`... | head`) end the
 /// process quietly, as it does other Unix tools, instead of making `println!`
 /// panic. Never call it in a server: there SIGPIPE must stay ignored, so a write

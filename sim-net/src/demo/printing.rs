@@ -114,21 +114,41 @@ pub(super) struct Printed {
     pub(super) forecasts: HashSet<String>,
     pub(super) states: HashMap<u64, JobPhase>,
     pub(super) reasons: HashMap<u64, String>,
+    /// The admission verdict last said of each running job.
+    pub(super) verdicts: HashMap<u64, String>,
 }
 
 /// Prints what changed about a job since the last look: a new reason while
-/// it waits, its start with the plan's finish, or its end against its deadline.
+/// it waits, its start with the plan's finish, a new admission verdict while
+/// it runs, a stop to resume later, or its end against its deadline with the verdict the final table
+/// gives it.
 pub(super) fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed: &mut Printed) {
     let deadline = tide.at_time(j.deadline);
-    if printed.states.insert(j.id, j.state) != Some(j.state) {
+    let plan = || {
+        j.plan.as_ref().map_or(UNPLANNED.to_string(), |p| {
+            let finish = p
+                .expected_finish
+                .map_or("beyond the horizon".into(), |t| tide.at_time(t));
+            format!("{}, planned finish {finish}", p.verdict.as_str())
+        })
+    };
+    let before = printed.states.insert(j.id, j.state);
+    let changed = before != Some(j.state);
+    if j.state == JobPhase::Running && !changed && printed.verdicts.get(&j.id) != Some(&admitted(j))
+    {
+        println!(
+            "{stamp} job {} {} is now {} (deadline {deadline})",
+            j.id,
+            j.name,
+            plan()
+        );
+        printed.verdicts.insert(j.id, admitted(j));
+    }
+    if changed {
         match j.state {
             JobPhase::Running => {
-                let plan = j.plan.as_ref().map_or(UNPLANNED.to_string(), |p| {
-                    let finish = p
-                        .expected_finish
-                        .map_or("beyond the horizon".into(), |t| tide.at_time(t));
-                    format!("{}, planned finish {finish}", p.verdict.as_str())
-                });
+                printed.verdicts.insert(j.id, admitted(j));
+                let plan = plan();
                 println!(
                     "{stamp} job {} {} runs on {} ({plan}; deadline {deadline})",
                     j.id,
@@ -136,16 +156,23 @@ pub(super) fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed:
                     nodes_of(j)
                 );
             }
+            JobPhase::Queued if before == Some(JobPhase::Running) => println!(
+                "{stamp} job {} {} stops for now, to resume from its checkpoint: {}",
+                j.id,
+                j.name,
+                tide.rewrite(j.why())
+            ),
             phase if phase.is_terminal() => {
                 let finished = j.finished_at.map_or("-".into(), |t| tide.at_time(t));
                 let slack = j
                     .finished_at
                     .map_or(String::new(), |t| format!(", slack {}", slack_of(j, t)));
                 println!(
-                    "{stamp} job {} {} {} at {finished} (deadline {deadline}{slack}): {}",
+                    "{stamp} job {} {} {} at {finished} (deadline {deadline}{slack}): {}; {}",
                     j.id,
                     j.name,
                     phase.as_str(),
+                    admitted(j),
                     j.why()
                 );
             }
@@ -162,6 +189,14 @@ pub(super) fn print_change(j: &JobRecord, stamp: &str, tide: TideClock, printed:
             printed.reasons.insert(j.id, reason);
         }
     }
+}
+
+/// How the job was admitted, as its latest plan says (the final table's
+/// words too): `guaranteed`, `best-effort`, or why it was not planned.
+fn admitted(j: &JobRecord) -> String {
+    j.plan
+        .as_ref()
+        .map_or(UNPLANNED.to_string(), |p| p.verdict.as_str().to_string())
 }
 
 /// The nodes a job ran or runs on: its plan's, else the one it was placed on.
@@ -201,10 +236,7 @@ pub(super) fn print_jobs(jobs: &[JobRecord], expected: &[(u64, &DemoJob)], tide:
             .iter()
             .find(|(id, _)| *id == j.id)
             .map_or(JobPhase::Succeeded, |(_, d)| d.expect);
-        let admitted = j
-            .plan
-            .as_ref()
-            .map_or(UNPLANNED.to_string(), |p| p.verdict.as_str().to_string());
+        let admitted = admitted(j);
         let tail = j
             .output_tail
             .last()
