@@ -49,6 +49,10 @@ fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
         cloud_bin: Some(CLOUD.into()),
         seed: 1,
         compare: true,
+        // The second live run that edge_gain needs would double the test's
+        // time (about 65 s in all on a loaded 2-core box, over its 60 s).
+        no_edge_gain: true,
+        svg: Some(dir.path().join("twin.svg")),
         json: false,
         work_dir: Some(dir.path().join("twin")),
     })
@@ -69,6 +73,20 @@ fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
         report.differing_jobs,
     );
     assert_eq!(live.metrics.jobs, 20);
+    assert_eq!(
+        (live.metrics.edge_gain, live.no_edge_wall_s),
+        (None, None),
+        "edge_gain skipped is not measured, never 0"
+    );
+    assert!(
+        sim.edge_gain.is_some(),
+        "the simulator's row has its edge_gain"
+    );
+    let svg = std::fs::read_to_string(dir.path().join("twin.svg")).expect("--svg writes the chart");
+    assert!(
+        svg.contains("<svg") && svg.contains("live") && svg.contains("simulated"),
+        "the chart has a live and a simulated line"
+    );
     assert!(
         (live.metrics.deadline_satisfaction_ratio - sim.deadline_satisfaction_ratio).abs() <= 0.05,
         "live DSR {} against simulated {}; jobs that differ: {:#?}; the coordinator's log: {}",
