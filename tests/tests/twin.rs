@@ -36,11 +36,11 @@ fn small_mec(dir: &Path) -> PathBuf {
     file
 }
 
-#[test]
-fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
-    let dir = support::tempdir();
-    let report = twin::twin(&Args {
-        topology: small_mec(dir.path()),
+/// The suite's twin: the first 20 jobs of `topology` at 3600×, compared
+/// with the simulator, its chart written to `svg`.
+fn args(topology: PathBuf, svg: PathBuf, work_dir: PathBuf) -> Args {
+    Args {
+        topology,
         jobs: None,
         max_jobs: Some(20),
         days: None,
@@ -52,10 +52,37 @@ fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
         // The second live run that edge_gain needs would double the test's
         // time (about 65 s in all on a loaded 2-core box, over its 60 s).
         no_edge_gain: true,
-        svg: Some(dir.path().join("twin.svg")),
+        svg: Some(svg),
         json: false,
-        work_dir: Some(dir.path().join("twin")),
-    })
+        work_dir: Some(work_dir),
+    }
+}
+
+#[test]
+fn an_svg_path_in_a_missing_directory_is_refused_before_the_runs() {
+    let dir = support::tempdir();
+    let missing = dir.path().join("no-such-dir/twin.svg");
+    let err = twin::twin(&args(
+        dir.path().join("no-such-scenario.toml"),
+        missing.clone(),
+        dir.path().join("twin"),
+    ))
+    .expect_err("a chart that cannot be written is refused")
+    .to_string();
+    assert!(
+        err.starts_with(&format!("--svg {}: ", missing.display())) && err.contains("directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
+    let dir = support::tempdir();
+    let report = twin::twin(&args(
+        small_mec(dir.path()),
+        dir.path().join("twin.svg"),
+        dir.path().join("twin"),
+    ))
     .expect("the twin runs");
     let live = &report.live[0];
     let sim = &report.simulated[0];

@@ -410,6 +410,16 @@ pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
             rule: "must be between 1 and 100000 (the coordinator's clock.speed range)",
         });
     }
+    if let Some(svg) = &args.svg {
+        let parent = svg.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            return Err(TwinError::BadOption {
+                flag: "svg",
+                value: svg.display().to_string(),
+                rule: "its directory must exist (the chart is written after the runs)",
+            });
+        }
+    }
     let setup = load(args)?;
     let bin = cloud_bin(args)?;
     let dir = args.work_dir.clone().unwrap_or_else(|| {
