@@ -10,6 +10,7 @@ pub mod demo;
 mod edge_link;
 pub mod forecast_eval;
 pub mod gen_trace;
+mod line_chart;
 pub mod plot;
 pub mod simulate;
 pub mod swarm;

@@ -36,11 +36,11 @@ fn small_mec(dir: &Path) -> PathBuf {
     file
 }
 
-#[test]
-fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
-    let dir = support::tempdir();
-    let report = twin::twin(&Args {
-        topology: small_mec(dir.path()),
+/// The suite's twin: the first 20 jobs of `topology` at 3600×, compared
+/// with the simulator, its chart written to `svg`.
+fn args(topology: PathBuf, svg: PathBuf, work_dir: PathBuf) -> Args {
+    Args {
+        topology,
         jobs: None,
         max_jobs: Some(20),
         days: None,
@@ -49,9 +49,40 @@ fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
         cloud_bin: Some(CLOUD.into()),
         seed: 1,
         compare: true,
+        // The second live run that edge_gain needs would double the test's
+        // time (about 65 s in all on a loaded 2-core box, over its 60 s).
+        no_edge_gain: true,
+        svg: Some(svg),
         json: false,
-        work_dir: Some(dir.path().join("twin")),
-    })
+        work_dir: Some(work_dir),
+    }
+}
+
+#[test]
+fn an_svg_path_in_a_missing_directory_is_refused_before_the_runs() {
+    let dir = support::tempdir();
+    let missing = dir.path().join("no-such-dir/twin.svg");
+    let err = twin::twin(&args(
+        dir.path().join("no-such-scenario.toml"),
+        missing.clone(),
+        dir.path().join("twin"),
+    ))
+    .expect_err("a chart that cannot be written is refused")
+    .to_string();
+    assert!(
+        err.starts_with(&format!("--svg {}: ", missing.display())) && err.contains("directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
+    let dir = support::tempdir();
+    let report = twin::twin(&args(
+        small_mec(dir.path()),
+        dir.path().join("twin.svg"),
+        dir.path().join("twin"),
+    ))
     .expect("the twin runs");
     let live = &report.live[0];
     let sim = &report.simulated[0];
@@ -69,6 +100,20 @@ fn a_small_twin_meets_the_deadlines_the_simulator_promises() {
         report.differing_jobs,
     );
     assert_eq!(live.metrics.jobs, 20);
+    assert_eq!(
+        (live.metrics.edge_gain, live.no_edge_wall_s),
+        (None, None),
+        "edge_gain skipped is not measured, never 0"
+    );
+    assert!(
+        sim.edge_gain.is_some(),
+        "the simulator's row has its edge_gain"
+    );
+    let svg = std::fs::read_to_string(dir.path().join("twin.svg")).expect("--svg writes the chart");
+    assert!(
+        svg.contains("<svg") && svg.contains("live") && svg.contains("simulated"),
+        "the chart has a live and a simulated line"
+    );
     assert!(
         (live.metrics.deadline_satisfaction_ratio - sim.deadline_satisfaction_ratio).abs() <= 0.05,
         "live DSR {} against simulated {}; jobs that differ: {:#?}; the coordinator's log: {}",

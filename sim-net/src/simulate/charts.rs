@@ -29,7 +29,7 @@ pub enum ChartError {
     },
 }
 
-type DrawResult = Result<(), Box<dyn std::error::Error>>;
+use crate::line_chart::DrawResult;
 
 /// Writes every chart into `dir`.
 pub fn write_all(
@@ -188,13 +188,7 @@ fn usage_panel(
         .draw_series(LineSeries::new(steps(|u| u.edge), RGBColor(0, 130, 0)))?
         .label("edge devices in use")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(0, 130, 0)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    crate::line_chart::legend(&mut chart)
 }
 
 fn schedule_panel(

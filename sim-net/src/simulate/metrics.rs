@@ -257,6 +257,26 @@ pub fn summarise(
     }
 }
 
+impl PolicyMetrics {
+    /// Fills in `edge_gain`, `slo_edge_gain` and the DSRs they come from
+    /// with `without`, the same policy's row on the same world with no edge
+    /// box: `None` where that run was not needed (the policy never uses the
+    /// edge, or the world has none), so the gain is 0. `simulate` and the
+    /// live `twin` both compute the gain here.
+    pub fn set_edge_gain(&mut self, without: Option<&PolicyMetrics>) {
+        self.dsr_without_edge = without.map(|w| w.deadline_satisfaction_ratio);
+        self.slo_dsr_without_edge = without.map(|w| w.slo_deadline_satisfaction_ratio);
+        self.edge_gain = Some(
+            self.dsr_without_edge
+                .map_or(0.0, |w| self.deadline_satisfaction_ratio - w),
+        );
+        self.slo_edge_gain = Some(
+            self.slo_dsr_without_edge
+                .map_or(0.0, |w| self.slo_deadline_satisfaction_ratio - w),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testkit;
@@ -279,6 +299,38 @@ mod tests {
         j
     }
 
+    /// The row of `jobs` alone, with nothing accumulated.
+    fn summary(jobs: &[JobRun]) -> PolicyMetrics {
+        summarise(
+            "p",
+            jobs,
+            &Accumulators::default(),
+            EdgeTotals::default(),
+            None,
+            0.0,
+        )
+    }
+
+    #[test]
+    fn edge_gain_is_the_dsr_over_the_run_without_edge_or_zero_without_one() {
+        let row = |met: &[bool]| {
+            let jobs: Vec<JobRun> = met
+                .iter()
+                .enumerate()
+                .map(|(k, &m)| run(k as u64, 12, None, m.then_some(11)))
+                .collect();
+            summary(&jobs)
+        };
+        let mut full = row(&[true, true, true, false]);
+        assert_eq!(full.edge_gain, None, "not measured until a run fills it in");
+        full.set_edge_gain(Some(&row(&[true, false, false, false])));
+        assert_eq!(full.dsr_without_edge, Some(0.25));
+        assert_eq!(full.edge_gain, Some(0.5));
+        assert_eq!(full.slo_edge_gain, Some(0.5));
+        full.set_edge_gain(None);
+        assert_eq!((full.edge_gain, full.dsr_without_edge), (Some(0.0), None));
+    }
+
     #[test]
     fn guarantees_count_their_misses_and_the_median_notice() {
         // Promised 10, 4, 1 and 6 h before their deadlines: the nearest-rank
@@ -291,14 +343,7 @@ mod tests {
             run(4, 12, Some(6), None),
             run(5, 12, None, None),
         ];
-        let m = summarise(
-            "p",
-            &jobs,
-            &Accumulators::default(),
-            EdgeTotals::default(),
-            None,
-            0.0,
-        );
+        let m = summary(&jobs);
         assert_eq!((m.guaranteed_jobs, m.guaranteed_missed), (4, 2));
         assert_eq!(m.promise_notice_h_median, Some(4.0));
         assert_eq!(m.deadlines_met, 2);

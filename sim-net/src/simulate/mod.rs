@@ -712,16 +712,7 @@ impl Setup {
         }
         for m in &mut rows {
             let without = bare.iter().find(|b| b.0 == m.policy).map(|b| &b.1);
-            m.dsr_without_edge = without.map(|w| w.deadline_satisfaction_ratio);
-            m.slo_dsr_without_edge = without.map(|w| w.slo_deadline_satisfaction_ratio);
-            m.edge_gain = Some(
-                m.dsr_without_edge
-                    .map_or(0.0, |without| m.deadline_satisfaction_ratio - without),
-            );
-            m.slo_edge_gain = Some(
-                m.slo_dsr_without_edge
-                    .map_or(0.0, |without| m.slo_deadline_satisfaction_ratio - without),
-            );
+            m.set_edge_gain(without);
         }
         rows.extend(bound);
         (rows, outcomes)

@@ -7,12 +7,9 @@
 
 use std::path::Path;
 
-use plotters::prelude::*;
-
 use super::Row;
 use super::grid::Axis;
-
-type DrawResult = Result<(), Box<dyn std::error::Error>>;
+use crate::line_chart::{self, DrawResult, Frame, Line};
 
 /// One charted figure: file stem, axis label, and how to read it off a row.
 struct Figure {
@@ -42,19 +39,6 @@ const FIGURES: [Figure; 4] = [
         label: "cloud GPU-hours",
         value: |r| Some(r.metrics.cloud_gpu_hours),
     },
-];
-
-const COLORS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
 ];
 
 /// Writes every chart into `dir`; `bases` are the values the other keys are
@@ -132,13 +116,10 @@ fn draw(
     }
     let mut xs = axis.values.clone();
     xs.sort_by(f64::total_cmp);
-    let (x0, x1) = (xs[0], xs[xs.len() - 1]);
     let ys: Vec<f64> = rows.iter().filter_map(|r| (f.value)(r)).collect();
     let y_lo = ys.iter().copied().fold(0.0, f64::min);
     let y_hi = ys.iter().copied().fold(0.0, f64::max);
     let pad = ((y_hi - y_lo) * 0.08).max(1e-3);
-    let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
-    root.fill(&WHITE)?;
     let trace_name = Path::new(trace)
         .file_name()
         .map_or(String::new(), |s| s.to_string_lossy().into_owned());
@@ -147,59 +128,25 @@ fn draw(
     } else {
         format!("{} vs {} ({trace_name}; {held})", f.label, axis.key.name())
     };
-    let log = x0 > 0.0 && x1 / x0 >= 8.0;
-    let mut builder = ChartBuilder::on(&root);
-    builder
-        .caption(caption, ("sans-serif", 18))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60);
-    let y_range = (y_lo - if y_lo < 0.0 { pad } else { 0.0 })..(y_hi + pad);
-    let series = |p: &str| -> Vec<(f64, f64)> {
-        let mut pts: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| r.metrics.policy == p)
-            .filter_map(|r| Some((value_of(r, axis)?, (f.value)(r)?)))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        pts
+    let lines: Vec<Line<'_>> = policies
+        .iter()
+        .map(|&p| {
+            let mut points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.metrics.policy == p)
+                .filter_map(|r| Some((value_of(r, axis)?, (f.value)(r)?)))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Line { label: p, points }
+        })
+        .collect();
+    let frame = Frame {
+        caption: &caption,
+        x_desc: axis.key.name(),
+        y_desc: f.label,
+        x: (xs[0], xs[xs.len() - 1]),
+        y: (y_lo - if y_lo < 0.0 { pad } else { 0.0 })..(y_hi + pad),
+        dots: true,
     };
-    macro_rules! plot {
-        ($chart:expr) => {{
-            let mut chart = $chart;
-            chart
-                .configure_mesh()
-                .x_desc(axis.key.name())
-                .y_desc(f.label)
-                .draw()?;
-            for (i, p) in policies.iter().enumerate() {
-                let color = COLORS[i % COLORS.len()];
-                let pts = series(p);
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-                    .label(*p)
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
-                chart.draw_series(
-                    pts.into_iter()
-                        .map(move |(x, y)| Circle::new((x, y), 3, color.filled())),
-                )?;
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()?;
-        }};
-    }
-    if log {
-        plot!(builder.build_cartesian_2d((x0..x1).log_scale(), y_range)?);
-    } else {
-        let span = (x1 - x0).max(1e-9);
-        plot!(builder.build_cartesian_2d((x0 - span * 0.02)..(x1 + span * 0.02), y_range)?);
-    }
-    root.present()?;
-    Ok(())
+    line_chart::draw(path, &frame, &lines)
 }

@@ -7,6 +7,7 @@
 //! its own ([`report`]), and with `--compare` set beside the simulator's run
 //! of the same slice.
 
+pub mod chart;
 pub mod cloud;
 pub mod edge;
 pub mod lag;
@@ -26,10 +27,12 @@ use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
 use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::identity::JoinToken;
 use tidemill_runtime::quic::{self, Timing};
-use tidemill_sched::{DataSite, JobClass};
+use tidemill_sched::DataSite;
 
 use crate::edge_link::Dialer;
+use crate::simulate::engine::World;
 use crate::simulate::jobs::TraceJob;
+use crate::simulate::policies::JobRun;
 use crate::simulate::policies::PolicyName;
 use crate::simulate::variants::Variant;
 use crate::simulate::{self, SimError, policy_parser};
@@ -78,6 +81,16 @@ pub struct Args {
     /// outcome differs.
     #[arg(long)]
     pub compare: bool,
+    /// Skip the second live run, on the same world with no edge boxes, that
+    /// `edge_gain` needs: about half the wall time, and the live row's
+    /// `edge_gain` is then not measured (null in JSON).
+    #[arg(long)]
+    pub no_edge_gain: bool,
+    /// Write an SVG chart of the deadline satisfaction ratio over the
+    /// slice here: one line per live run, and the simulator's with
+    /// `--compare`.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -129,6 +142,9 @@ pub enum TwinError {
     /// The join token the coordinator gave is malformed.
     #[error(transparent)]
     Token(#[from] tidemill_runtime::identity::TokenError),
+    /// The chart could not be drawn or written.
+    #[error("--svg {0}: cannot write the chart: {1}")]
+    Svg(PathBuf, String),
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
@@ -194,11 +210,7 @@ fn job_file(j: &TraceJob, offset_ms: i64, end_ms: i64) -> JobFile {
     let s = &j.spec;
     // A best-effort job's trace deadline may be unset (far past the run, or
     // before its submission): it gets the run's end.
-    let deadline_ms = match s.class {
-        JobClass::Slo => s.deadline_ms,
-        JobClass::BestEffort if s.deadline_ms > s.submitted_ms => s.deadline_ms.min(end_ms),
-        JobClass::BestEffort => end_ms,
-    };
+    let deadline_ms = chart::due_ms(s, end_ms);
     JobFile {
         name: format!("trace-{}", j.spec.id),
         command: vec!["emulated".into()],
@@ -239,11 +251,11 @@ fn ended(r: &JobRecord) -> bool {
 
 /// Starts every node's emulated edge on the current runtime.
 fn start_edges(
-    setup: &simulate::Setup,
+    world: &World,
     cloud: &Cloud,
     shared: &Arc<Shared>,
 ) -> Result<Vec<Arc<Edge>>, TwinError> {
-    let nodes = setup.world.model.nodes();
+    let nodes = world.model.nodes();
     let endpoints: Vec<quinn::Endpoint> = (0..nodes.len().div_ceil(EDGES_PER_SOCKET))
         .map(|_| quic::bare_client())
         .collect::<Result<_, _>>()?;
@@ -326,7 +338,7 @@ struct Submitted {
 /// ms is `speed` ms of tide) keeps its trace window from submission to
 /// deadline.
 fn submit_all(
-    setup: &simulate::Setup,
+    world: &World,
     cloud: &Cloud,
     clock: &SharedClock,
     shared: &Shared,
@@ -334,7 +346,7 @@ fn submit_all(
     stop: &AtomicBool,
 ) -> Result<Vec<Option<Submitted>>, TwinError> {
     let mut out = Vec::new();
-    for j in &setup.world.jobs {
+    for j in &world.jobs {
         let at = j.spec.submitted_ms + shared.offset_ms;
         let wait_ms = ((at - clock.now_ms()) as f64 / speed).max(0.0);
         std::thread::sleep(Duration::from_secs_f64(wait_ms / 1000.0));
@@ -342,7 +354,7 @@ fn submit_all(
             break;
         }
         let late_ms = (clock.now_ms() - at).max(0);
-        let file = job_file(j, shared.offset_ms + late_ms, setup.world.end_ms);
+        let file = job_file(j, shared.offset_ms + late_ms, world.end_ms);
         match cloud.client.submit(&file) {
             Ok(id) => {
                 shared.registry.submitted(id, j.spec.clone());
@@ -381,6 +393,14 @@ fn wait_for_nodes(cloud: &Cloud, n: usize, patience: Duration) {
     }
 }
 
+/// One live run: its row, its jobs as the engine would have left them (on
+/// the trace's clock), and the coordinator's records of them.
+struct Live {
+    row: LiveRow,
+    runs: Vec<JobRun>,
+    records: Vec<Option<JobRecord>>,
+}
+
 /// Runs the twin and returns its report.
 pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
     if !(args.speed.is_finite() && (1.0..=100_000.0).contains(&args.speed)) {
@@ -390,25 +410,109 @@ pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
             rule: "must be between 1 and 100000 (the coordinator's clock.speed range)",
         });
     }
+    if let Some(svg) = &args.svg {
+        let parent = svg.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            return Err(TwinError::BadOption {
+                flag: "svg",
+                value: svg.display().to_string(),
+                rule: "its directory must exist (the chart is written after the runs)",
+            });
+        }
+    }
     let setup = load(args)?;
     let bin = cloud_bin(args)?;
     let dir = args.work_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("tidemill-twin-{}", std::process::id()))
     });
     std::fs::create_dir_all(&dir).map_err(TwinError::Io)?;
-    let result = run_in(args, &setup, &bin, &dir);
+    let result = run_all(args, &setup, &bin, &dir);
     if result.is_ok() && args.work_dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result
 }
 
-fn run_in(
+/// The live run, the live run with no edge boxes that `edge_gain` needs
+/// (unless `--no-edge-gain`, or the policy never uses the edge, or there is
+/// none: then, as in `simulate`, the gain is 0 without a run), and with
+/// `--compare` the simulator's runs of both worlds; then the chart.
+fn run_all(
     args: &Args,
     setup: &simulate::Setup,
     bin: &Path,
     dir: &Path,
 ) -> Result<TwinReport, TwinError> {
+    let policy = args.policy.as_str();
+    let mut live = run_in(
+        args,
+        setup,
+        &setup.world,
+        &format!("{policy} (live)"),
+        bin,
+        dir,
+    )?;
+    let runs = setup.runs()?;
+    let without = if args.no_edge_gain || !runs.contains(&(args.policy, Variant::NoEdge)) {
+        None
+    } else {
+        let label = format!("{policy} (live, no edge)");
+        Some(run_in(
+            args,
+            setup,
+            &setup.no_edge,
+            &label,
+            bin,
+            &dir.join("no-edge"),
+        )?)
+    };
+    if !args.no_edge_gain {
+        live.row
+            .metrics
+            .set_edge_gain(without.as_ref().map(|w| &w.row.metrics));
+        live.row.no_edge_wall_s = without.as_ref().map(|w| w.row.wall_s);
+    }
+    let (simulated, outcomes) = if args.compare {
+        let results = runs
+            .iter()
+            .map(|&(p, v)| setup.run_one(p, v, false, &mut |_| {}))
+            .collect::<Result<Vec<_>, _>>()?;
+        setup.rows(&runs, results)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let differing_jobs = outcomes.first().map_or_else(Vec::new, |o| {
+        report::differing(&setup.world.jobs, &live.records, &live.runs, &o.jobs)
+    });
+    if let Some(path) = &args.svg {
+        let mut lines: Vec<(&str, &[JobRun])> = vec![("live", &live.runs)];
+        if let Some(w) = &without {
+            lines.push(("live, no edge", &w.runs));
+        }
+        if let Some(o) = outcomes.first() {
+            lines.push(("simulated", &o.jobs));
+        }
+        let (start, end) = (setup.world.window.0, setup.world.end_ms);
+        chart::write_svg(path, policy, &lines, start, end)?;
+    }
+    Ok(TwinReport {
+        live: vec![live.row],
+        simulated,
+        differing_jobs,
+    })
+}
+
+/// One live run of `world` (the scenario's, or the same with no edge box),
+/// its coordinator under `dir`, its progress bar labelled `label`.
+fn run_in(
+    args: &Args,
+    setup: &simulate::Setup,
+    world: &World,
+    label: &str,
+    bin: &Path,
+    dir: &Path,
+) -> Result<Live, TwinError> {
+    std::fs::create_dir_all(dir).map_err(TwinError::Io)?;
     let started = Instant::now();
     let anchor = chrono::Utc::now().timestamp_millis();
     let clock = clock::for_speed(args.speed, Some(anchor));
@@ -416,11 +520,11 @@ fn run_in(
     // The trace starts a lead after the coordinator serves, whatever its
     // start-up took, so the edges connect and forecast before the first job.
     let lead_ms = (LEAD_WALL_S * args.speed * 1000.0) as i64;
-    let offset_ms = clock.now_ms() + lead_ms - setup.world.window.0;
+    let offset_ms = clock.now_ms() + lead_ms - world.window.0;
     let (forecast, refresh_ms) = setup.forecast_config()?;
     let shared = Arc::new(Shared {
-        registry: Registry::new(setup.world.model.clone()),
-        edges: setup.world.edges.clone(),
+        registry: Registry::new(world.model.clone()),
+        edges: world.edges.clone(),
         clock: clock.clone(),
         offset_ms,
         sample_ms: i64::from(setup.topology.engine.truth_bin_s.max(1)) * 1000,
@@ -435,19 +539,19 @@ fn run_in(
         .map_err(TwinError::Io)?;
     let edges = {
         let _in_rt = rt.enter();
-        let edges = start_edges(setup, &cloud, &shared)?;
+        let edges = start_edges(world, &cloud, &shared)?;
         rt.spawn(advance(shared.clone(), edges.clone()));
         edges
     };
     wait_for_nodes(&cloud, edges.len(), Duration::from_secs_f64(LEAD_WALL_S));
     let start_tide = clock.now_ms();
-    let end_tide = setup.world.end_ms + offset_ms;
+    let end_tide = world.end_ms + offset_ms;
     let bar = ProgressBar::new(1000);
     bar.set_style(simulate::bar_style());
-    bar.set_prefix(format!("{} (live)", args.policy.as_str()));
+    bar.set_prefix(label.to_string());
     let stop = AtomicBool::new(false);
     let ids = std::thread::scope(|s| {
-        let submitter = s.spawn(|| submit_all(setup, &cloud, &clock, &shared, args.speed, &stop));
+        let submitter = s.spawn(|| submit_all(world, &cloud, &clock, &shared, args.speed, &stop));
         let span = (end_tide - start_tide).max(1) as f64;
         let done = |now: i64| (((now - start_tide) as f64 / span).clamp(0.0, 1.0) * 1000.0) as u64;
         loop {
@@ -486,8 +590,7 @@ fn run_in(
     let late_ms = |k: usize| ids.get(k).copied().flatten().map_or(0, |s| s.late_ms);
     drop(edges);
     rt.shutdown_background();
-    let runs: Vec<_> = setup
-        .world
+    let runs: Vec<_> = world
         .jobs
         .iter()
         .enumerate()
@@ -497,28 +600,18 @@ fn run_in(
         })
         .collect();
     let wall_s = started.elapsed().as_secs_f64();
-    let live = LiveRow {
+    let row = LiveRow {
         metrics: report::live_row(args.policy.as_str(), &runs, wall_s),
         coordinator_cpu_s: cpu_s,
         coordinator_rss_mib: rss_mib,
         reports_per_job: shared.reports.load(Ordering::Relaxed) as f64
-            / setup.world.jobs.len().max(1) as f64,
+            / world.jobs.len().max(1) as f64,
         submit_late_max_s: (0..ids.len()).map(late_ms).max().unwrap_or(0) as f64 / 1000.0,
         wall_s,
+        no_edge_wall_s: None,
         live_path,
     };
-    let (simulated, differing_jobs) = if args.compare {
-        let (m, outcome) = setup.run_one(args.policy, Variant::Full, false, &mut |_| {})?;
-        let diff = report::differing(&setup.world.jobs, &records, &runs, &outcome.jobs);
-        (vec![m], diff)
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    Ok(TwinReport {
-        live: vec![live],
-        simulated,
-        differing_jobs,
-    })
+    Ok(Live { row, runs, records })
 }
 
 /// Runs `twin` and prints its report.

@@ -31,6 +31,9 @@ pub struct LiveRow {
     pub submit_late_max_s: f64,
     /// Wall seconds the live run took.
     pub wall_s: f64,
+    /// Wall seconds the live run with no edge box took (`None` where it did
+    /// not run: `--no-edge-gain`, or a policy that never uses the edge).
+    pub no_edge_wall_s: Option<f64>,
     /// How well the live path kept up with the clock.
     pub live_path: LivePath,
 }
@@ -195,16 +198,24 @@ pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
     }
 }
 
+/// A row's `edge_gain` as the table shows it: signed, or "not run" where
+/// it was not measured (never 0 for that).
+fn edge_gain(m: &PolicyMetrics) -> String {
+    m.edge_gain
+        .map_or_else(|| "not run".to_string(), |g| format!("{g:+.3}"))
+}
+
 impl TwinReport {
     /// The table `twin` prints without `--json`.
     pub fn write_table(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "{:<10} {:<14} {:>5} {:>6} {:>9} {:>10} {:>11} {:>8} {:>8}",
+            "{:<10} {:<14} {:>5} {:>6} {:>9} {:>9} {:>10} {:>11} {:>8} {:>8}",
             "run",
             "policy",
             "jobs",
             "DSR",
+            "edge_gain",
             "SLO met",
             "guaranteed",
             "guar.missed",
@@ -220,11 +231,12 @@ impl TwinReport {
             });
             writeln!(
                 out,
-                "{:<10} {:<14} {:>5} {:>6.3} {:>9} {:>10} {:>11} {:>8} {:>8}",
+                "{:<10} {:<14} {:>5} {:>6.3} {:>9} {:>9} {:>10} {:>11} {:>8} {:>8}",
                 run,
                 m.policy,
                 m.jobs,
                 m.deadline_satisfaction_ratio,
+                edge_gain(m),
                 format!("{}/{}", m.deadlines_met, m.slo_jobs),
                 m.guaranteed_jobs,
                 m.guaranteed_missed,
@@ -242,6 +254,12 @@ impl TwinReport {
         }
         for s in &self.simulated {
             row(out, "simulated", s, None)?;
+        }
+        if self.live.iter().any(|l| l.metrics.edge_gain.is_none()) {
+            writeln!(
+                out,
+                "edge_gain not measured live (--no-edge-gain): run without it for the second live run, with no edge boxes"
+            )?;
         }
         for l in &self.live {
             let p = &l.live_path;
@@ -293,6 +311,18 @@ mod tests {
         r.guaranteed_ms = guaranteed_h.map(at);
         r.finish_ms = finish_h.map(at);
         r
+    }
+
+    #[test]
+    fn edge_gain_not_measured_reads_not_run_never_zero() {
+        let mut on_time = run(Some(0.5), Some(2.0));
+        on_time.spec.deadline_ms = on_time.spec.submitted_ms + 3 * 3_600_000;
+        let mut m = live_row("p", &[on_time], 0.0);
+        assert_eq!(edge_gain(&m), "not run");
+        m.set_edge_gain(Some(&live_row("p", &[run(None, None)], 0.0)));
+        assert_eq!(edge_gain(&m), "+1.000");
+        m.set_edge_gain(None);
+        assert_eq!(edge_gain(&m), "+0.000");
     }
 
     #[test]
