@@ -195,3 +195,35 @@ fn the_likely_grade_waits_out_the_dwell_after_a_box_turns_idle() {
         d.explanation.reason
     );
 }
+
+/// Two idle boxes, a job of 3 600 iterations on one or two workers, a model
+/// small enough that syncing costs nothing: one box takes 1 h (1 it/s), two
+/// take 3 600 / 1.9 = 1 895 s (1.9 it/s together, T4_M) but hold 3 789
+/// device-seconds. Due at 22:00, one box finishes near 19:00, before
+/// 22:00 − 0.2 × 4 h = 21:12: the fewest device-seconds win, one box. Due at
+/// 19:09, one box would end after 19:09 − 0.2 × 1.15 h = 18:55:12: the
+/// earliest finish wins, two boxes.
+#[test]
+fn a_plan_with_time_to_spare_takes_the_fewest_device_seconds() {
+    let boxes = || {
+        vec![
+            edge("e1", 1, &[(NOW, NOW + 12 * H)], 10.0),
+            edge("e2", 1, &[(NOW, NOW + 12 * H)], 10.0),
+        ]
+    };
+    let workers = |due_ms: i64| {
+        let mut j = job(1, JobClass::Slo, NOW, due_ms, 3_600.0);
+        j.spec.max_workers = 2;
+        j.spec.model_bytes = 1_000;
+        let d = schedule(&world(boxes(), vec![j]), NOW, &queue())
+            .decision(1)
+            .unwrap()
+            .clone();
+        match &d.action {
+            Action::Start { on } => on.len(),
+            other => panic!("{other:?}: {}", d.explanation.reason),
+        }
+    };
+    assert_eq!(workers(NOW + 4 * H), 1);
+    assert_eq!(workers(NOW + H + 9 * 60_000), 2);
+}

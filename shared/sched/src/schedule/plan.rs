@@ -44,10 +44,45 @@ pub(super) struct Candidate {
     pub(super) why: Reason,
 }
 
+/// The share of the time from now to a deadline that a plan should leave to
+/// spare before the fewest device-seconds count for more than the earliest
+/// finish ([`Candidate::rank`]).
+pub(super) const SPARE_SHARE: f64 = 0.2;
+
 impl Candidate {
     /// Whether the plan finishes the work by `deadline_ms`.
     pub(super) fn finishes_by(&self, deadline_ms: i64) -> bool {
         self.finish_ms.is_some_and(|f| f <= deadline_ms)
+    }
+
+    /// Device-seconds the plan holds: each segment's length times its workers.
+    pub(super) fn device_s(&self) -> i64 {
+        self.segs
+            .iter()
+            .map(|s| {
+                let workers: i64 = s.place.iter().map(|p| i64::from(p.1)).sum();
+                (s.end_ms - s.start_ms) / 1000 * workers
+            })
+            .sum()
+    }
+
+    /// How plans for one job compare, least first: by cloud cost; then, for
+    /// a job due by a deadline (`spare_by`, Unix ms: [`Round::spare_by`]),
+    /// a plan that finishes by `spare_by` before one that does not, and
+    /// among those the fewest device-seconds; then the earliest finish.
+    ///
+    /// The fewest device-seconds is ElasticFlow's minimum satisfactory share
+    /// carried to the edge. Step time grows with the ring all-reduce, so an
+    /// eight-box placement of a large model may do a fifth of eight boxes'
+    /// work; the earliest finish alone chose it and left later jobs no box.
+    /// The spare keeps the earliest finish for plans that would end close to
+    /// the deadline, where a forecast that errs would cost the job its deadline.
+    pub(super) fn rank(&self, spare_by: Option<i64>) -> (f64, bool, i64, i64) {
+        let finish = self.finish_ms.unwrap_or(i64::MAX);
+        match spare_by.filter(|&by| self.finishes_by(by)) {
+            Some(_) => (self.cost, false, self.device_s(), finish),
+            None => (self.cost, true, 0, finish),
+        }
     }
 }
 
@@ -79,15 +114,12 @@ impl<'a> Round<'a> {
         let owed0 = ctx.job.progress.startup_left_s;
         let mut best: Option<Candidate> = None;
         let mut edge_best_frac: f64 = 0.0;
+        let spare_by = due.then(|| self.spare_by(deadline_ms));
         let consider = |c: Candidate, best: &mut Option<Candidate>| {
-            let better = match best {
-                None => true,
-                Some(b) => {
-                    (c.cost, c.finish_ms.unwrap_or(i64::MAX))
-                        < (b.cost, b.finish_ms.unwrap_or(i64::MAX))
-                }
-            };
-            if better {
+            if best
+                .as_ref()
+                .is_none_or(|b| c.rank(spare_by) < b.rank(spare_by))
+            {
                 *best = Some(c);
             }
         };
@@ -237,6 +269,12 @@ impl<'a> Round<'a> {
         } else {
             Reason::NoLeftoverEdge
         })
+    }
+
+    /// The time by which a plan leaves [`SPARE_SHARE`] of the time from now
+    /// to `deadline_ms` to spare, Unix ms.
+    pub(super) fn spare_by(&self, deadline_ms: i64) -> i64 {
+        deadline_ms - ((deadline_ms - self.now_ms) as f64 * SPARE_SHARE) as i64
     }
 
     /// Why the job cannot meet its deadline however it runs, if it cannot: its
