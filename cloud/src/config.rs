@@ -616,6 +616,18 @@ mod tests {
     }
 
     #[test]
+    fn raw_samples_are_kept_at_least_an_hour_and_at_most_the_retention() {
+        let mut cfg = CloudConfig::default();
+        assert_eq!((cfg.raw_sample_hours, cfg.raw_hours()), (48, 48));
+        cfg.retention_hours = 24;
+        assert_eq!(cfg.raw_hours(), 24, "retention caps the raw window");
+        cfg.validate().unwrap();
+        cfg.raw_sample_hours = 0;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("raw_sample_hours"), "{err}");
+    }
+
+    #[test]
     fn rejects_bad_values_naming_the_key() {
         let mut cfg = CloudConfig::default();
         cfg.scheduler.idle_cpu_threshold_pct = 0.0;
