@@ -48,8 +48,12 @@ pub struct CloudConfig {
     pub probe_peers_per_edge: usize,
     /// Seconds after which a link's estimate is stale.
     pub link_stale_secs: u64,
-    /// Hours of samples, report ledger and events kept.
+    /// Hours of downsampled samples and of events kept.
     pub retention_hours: u64,
+    /// Hours of raw samples and report ledger kept (at most
+    /// `retention_hours`); older samples are downsampled to the forecaster's
+    /// slots, so the store grows by slots, not samples.
+    pub raw_sample_hours: u64,
     /// Days an ended job (and its tasks) is kept after it ended.
     pub ended_job_retention_days: u64,
     /// Connection settings.
@@ -408,6 +412,9 @@ impl CloudConfig {
         if self.retention_hours == 0 {
             return invalid("retention_hours", "0".into(), "must be at least 1");
         }
+        if self.raw_sample_hours == 0 {
+            return invalid("raw_sample_hours", "0".into(), "must be at least 1");
+        }
         if let Some((key, value, rule)) = self.trust.invalid() {
             return Err(ConfigError::InvalidInTable {
                 table: "trust",
@@ -483,6 +490,12 @@ impl CloudConfig {
     /// Seconds of disconnection before a node is offline, as a duration.
     pub fn offline_after(&self) -> Duration {
         Duration::from_secs(self.offline_after_secs)
+    }
+
+    /// Hours raw samples are kept: `raw_sample_hours`, at most
+    /// `retention_hours`.
+    pub fn raw_hours(&self) -> u64 {
+        self.raw_sample_hours.min(self.retention_hours)
     }
 
     /// How long after a start nodes not heard from yet keep their state.
@@ -600,6 +613,18 @@ mod tests {
             err.contains("`scheduler.tidemill.promise_lead_h` = 0 is invalid: more than 0 hours"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn raw_samples_are_kept_at_least_an_hour_and_at_most_the_retention() {
+        let mut cfg = CloudConfig::default();
+        assert_eq!((cfg.raw_sample_hours, cfg.raw_hours()), (48, 48));
+        cfg.retention_hours = 24;
+        assert_eq!(cfg.raw_hours(), 24, "retention caps the raw window");
+        cfg.validate().unwrap();
+        cfg.raw_sample_hours = 0;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("raw_sample_hours"), "{err}");
     }
 
     #[test]

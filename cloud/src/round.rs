@@ -9,7 +9,7 @@ use tidemill_sched::{FirstFitLimits, first_fit};
 
 use crate::coordinator::Coordinator;
 use crate::dispatch::deliver;
-use crate::store::{Store, StoreError};
+use crate::store::{PruneBefore, Store, StoreError};
 use crate::world;
 
 /// A round woken early by a change waits at least this many times the last
@@ -50,9 +50,12 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
             tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
         }
         if coord.prune_due(now) {
-            let before = now - coord.cfg.retention_hours as i64 * 3_600_000;
-            let jobs_before = now - coord.cfg.ended_job_retention_days as i64 * 86_400_000;
-            let gone = store.prune(before, jobs_before)?;
+            let hours_ago = |h: u64| now - h as i64 * 3_600_000;
+            let gone = store.prune(PruneBefore {
+                raw_ms: hours_ago(coord.cfg.raw_hours()),
+                history_ms: hours_ago(coord.cfg.retention_hours),
+                jobs_ms: hours_ago(coord.cfg.ended_job_retention_days * 24),
+            })?;
             tracing::info!(rows = gone, "pruned history past the retention period");
             crate::checkpoints::prune_ended(coord, &store.live_job_ids()?);
         }

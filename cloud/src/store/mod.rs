@@ -1,6 +1,7 @@
 //! The coordinator's durable state in SQLite: the store handle, its errors,
 //! and the helpers its parts share. Each concern lives in its own submodule:
-//! the schema, nodes, ingesting reports, jobs and tasks, the outbox of commands
+//! the schema, nodes, ingesting reports, bounding the history they
+//! leave, jobs and tasks, the outbox of commands
 //! owed to edges, what the tidal scheduler reads and writes, and the re-check
 //! that each node a plan names can still take its share when it is applied.
 
@@ -16,6 +17,9 @@ use crate::report_checks::ReportBounds;
 
 mod capacity;
 mod checkpoints;
+#[cfg(test)]
+mod growth;
+mod history;
 mod identity;
 mod jobs;
 mod nodes;
@@ -31,6 +35,7 @@ mod tidal;
 mod trust;
 
 pub use checkpoints::TransferRecord;
+pub use history::PruneBefore;
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;

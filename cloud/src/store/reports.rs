@@ -1,5 +1,5 @@
 //! Ingesting edge reports into the ledger: samples, task statuses, forecasts
-//! and link measurements, and pruning the history they leave.
+//! and link measurements (store::history bounds the history they leave).
 //!
 //! Each report is applied in one transaction together with the node's new
 //! `last_seq`, and acknowledged only after it commits; a duplicate (seq not above
@@ -119,33 +119,6 @@ impl Store {
             .map_err(&err)?;
             applied.ack = last;
             Ok(applied)
-        })
-    }
-
-    /// Forgets samples, ledger entries and events older than `before_ms`,
-    /// and jobs that ended before `jobs_before_ms` with their tasks, so the
-    /// database stays bounded; returns how many rows went.
-    pub fn prune(&mut self, before_ms: i64, jobs_before_ms: i64) -> Result<usize, StoreError> {
-        let err = self.sql_err();
-        self.write(|tx| {
-            let mut gone = tx
-                .execute("DELETE FROM samples WHERE t_ms < ?1", [before_ms])
-                .map_err(&err)?;
-            gone += tx
-                .execute("DELETE FROM reports WHERE received_ms < ?1", [before_ms])
-                .map_err(&err)?;
-            gone += tx
-                .execute("DELETE FROM events WHERE t_ms < ?1", [before_ms])
-                .map_err(&err)?;
-            let ended = "SELECT id FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled', 'rejected')
-                           AND COALESCE(finished_ms, submitted_ms) < ?1";
-            gone += tx
-                .execute(&format!("DELETE FROM tasks WHERE job_id IN ({ended})"), [jobs_before_ms])
-                .map_err(&err)?;
-            gone += tx
-                .execute(&format!("DELETE FROM jobs WHERE id IN ({ended})"), [jobs_before_ms])
-                .map_err(&err)?;
-            Ok(gone)
         })
     }
 
@@ -270,8 +243,8 @@ fn apply_body(
                 params![node_id, f.issued_ms, json, c.horizon()],
             )?;
             tx.execute(
-                "UPDATE nodes SET idle_threshold_pct = ?2 WHERE id = ?1",
-                params![node_id, f.idle_threshold_pct],
+                "UPDATE nodes SET idle_threshold_pct = ?2, slot_len_s = ?3 WHERE id = ?1",
+                params![node_id, f.idle_threshold_pct, f.slot_len_s],
             )?;
             Ok((ReportKind::Forecast, None))
         }
@@ -392,43 +365,5 @@ mod tests {
             .apply_report("n1", &samples(5, 80.0), 1_000_000)
             .unwrap();
         assert_eq!(busy_ms(&store), Some(5_000));
-    }
-
-    #[test]
-    fn prune_keeps_only_recent_history() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        // samples(seq, _) is taken at seq seconds; reports are received at `now`.
-        store.apply_report("n1", &samples(1, 5.0), 1_000).unwrap();
-        store.apply_report("n1", &samples(2, 6.0), 2_000).unwrap();
-        store.apply_report("n1", &samples(3, 7.0), 3_000).unwrap();
-        // Two samples, two ledger entries and the registration event predate 2.5 s.
-        assert_eq!(store.prune(2_500, 0).unwrap(), 5);
-        assert_eq!(store.report_seqs("n1").unwrap(), vec![3]);
-        let node = &store.nodes().unwrap()[0];
-        assert_eq!(
-            (node.last_seq, node.cpu_util),
-            (3, Some(7.0)),
-            "the node's state is kept"
-        );
-    }
-
-    #[test]
-    fn prune_forgets_jobs_that_ended_long_enough_ago_and_only_those() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let ended = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        store.request_cancel(ended, 2_000).unwrap();
-        let waiting = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        let recent = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        store.request_cancel(recent, 9_000).unwrap();
-        store.prune(0, 5_000).unwrap();
-        assert!(
-            store.job(ended).unwrap().is_none(),
-            "ended at 2 s, before 5 s"
-        );
-        assert!(store.job(waiting).unwrap().is_some(), "a queued job stays");
-        assert!(store.job(recent).unwrap().is_some(), "ended at 9 s");
     }
 }

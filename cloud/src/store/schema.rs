@@ -236,4 +236,27 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN last_started_ms INTEGER;
     UPDATE jobs SET last_started_ms = started_ms;
 ",
+    // Samples past `raw_sample_hours`, downsampled to the slots of the
+    // node's forecaster (store::history): the slot length its latest forecast
+    // states (NULL before any: the edge's default), and per slot the sums,
+    // counts and maxima that add up when a late sample joins a slot.
+    "
+    ALTER TABLE nodes ADD COLUMN slot_len_s INTEGER;
+    CREATE TABLE sample_slots (
+        node_id TEXT NOT NULL REFERENCES nodes(id),
+        slot_ms INTEGER NOT NULL,
+        slot_len_s INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        cpu_sum REAL NOT NULL,
+        cpu_max REAL NOT NULL,
+        mem_sum REAL NOT NULL,
+        mem_max REAL NOT NULL,
+        gpu_n INTEGER NOT NULL,
+        gpu_sum REAL,
+        gpu_max REAL,
+        net_rx INTEGER NOT NULL,
+        net_tx INTEGER NOT NULL,
+        PRIMARY KEY (node_id, slot_ms, slot_len_s)
+    ) WITHOUT ROWID;
+",
 ];
