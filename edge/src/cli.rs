@@ -117,7 +117,8 @@ pub struct NodeArgs {
     /// TOML config file; without it the documented defaults apply.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Coordinator QUIC address, HOST:PORT.
+    /// Coordinator QUIC address, HOST:PORT; replicas as a comma-separated
+    /// list, tried in order.
     #[arg(long)]
     coordinator: Option<String>,
     /// This node's id.
@@ -137,7 +138,7 @@ impl NodeArgs {
     fn resolve(&self) -> Result<EdgeConfig, tidemill_runtime::config_file::ConfigError> {
         let mut cfg = EdgeConfig::load(self.config.as_deref())?;
         if let Some(v) = &self.coordinator {
-            cfg.coordinator = v.clone();
+            cfg.coordinator = crate::coordinators::Coordinators::parse_flag(v);
         }
         if let Some(v) = &self.node_id {
             cfg.node_id = v.clone();
@@ -447,7 +448,7 @@ mod tests {
             resolved[2],
             (
                 PathBuf::from("/srv/edge"),
-                "10.0.0.1:7400".to_string(),
+                "10.0.0.1:7400".into(),
                 "e7".to_string(),
                 PathBuf::from("/etc/tidemill/ca.pem")
             )

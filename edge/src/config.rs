@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use tidemill_runtime::config_file::{self, ConfigError};
 
+use crate::coordinators::Coordinators;
+
 /// The documented default configuration, printed by `print-default-config`.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/edge.toml");
 
@@ -20,8 +22,9 @@ pub struct EdgeConfig {
     /// The site the box stands at, shared by boxes with the same tide; empty
     /// for none. A new box's forecast starts from its site peers'.
     pub site: String,
-    /// The coordinator's QUIC address.
-    pub coordinator: String,
+    /// The coordinator's QUIC address, or several: replicas tried in order,
+    /// the edge moving to the next when a connection is lost or refused.
+    pub coordinator: Coordinators,
     /// The name checked against the coordinator's certificate.
     pub server_name: String,
     /// The coordinator's CA certificate, if not the one received at join.
@@ -331,10 +334,17 @@ impl EdgeConfig {
                 rule: e.rule,
             });
         }
-        if self.coordinator_addr().is_err() {
+        if self.coordinator.as_slice().is_empty() {
             return invalid(
                 "coordinator",
-                format!("{:?}", self.coordinator),
+                "[]".into(),
+                "must list at least one HOST:PORT, such as [\"10.0.0.5:7400\"]",
+            );
+        }
+        if let Err((addr, _)) = self.coordinator.resolve() {
+            return invalid(
+                "coordinator",
+                format!("{addr:?}"),
                 "must be HOST:PORT, for example 10.0.0.5:7400 or coord.example:7400",
             );
         }
@@ -398,26 +408,22 @@ impl EdgeConfig {
         Ok(())
     }
 
-    /// The coordinator's address, resolved.
+    /// The coordinator's first address, resolved: the one joins and
+    /// `doctor` use.
     pub fn coordinator_addr(&self) -> std::io::Result<SocketAddr> {
-        use std::net::ToSocketAddrs;
-        self.coordinator.to_socket_addrs()?.next().ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no address for the coordinator",
-            )
-        })
+        let mut addrs = self.coordinator.resolve().map_err(|(_, e)| e)?;
+        Ok(addrs.swap_remove(0))
     }
 
-    /// The TLS name to verify: `server_name`, else the host part of `coordinator`.
+    /// The TLS name to verify: `server_name`, else the host part of the
+    /// first `coordinator` address. Replicas share one server identity, so
+    /// one name serves the whole list.
     pub fn tls_name(&self) -> String {
         if !self.server_name.is_empty() {
             return self.server_name.clone();
         }
-        let host = self
-            .coordinator
-            .rsplit_once(':')
-            .map_or(&*self.coordinator, |(h, _)| h);
+        let first = self.coordinator.first();
+        let host = first.rsplit_once(':').map_or(first, |(h, _)| h);
         host.trim_start_matches('[')
             .trim_end_matches(']')
             .to_string()
@@ -532,6 +538,15 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("`coordinator`")
+        );
+        let cfg = EdgeConfig {
+            coordinator: Coordinators::parse_flag(""),
+            ..EdgeConfig::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`coordinator`") && err.contains("at least one HOST:PORT"),
+            "{err}"
         );
         let cfg = EdgeConfig {
             sample_interval_secs: 0.0,

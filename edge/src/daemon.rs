@@ -19,11 +19,13 @@ use crate::checkpoint_move::Mover;
 use crate::checkpoint_shared::SharedStore;
 use crate::config::EdgeConfig;
 use crate::confine::{ConfineError, Confinement};
+use crate::coordinators::Rotation;
 use crate::executor::Executor;
 use crate::forecasting::Forecasting;
 use crate::join::{self, JoinError};
 use crate::journal::{Journal, JournalError};
-use crate::link::{Link, Probes, Renewal};
+use crate::link::{Link, Probes};
+use crate::renewal::Renewal;
 use crate::sampler::{Sampler, SamplerError};
 
 /// Why the daemon stopped or could not start.
@@ -132,16 +134,15 @@ fn probes(
     })))
 }
 
-/// Where the coordinator is and what it is called: the config's address,
-/// resolved, and the name its certificate must carry.
-fn coordinator(cfg: &EdgeConfig) -> Result<(std::net::SocketAddr, String), EdgeError> {
-    let addr = cfg
-        .coordinator_addr()
-        .map_err(|source| EdgeError::Resolve {
-            addr: cfg.coordinator.clone(),
-            source,
-        })?;
-    Ok((addr, cfg.tls_name()))
+/// Where the coordinator is and what it is called: the config's addresses,
+/// resolved in order (joins use the first), and the name its certificate
+/// must carry.
+fn coordinator(cfg: &EdgeConfig) -> Result<(Vec<std::net::SocketAddr>, String), EdgeError> {
+    let addrs = cfg
+        .coordinator
+        .resolve()
+        .map_err(|(addr, source)| EdgeError::Resolve { addr, source })?;
+    Ok((addrs, cfg.tls_name()))
 }
 
 fn timing(cfg: &EdgeConfig) -> Timing {
@@ -176,8 +177,15 @@ pub async fn join_only(cfg: &EdgeConfig) -> Result<String, EdgeError> {
     let token = cfg.join_token().ok_or_else(|| JoinError::NoIdentity {
         dir: cfg.data_dir.clone(),
     })?;
-    let (addr, name) = coordinator(cfg)?;
-    join::join(&cfg.data_dir, token, &node_id, (addr, &name), timing(cfg)).await?;
+    let (addrs, name) = coordinator(cfg)?;
+    join::join(
+        &cfg.data_dir,
+        token,
+        &node_id,
+        (addrs[0], &name),
+        timing(cfg),
+    )
+    .await?;
     Ok(node_id)
 }
 
@@ -193,7 +201,7 @@ pub async fn run(mut cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Res
     data_dir(&cfg)?;
     // One daemon per data dir; `reset` and `doctor` see who holds it.
     let _lock = tidemill_runtime::datadir::lock(&cfg.data_dir)?;
-    let (addr, name) = coordinator(&cfg)?;
+    let (addrs, name) = coordinator(&cfg)?;
     let timing = timing(&cfg);
 
     // Samples, forecasts and probe rounds follow the trace clock (accelerated
@@ -291,7 +299,7 @@ pub async fn run(mut cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Res
         ca: cfg.ca_override().map(std::path::Path::to_path_buf),
         token: cfg.join_token().map(str::to_string),
         node_id: node_id.clone(),
-        coordinator: (addr, name.clone()),
+        coordinator: (addrs[0], name.clone()),
         timing,
     };
     let identity = if tidemill_runtime::identity::NodeIdentity::present(&cfg.data_dir) {
@@ -309,7 +317,7 @@ pub async fn run(mut cfg: EdgeConfig, shutdown: impl Future<Output = ()>) -> Res
     let (priors, mut prior_rx) = tokio::sync::watch::channel(None);
     let mut link = Link {
         node_id: node_id.clone(),
-        addr,
+        coordinators: Rotation::new(addrs),
         server_name: name,
         endpoint: None,
         capabilities,

@@ -186,7 +186,11 @@ async fn coordinator(
     identity: &NodeIdentity,
 ) -> Option<ClockOffset> {
     let name = cfg.tls_name();
-    let port = cfg.coordinator.rsplit_once(':').map_or("", |(_, p)| p);
+    let port = cfg
+        .coordinator
+        .first()
+        .rsplit_once(':')
+        .map_or("", |(_, p)| p);
     let unreachable = format!(
         "check that the coordinator runs (systemctl status tidemill-cloud), that UDP port {port} is open on every firewall between here and it, and that `coordinator` is its address"
     );
@@ -195,7 +199,7 @@ async fn coordinator(
         Err(e) => {
             report.fail(
                 "coordinator",
-                format!("cannot resolve {}: {e}", cfg.coordinator),
+                format!("cannot resolve {}: {e}", cfg.coordinator.first()),
                 "check the name in `coordinator` and this box's DNS",
             );
             return None;

@@ -3,9 +3,7 @@
 //! in order, keeps sending new ones as they are journaled, and takes commands
 //! on streams the coordinator opens.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,13 +14,15 @@ use tidemill_proto::{
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::{self, SharedClock};
 use tidemill_runtime::frames::{self, FrameError};
-use tidemill_runtime::identity::{NodeIdentity, NodeKeyPair, request_renewal};
+use tidemill_runtime::identity::NodeIdentity;
 use tidemill_runtime::quic::{EndpointError, Timing};
 use tidemill_runtime::{probe, quic};
 use tokio::sync::Notify;
 
+use crate::coordinators::Rotation;
 use crate::executor::Executor;
 use crate::journal::{Journal, JournalError};
+use crate::renewal::{Renewal, renew_when_due};
 
 /// Reports read from the journal at a time.
 const BATCH: usize = 256;
@@ -80,8 +80,8 @@ impl From<quinn::ConnectionError> for SessionError {
 pub struct Link {
     /// The node id.
     pub node_id: String,
-    /// The coordinator's address.
-    pub addr: SocketAddr,
+    /// The coordinator's addresses, and which one is in use.
+    pub coordinators: Rotation,
     /// The name its certificate must carry.
     pub server_name: String,
     /// The client endpoint, with this node's certificate; set once the node
@@ -113,79 +113,6 @@ pub struct Link {
     pub batch_budget: usize,
     /// What the status port reports about the connection.
     pub status: Arc<crate::status::Live>,
-}
-
-/// How this node renews its certificate: on a live connection, once fewer
-/// than `renew_before` are left of it. The new credentials go to the data dir
-/// at once, and the next connection uses them; the current one carries on.
-pub struct Renewal {
-    /// The data dir holding the credentials.
-    pub dir: PathBuf,
-    /// A CA file trusted instead of the one received at join.
-    pub ca: Option<PathBuf>,
-    /// How long before expiry to renew.
-    pub renew_before: Duration,
-    /// When the certificate in use expires, Unix ms (0: unknown).
-    pub not_after_ms: AtomicI64,
-    /// Whether the data dir holds newer credentials than the endpoint uses.
-    pub renewed: AtomicBool,
-    /// SHA-256 of the CA that signed the certificate in use, if known.
-    pub issuer: Mutex<Option<String>>,
-    /// Connection timing, for the endpoint's new configuration.
-    pub timing: Timing,
-}
-
-impl Renewal {
-    /// Whether the certificate is due for renewal at `now_ms`: its expiry is
-    /// unknown, fewer than `renew_before` are left, or another CA than the
-    /// one that signed it issues now (`issuing`, from the welcome: a CA
-    /// rotation is under way).
-    fn due(&self, now_ms: i64, issuing: &str) -> bool {
-        let not_after = self.not_after_ms.load(Ordering::Relaxed);
-        let moved = !issuing.is_empty() && self.issuer.lock().unwrap().as_deref() != Some(issuing);
-        moved || not_after == 0 || not_after - now_ms < self.renew_before.as_millis() as i64
-    }
-}
-
-/// How often a live connection checks whether its certificate is due.
-const RENEW_CHECK: Duration = Duration::from_secs(3_600);
-
-/// Renews this node's certificate over `conn` whenever it is due, checking
-/// every [`RENEW_CHECK`], for the life of the connection.
-async fn renew_when_due(
-    conn: quinn::Connection,
-    renewal: Arc<Renewal>,
-    clock: SharedClock,
-    (node_id, issuing): (String, String),
-) {
-    loop {
-        if renewal.due(clock.now_ms(), &issuing) {
-            match renew(&conn, &renewal).await {
-                Ok(not_after_ms) => {
-                    tracing::info!(node_id = %node_id, not_after_ms, "certificate renewed; the next connection uses it")
-                }
-                Err(e) => {
-                    tracing::warn!(node_id = %node_id, error = %e, "cannot renew the certificate; will retry")
-                }
-            }
-        }
-        clock.sleep(RENEW_CHECK).await;
-    }
-}
-
-async fn renew(conn: &quinn::Connection, renewal: &Renewal) -> Result<i64, String> {
-    let key = NodeKeyPair::generate().map_err(|e| e.to_string())?;
-    let issued = request_renewal(conn, &key)
-        .await
-        .map_err(|e| e.to_string())?;
-    key.store(&renewal.dir, &issued)
-        .map_err(|e| e.to_string())?;
-    renewal
-        .not_after_ms
-        .store(issued.not_after_ms, Ordering::Relaxed);
-    *renewal.issuer.lock().unwrap() = Some(issued.issuer_sha256.clone());
-    renewal.renewed.store(true, Ordering::Relaxed);
-    Ok(issued.not_after_ms)
 }
 
 /// How this edge probes its links.
@@ -239,13 +166,18 @@ impl Link {
             match self.session().await {
                 Err(SessionError::Journal(e)) => return Err(e),
                 Err(e) => {
-                    let delay = self.backoff.next_delay(&mut rng);
+                    let from = self.coordinators.current();
+                    let delay = match self.coordinators.failed() {
+                        true => self.backoff.next_delay(&mut rng),
+                        false => Duration::ZERO,
+                    };
                     tracing::warn!(
                         node_id = %self.node_id,
-                        coordinator = %self.addr,
+                        coordinator = %from,
+                        next = %self.coordinators.current(),
                         error = %e,
                         retry_in_ms = delay.as_millis() as u64,
-                        "link to coordinator down"
+                        "link to coordinator down; trying the next address"
                     );
                     self.clock.sleep(delay).await;
                 }
@@ -276,7 +208,8 @@ impl Link {
             .endpoint
             .as_ref()
             .expect("the link runs once the node has its certificate");
-        let conn = endpoint.connect(self.addr, &self.server_name)?.await?;
+        let addr = self.coordinators.current();
+        let conn = endpoint.connect(addr, &self.server_name)?.await?;
         let hello = EdgeMsg::Hello(Hello {
             node_id: self.node_id.clone(),
             capabilities: self.capabilities.clone(),
@@ -293,7 +226,7 @@ impl Link {
                 (w.acked_seq, w.issuing_ca_sha256)
             }
             CloudMsg::Error(e) => {
-                tracing::error!(node_id = %self.node_id, coordinator = %self.addr, reason = %e.message,
+                tracing::error!(node_id = %self.node_id, coordinator = %addr, reason = %e.message,
                     "the coordinator refused this node's hello; retrying with backoff until the cause is fixed");
                 return Err(refused("registration", e));
             }
@@ -301,7 +234,8 @@ impl Link {
         };
         self.journal.lock().unwrap().reconcile(acked)?;
         self.backoff.reset();
-        tracing::info!(node_id = %self.node_id, coordinator = %self.addr, acked_seq = acked, "connected");
+        self.coordinators.connected();
+        tracing::info!(node_id = %self.node_id, coordinator = %addr, acked_seq = acked, "connected");
         self.status.set_connected(true);
         self.executor
             .set_link(Some((conn.clone(), self.probes.clone())));

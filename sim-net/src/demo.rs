@@ -295,7 +295,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         let node = format!("node-{i:03}");
         let mut cfg = EdgeConfig {
             node_id: node.clone(),
-            coordinator: server.quic_addr.to_string(),
+            coordinator: server.quic_addr.to_string().as_str().into(),
             token: token.reveal(),
             data_dir: args.data_dir.join(&node),
             sample_interval_secs: 300.0,
