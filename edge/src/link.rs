@@ -167,9 +167,10 @@ impl Link {
                 Err(SessionError::Journal(e)) => return Err(e),
                 Err(e) => {
                     let from = self.coordinators.current();
-                    let delay = match self.coordinators.failed() {
-                        true => self.backoff.next_delay(&mut rng),
-                        false => Duration::ZERO,
+                    let delay = if self.coordinators.failed() {
+                        self.backoff.next_delay(&mut rng)
+                    } else {
+                        Duration::ZERO
                     };
                     tracing::warn!(
                         node_id = %self.node_id,
