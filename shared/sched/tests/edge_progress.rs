@@ -227,3 +227,48 @@ fn a_plan_with_time_to_spare_takes_the_fewest_device_seconds() {
     assert_eq!(workers(NOW + 4 * H), 1);
     assert_eq!(workers(NOW + H + 9 * 60_000), 2);
 }
+
+/// Four boxes on one measured LAN (1e9 B/s, no latency), a job of 1e8 B of
+/// gradients planned on two of them: alone on the LAN its ring syncs in
+/// 2(n − 1)/n × M / B = 0.1 s a step; with a running job syncing on the
+/// other two, the LAN is shared by k = 2 and the sync takes 0.2 s.
+#[test]
+fn a_plan_on_a_busy_lan_prices_it_shared() {
+    let boxes: Vec<NodeSpec> = ["e1", "e2", "e3", "e4"]
+        .iter()
+        .map(|id| edge(id, 1, &[(NOW, NOW + 12 * H)], 10.0))
+        .collect();
+    let mut links = LinkTable::default();
+    for (i, a) in boxes.iter().enumerate() {
+        for b in &boxes[i + 1..] {
+            links.measured.push(MeasuredLink {
+                a: a.id.clone(),
+                b: b.id.clone(),
+                link: link(1e9, 0.0),
+            });
+        }
+    }
+    let mut new = job(1, JobClass::Slo, NOW, NOW + H + 9 * 60_000, 3_600.0);
+    new.spec.max_workers = 2;
+    let mut running = job(2, JobClass::BestEffort, NOW - H, NOW + 40 * H, 1e6);
+    running.spec.max_workers = 2;
+    running.progress.running = true;
+    running.progress.location = ["e3", "e4"]
+        .iter()
+        .map(|id| Assignment {
+            node_id: id.to_string(),
+            workers: 1,
+        })
+        .collect();
+    let sync_s = |jobs: Vec<JobState>| {
+        let mut w = world(boxes.clone(), jobs);
+        w.links = links.clone();
+        let d = schedule(&w, NOW, &queue()).decision(1).unwrap().clone();
+        assert_eq!(d.segments[0].on.len(), 2, "{}", d.explanation.reason);
+        d.segments[0].step.sync_s
+    };
+    let alone = sync_s(vec![new.clone()]);
+    let shared = sync_s(vec![new, running]);
+    assert!((alone - 0.1).abs() < 1e-9, "{alone}");
+    assert!((shared - 0.2).abs() < 1e-9, "{shared}");
+}

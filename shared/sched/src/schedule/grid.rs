@@ -24,6 +24,7 @@ use crate::placement::PlacementCost;
 use crate::settings::Policy;
 use crate::world::{Assignment, NodeKind, WorldSnapshot};
 
+use super::lan::Lans;
 use super::walk::Seg;
 
 /// Node index and workers on it, sorted by node index.
@@ -74,6 +75,8 @@ pub(super) struct Round<'a> {
     pub(super) cloud_groups: Vec<CloudGroup>,
     /// `cloud_frees[slot]`: a cloud reservation ends at this slot (capacity may free up).
     pub(super) cloud_frees: Vec<bool>,
+    /// Which boxes share a LAN, and the running jobs on each.
+    pub(super) lans: Lans,
 }
 
 impl<'a> Round<'a> {
@@ -179,6 +182,15 @@ impl<'a> Round<'a> {
             .filter(|&i| first_free[i] != usize::MAX)
             .collect();
         edge_index.sort_by_key(|&i| (first_free[i], std::cmp::Reverse(free_slot_count[i]), i));
+        let links = PlacementCost::new(
+            world
+                .nodes
+                .iter()
+                .map(|n| (n.id.as_str(), matches!(n.kind, NodeKind::Cloud { .. }))),
+            &world.links,
+        );
+        let lans = Lans::new(world, &links, |id| id_of.get(id).copied());
+        let links = links.with_sites((0..world.nodes.len()).map(|q| lans.group_of(q)));
         Round {
             world,
             policy,
@@ -188,13 +200,8 @@ impl<'a> Round<'a> {
             id_of,
             class_of,
             classes,
-            links: PlacementCost::new(
-                world
-                    .nodes
-                    .iter()
-                    .map(|n| (n.id.as_str(), matches!(n.kind, NodeKind::Cloud { .. }))),
-                &world.links,
-            ),
+            links,
+            lans,
             free,
             open,
             edge_index,

@@ -84,7 +84,15 @@ impl<'a> Round<'a> {
     pub(super) fn step(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<StepTime> {
         let compute = [self.compute_s(ctx, place)?];
         let bytes = ctx.job.spec.model_bytes as f64;
-        Some(self.links.step(compute, place, bytes, self.policy.gamma).0)
+        let own: Vec<usize> = if ctx.job.progress.running {
+            ctx.location.iter().map(|p| p.0).collect()
+        } else {
+            Vec::new()
+        };
+        let counted = self.lans.shared(&own);
+        let gamma = self.policy.gamma;
+        let load = |g: u32| self.lans.load(g, counted.contains(&g));
+        Some(self.links.step_shared(compute, place, bytes, gamma, load).0)
     }
 
     /// Startup before the first step on `place`, coming from `from` (where data

@@ -26,8 +26,11 @@
 //!
 //! A plan for one job picks, among an edge placement (none, one node, or the
 //! top-k candidate nodes together) followed, if needed, by a cloud tail that
-//! starts as late as the deadline allows, the one with the least cloud cost,
-//! then the earliest finish. When no fixed worker count fits the cloud
+//! starts as late as the deadline allows, the one with the least cloud cost;
+//! then, for a job due by a deadline, one that leaves a fifth of the time to
+//! spare with the fewest device-seconds; then the earliest finish
+//! ([`plan::Candidate::rank`]). Step times on several boxes of one LAN price
+//! that LAN shared with the jobs running on it ([`lan`]). When no fixed worker count fits the cloud
 //! capacity left, an elastic cloud plan may ([`elastic`]): fewer workers while
 //! capacity is scarce, more once it frees up, each resize paid for. Edge
 //! candidates are found through an index sorted by first free slot, and cloud
@@ -35,7 +38,8 @@
 //! (candidates + groups) × slots, not jobs × nodes.
 //!
 //! The stages live in submodules: [`grid`] (free capacity), [`job`] (per-job
-//! facts and timings), [`walk`] (a placement over the slots), [`options`]
+//! facts and timings), [`lan`] (which boxes share a LAN, and its load),
+//! [`walk`] (a placement over the slots), [`options`]
 //! (candidates worth trying), [`cloud`] (cloud plans), [`elastic`] (cloud
 //! plans whose worker count changes between stretches), [`plan`] (choosing
 //! one), [`keep`] (standing reservations), [`reason`] (why, typed),
@@ -50,6 +54,7 @@ mod explain;
 mod grid;
 mod job;
 mod keep;
+mod lan;
 mod options;
 mod plan;
 mod reason;
