@@ -487,15 +487,7 @@ impl CostModel {
     /// The sites whose LAN `place`'s all-reduce crosses: those holding two
     /// or more of its nodes (ascending, each once).
     pub fn lan_sites(&self, place: &[(u32, u32)]) -> Vec<u32> {
-        let mut per: Vec<u32> = place.iter().filter_map(|&(q, _)| self.site_of(q)).collect();
-        per.sort_unstable();
-        let mut out: Vec<u32> = Vec::new();
-        for w in per.windows(2) {
-            if w[0] == w[1] && out.last() != Some(&w[0]) {
-                out.push(w[0]);
-            }
-        }
-        out
+        repeated(place.iter().filter_map(|&(q, _)| self.site_of(q)).collect())
     }
 
     /// Start-up of `job` on `to`, its data and checkpoint being on `from`
@@ -547,6 +539,19 @@ impl CostModel {
             .map(|n| n.devices)
             .sum()
     }
+}
+
+/// The values that occur two or more times in `v` (ascending, each once):
+/// the sites or LAN groups on which a placement holds several nodes.
+pub fn repeated(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    let mut out: Vec<u32> = Vec::new();
+    for w in v.windows(2) {
+        if w[0] == w[1] && out.last() != Some(&w[0]) {
+            out.push(w[0]);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

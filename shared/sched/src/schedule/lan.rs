@@ -11,7 +11,7 @@
 //! `k = n_g + 1` where `n_g` is the running jobs counted on `g` other than
 //! `j` (the load at the start of the round, held over the plan).
 
-use crate::placement::PlacementCost;
+use crate::placement::{PlacementCost, repeated};
 use crate::world::WorldSnapshot;
 
 /// The LAN groups of a round and the running jobs on each.
@@ -65,15 +65,7 @@ impl Lans {
 
     /// The groups on which `nodes` hold two or more boxes (ascending, each once).
     pub(super) fn shared(&self, nodes: &[usize]) -> Vec<u32> {
-        let mut gs: Vec<u32> = nodes.iter().filter_map(|&q| self.group[q]).collect();
-        gs.sort_unstable();
-        let mut out: Vec<u32> = Vec::new();
-        for w in gs.windows(2) {
-            if w[0] == w[1] && out.last() != Some(&w[0]) {
-                out.push(w[0]);
-            }
-        }
-        out
+        repeated(nodes.iter().filter_map(|&q| self.group[q]).collect())
     }
 
     /// Node `q`'s group, as [`PlacementCost::with_sites`] takes it.
