@@ -114,8 +114,11 @@ fn node_spec(
 /// simulator use ([`EdgeAvailability::from_forecast`]) over the node's CPU and
 /// accelerator forecasts. The load now is the highest of the node's latest
 /// CPU and accelerator utilisation. A sample that says idle but was taken
-/// before the slot in progress began is not used there (the forecast
-/// decides that slot: the tide may come in as it starts); a busy one is kept
+/// before the slot in progress began is not used there when the forecast
+/// covers that slot (the forecast decides it: the tide may come in as it
+/// starts); a forecast issued during the slot starts at the next boundary
+/// and says nothing of it, so there the sample is the only word on the
+/// present and is kept. A busy one is kept
 /// until a newer sample shows the box idle, since a box whose tide came in
 /// earlier than its forecast said must not get its task back at the next
 /// slot boundary. A window's start waits at most one sample for it.
@@ -157,7 +160,9 @@ pub(crate) fn edge_availability(
     if let (Some(f), Some(at)) = (forecast, sampled_ms) {
         let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
         let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
-        if at < slot_start && util_now.is_some_and(|u| u < f.idle_threshold_pct) {
+        let forecast_decides = slot_start >= f.start_ms;
+        if at < slot_start && forecast_decides && util_now.is_some_and(|u| u < f.idle_threshold_pct)
+        {
             util_now = None;
         }
     }
@@ -469,5 +474,28 @@ pub(crate) mod tests {
             "{stale_idle:?}"
         );
         assert!(availability(&node(10.0), None, now).windows.is_empty());
+    }
+
+    #[test]
+    fn an_idle_sample_holds_the_slot_a_newer_forecast_does_not_cover() {
+        // Issued during the slot [1_000_000, 1_900_000), the forecast starts
+        // at its end. The last sample (idle, at 930_000) predates the slot:
+        // it is still the only word on the present, so a job running there
+        // keeps a window that covers now, into the forecast's idle slot.
+        let f = NodeForecast {
+            issued_ms: 1_000_000 + 2_000,
+            start_ms: 1_900_000,
+            ..forecast(&[Some(20.0), Some(50.0)])
+        };
+        let now = 1_000_000 + 5_000;
+        let a = availability(&node(10.0), Some(&f), now);
+        let spans: Vec<(i64, i64)> = a.windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
+        assert_eq!(spans, vec![(1_000_000, 2_800_000)], "{a:?}");
+        // A busy sample from then still says busy.
+        let busy = availability(&node(80.0), Some(&f), now);
+        assert!(
+            busy.tide_in() && busy.windows[0].start_ms == 1_900_000,
+            "{busy:?}"
+        );
     }
 }
