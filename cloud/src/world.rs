@@ -142,21 +142,24 @@ pub(crate) struct LatestSample {
     pub(crate) busy_ms: Option<i64>,
 }
 
-/// [`availability`] from a node's [`LatestSample`]. A node idle now has
-/// been so since its last busy sample (`idle_since_ms`, for the likely
-/// grade's dwell); one never seen busy has no such time.
+/// [`availability`] from a node's [`LatestSample`]. A node whose latest
+/// sample says idle has been so since its last busy sample (`idle_since_ms`,
+/// for the likely grade's dwell), even where that sample is too old to judge
+/// the slot in progress: the dwell counts from the last busy sample all the
+/// same. One never seen busy has no such time.
 pub(crate) fn edge_availability(
     sample: &LatestSample,
     forecast: Option<&NodeForecast>,
     now_ms: i64,
 ) -> EdgeAvailability {
     let sampled_ms = sample.sampled_ms;
-    let mut util_now = sample
+    let latest = sample
         .utils
         .into_iter()
         .flatten()
         .map(f64::from)
         .reduce(f64::max);
+    let mut util_now = latest;
     if let (Some(f), Some(at)) = (forecast, sampled_ms) {
         let slot_ms = i64::from(f.slot_len_s).max(1) * 1000;
         let slot_start = f.start_ms + (now_ms - f.start_ms).div_euclid(slot_ms) * slot_ms;
@@ -180,9 +183,9 @@ pub(crate) fn edge_availability(
         .filter_map(|r| f.resource(*r))
         .map(|r| r.slots.as_slice())
         .collect();
-    let idle_now = util_now.is_some_and(|u| u < f.idle_threshold_pct);
+    let idle_last = latest.is_some_and(|u| u < f.idle_threshold_pct);
     EdgeAvailability {
-        idle_since_ms: sample.busy_ms.filter(|_| idle_now),
+        idle_since_ms: sample.busy_ms.filter(|_| idle_last),
         ..EdgeAvailability::from_forecast(
             f.start_ms,
             i64::from(f.slot_len_s) * 1000,
@@ -497,5 +500,19 @@ pub(crate) mod tests {
             busy.tide_in() && busy.windows[0].start_ms == 1_900_000,
             "{busy:?}"
         );
+    }
+
+    #[test]
+    fn the_likely_dwell_counts_from_the_last_busy_sample_when_the_slot_is_not_sampled_yet() {
+        // The box was busy at 900_000 and idle at 930_000; the round at
+        // 1_005_000 is in a slot no sample has reached yet, so the forecast
+        // judges the present, but the box did not become "never seen busy":
+        // the likely grade's dwell still runs from 900_000.
+        let f = forecast(&[Some(20.0), Some(50.0)]);
+        let mut idle = node(10.0);
+        idle.busy_ms = Some(900_000);
+        let a = availability(&idle, Some(&f), 1_000_000 + 5_000);
+        assert_eq!(a.util_now_pct, None, "{a:?}");
+        assert_eq!(a.idle_since_ms, Some(900_000), "{a:?}");
     }
 }
