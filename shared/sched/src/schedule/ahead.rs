@@ -167,7 +167,7 @@ impl<'a> Round<'a> {
         let owed = ctx.job.progress.startup_left_s;
         self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed)
             .iter()
-            .filter_map(|c| self.free_now(c))
+            .filter_map(|c| self.free_now(ctx, c))
             .collect()
     }
 }

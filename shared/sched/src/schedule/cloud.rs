@@ -153,8 +153,15 @@ impl<'a> Round<'a> {
             .slot_of(end_guess - 1)
             .min(self.n_slots.saturating_sub(1));
         let mut chosen = Vec::with_capacity(k);
-        let open = g.nodes.iter().filter(|&&q| self.free_slot_count[q] > 0);
-        for &q in open.take(512) {
+        let mut open: Vec<usize> = g
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&q| self.free_slot_count[q] > 0)
+            .take(512)
+            .collect();
+        self.by_claim(ctx, &mut open);
+        for q in open {
             if (x..=last).all(|s| self.free[q * self.n_slots + s] >= per) {
                 chosen.push(q);
                 if chosen.len() == k {
@@ -190,7 +197,7 @@ impl<'a> Round<'a> {
             if self.now_ms.saturating_add((c.secs * 1000.0).ceil() as i64) > spec.deadline_ms {
                 continue;
             }
-            let Some(place) = self.free_now(c) else {
+            let Some(place) = self.free_now(ctx, c) else {
                 continue;
             };
             let run = self.walk(
@@ -240,18 +247,20 @@ impl Round<'_> {
     }
 
     /// `c`'s workers on nodes of its group free in the slot in progress, if
-    /// enough of them are.
-    pub(super) fn free_now(&self, c: &CloudConfig) -> Option<Place> {
+    /// enough of them are, taken in [`Round::claim`] order.
+    pub(super) fn free_now(&self, ctx: &JobCtx, c: &CloudConfig) -> Option<Place> {
         let g = &self.cloud_groups[c.group];
         let k = c.workers.div_ceil(g.devices) as usize;
         let per = c.workers.div_ceil(k as u32);
-        let chosen: Vec<usize> = g
+        let mut chosen: Vec<usize> = g
             .nodes
             .iter()
             .copied()
             .filter(|&q| self.free[q * self.n_slots] >= per)
-            .take(k)
+            .take(512)
             .collect();
+        self.by_claim(ctx, &mut chosen);
+        chosen.truncate(k);
         (chosen.len() == k).then(|| spread(&chosen, c.workers, g.devices))
     }
 }

@@ -107,7 +107,7 @@ impl<'a> Round<'a> {
             // Where the checkpoint is; a running job keeps its own nodes
             // where it can.
             let from = cur.as_deref().unwrap_or(&ctx.location);
-            let place = match (kept, self.widest(g, options, s, from)) {
+            let place = match (kept, self.widest(ctx, g, options, s, from)) {
                 (Some(c), Some(b)) if self.grows(ctx, &c, &b, s, limit, ctx.remaining - done) => b,
                 (Some(c), _) => c,
                 (None, Some(b)) => b,
@@ -124,7 +124,7 @@ impl<'a> Round<'a> {
             while end < limit
                 && self.usable(&place, end, Grade::Sure)
                 && !(self.cloud_frees[end]
-                    && self.widest(g, options, end, &place).is_some_and(|b| {
+                    && self.widest(ctx, g, options, end, &place).is_some_and(|b| {
                         self.grows(ctx, &place, &b, end, limit, ctx.remaining - done)
                     }))
             {
@@ -157,9 +157,10 @@ impl<'a> Round<'a> {
 
     /// The placement with the most workers (one of `options`) free on group
     /// `g` in slot `s`, on the nodes of `prefer` first so a resize moves as
-    /// little as it can.
+    /// little as it can, then in [`Round::claim`] order.
     fn widest(
         &self,
+        ctx: &JobCtx,
         g: &CloudGroup,
         options: &[u32],
         s: usize,
@@ -175,7 +176,7 @@ impl<'a> Round<'a> {
             .filter(|q| !prefer.iter().any(|p| p.0 == *q))
             .take(512)
             .collect();
-        others.sort_by_key(|&q| (std::cmp::Reverse(free(q)), q));
+        others.sort_by_key(|&q| (self.claim(ctx, q), std::cmp::Reverse(free(q)), q));
         // Group nodes are listed in index order.
         let nodes: Vec<usize> = prefer
             .iter()

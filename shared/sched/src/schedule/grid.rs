@@ -24,6 +24,7 @@ use crate::placement::PlacementCost;
 use crate::settings::Policy;
 use crate::world::{Assignment, NodeKind, WorldSnapshot};
 
+use super::held::Held;
 use super::lan::Lans;
 use super::walk::Seg;
 
@@ -77,6 +78,8 @@ pub(super) struct Round<'a> {
     pub(super) cloud_frees: Vec<bool>,
     /// Which boxes share a LAN, and the running jobs on each.
     pub(super) lans: Lans,
+    /// What running jobs hold at the start of the round.
+    pub(super) held: Held,
 }
 
 impl<'a> Round<'a> {
@@ -190,6 +193,7 @@ impl<'a> Round<'a> {
             &world.links,
         );
         let lans = Lans::new(world, &links, |id| id_of.get(id).copied());
+        let held = Held::new(world, |id| id_of.get(id).copied());
         let links = links.with_sites((0..world.nodes.len()).map(|q| lans.group_of(q)));
         Round {
             world,
@@ -202,6 +206,7 @@ impl<'a> Round<'a> {
             classes,
             links,
             lans,
+            held,
             free,
             open,
             edge_index,

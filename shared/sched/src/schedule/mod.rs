@@ -52,6 +52,7 @@ mod decide;
 mod elastic;
 mod explain;
 mod grid;
+mod held;
 mod job;
 mod keep;
 mod lan;

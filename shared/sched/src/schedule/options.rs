@@ -23,7 +23,8 @@ impl<'a> Round<'a> {
                 && (0..limit).any(|s| self.free[q * self.n_slots + s] > 0)
         };
         // Nodes still free at their first free slot come first: one that an
-        // earlier plan took there is kept only to fill up the candidates.
+        // earlier plan took there, or that a running job of its rank holds
+        // ([`Round::claim`]), is kept only to fill up the candidates.
         let want = self.policy.edge_candidates;
         let mut cands: Vec<usize> = Vec::new();
         let mut taken: Vec<usize> = Vec::new();
@@ -31,7 +32,8 @@ impl<'a> Round<'a> {
             if cands.len() >= want || self.first_free[q] >= limit {
                 break;
             }
-            let fresh = self.free[q * self.n_slots + self.first_free[q]] > 0;
+            let fresh =
+                self.free[q * self.n_slots + self.first_free[q]] > 0 && self.claim(ctx, q) < 2;
             if (fresh || taken.len() < want) && eligible(q) {
                 if fresh { cands.push(q) } else { taken.push(q) }
             }
