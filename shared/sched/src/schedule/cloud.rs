@@ -152,23 +152,10 @@ impl<'a> Round<'a> {
         let last = self
             .slot_of(end_guess - 1)
             .min(self.n_slots.saturating_sub(1));
-        let mut chosen = Vec::with_capacity(k);
-        let mut open: Vec<usize> = g
-            .nodes
-            .iter()
-            .copied()
-            .filter(|&q| self.free_slot_count[q] > 0)
-            .take(512)
-            .collect();
-        self.by_claim(ctx, &mut open);
-        for q in open {
-            if (x..=last).all(|s| self.free[q * self.n_slots + s] >= per) {
-                chosen.push(q);
-                if chosen.len() == k {
-                    break;
-                }
-            }
-        }
+        let chosen = self.pick(ctx, &g.nodes, k, |q| {
+            self.free_slot_count[q] > 0
+                && (x..=last).all(|s| self.free[q * self.n_slots + s] >= per)
+        });
         if chosen.len() < k {
             return None;
         }
@@ -252,15 +239,7 @@ impl Round<'_> {
         let g = &self.cloud_groups[c.group];
         let k = c.workers.div_ceil(g.devices) as usize;
         let per = c.workers.div_ceil(k as u32);
-        let mut chosen: Vec<usize> = g
-            .nodes
-            .iter()
-            .copied()
-            .filter(|&q| self.free[q * self.n_slots] >= per)
-            .take(512)
-            .collect();
-        self.by_claim(ctx, &mut chosen);
-        chosen.truncate(k);
+        let chosen = self.pick(ctx, &g.nodes, k, |q| self.free[q * self.n_slots] >= per);
         (chosen.len() == k).then(|| spread(&chosen, c.workers, g.devices))
     }
 }

@@ -18,6 +18,9 @@ use crate::world::{JobClass, WorldSnapshot};
 use super::grid::Round;
 use super::job::JobCtx;
 
+/// Fitting nodes a pass of [`Round::pick`] looks at.
+const SCAN: usize = 512;
+
 /// Devices held by running jobs, per node, at the start of the round: by
 /// jobs with a deadline, and by best-effort ones.
 pub(super) struct Held(Vec<[u32; 2]>);
@@ -55,9 +58,35 @@ impl Round<'_> {
         }
     }
 
-    /// `nodes` reordered for the job: by [`Round::claim`], otherwise in the
-    /// order given.
-    pub(super) fn by_claim(&self, ctx: &JobCtx, nodes: &mut [usize]) {
-        nodes.sort_by_key(|&q| self.claim(ctx, q));
+    /// Up to `k` nodes of `nodes` (a cloud group's, in index order) that
+    /// pass `fits`, taken in [`Round::claim`] order and otherwise in the order
+    /// given; each pass looks at no more than [`SCAN`] fitting nodes, so a
+    /// large group costs a round little.
+    pub(super) fn pick(
+        &self,
+        ctx: &JobCtx,
+        nodes: &[usize],
+        k: usize,
+        fits: impl Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        let mut chosen: Vec<usize> = ctx
+            .location
+            .iter()
+            .map(|p| p.0)
+            .filter(|q| nodes.binary_search(q).is_ok() && fits(*q))
+            .take(k)
+            .collect();
+        for rank in 1..=2 {
+            let scan = nodes.iter().copied().filter(|&q| fits(q)).take(SCAN);
+            for q in scan {
+                if chosen.len() == k {
+                    return chosen;
+                }
+                if self.claim(ctx, q) == rank {
+                    chosen.push(q);
+                }
+            }
+        }
+        chosen
     }
 }
