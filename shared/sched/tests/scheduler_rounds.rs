@@ -568,3 +568,32 @@ fn a_job_takes_an_idle_box_before_one_a_job_of_its_rank_runs_on() {
         );
     }
 }
+
+#[test]
+fn a_best_effort_job_displaced_by_a_deadline_job_is_told_so() {
+    // One T4 box idle all night, a best-effort job on it; a deadline job
+    // that needs the box now takes it. The best-effort job stops, and its
+    // reason says the box is still idle and who took it, not that its
+    // window ends.
+    let night = [(NOW, NOW + 12 * H)];
+    let be = running_on(job(1, JobClass::BestEffort, NOW, NOW + 40 * H, 30_000.0), "e1");
+    let slo = job(2, JobClass::Slo, NOW, NOW + 10 * H, 20_000.0);
+    let w = world(vec![edge("e1", 1, &night, 10.0)], vec![be, slo]);
+    let plan = schedule(&w, NOW, &Policy::default());
+    let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
+    assert_eq!(runs_on(d2, &[]).as_deref(), Some("e1"), "{}", d2.explanation.reason);
+    assert_eq!(d1.action, Action::Pause, "{}", d1.explanation.reason);
+    assert_eq!(
+        d1.explanation.why.first(),
+        Some(&Reason::Displaced { node: "e1".into() }),
+        "{}",
+        d1.explanation.reason
+    );
+    assert!(
+        d1.explanation
+            .reason
+            .starts_with("e1 is still idle, but a job planned before this one took it"),
+        "{}",
+        d1.explanation.reason
+    );
+}

@@ -50,7 +50,11 @@ impl<'a> Round<'a> {
         let mut reason = story.to_string();
         let mut why = Vec::new();
         if let (Some(note), Action::Migrate { .. } | Action::Pause) = (&ctx.tide_note, &action) {
-            reason = format!("{note}: checkpointing and moving before it interferes; {reason}");
+            let then = match note {
+                Reason::Displaced { .. } => "checkpointing and moving",
+                _ => "checkpointing and moving before it interferes",
+            };
+            reason = format!("{note}: {then}; {reason}");
             why.push(note.clone());
         }
         why.extend(story.into_reasons());

@@ -6,7 +6,7 @@ use crate::cost::{StepTime, class_compute_s};
 use crate::throughput::ModelTable;
 use crate::world::{JobState, NodeKind};
 
-use super::grid::{Place, Round};
+use super::grid::{Grade, Place, Round};
 use super::reason::Reason;
 
 /// Per-job facts computed once per round.
@@ -37,6 +37,15 @@ impl<'a> Round<'a> {
                         load_pct: av.util_now_pct.unwrap_or(0.0),
                         threshold_pct: av.idle_threshold_pct,
                     }),
+                    NodeKind::Edge(_)
+                        if self.free[q * self.n_slots] == 0
+                            && self.open_until(&[(q, 1)], 0, Grade::Likely)
+                                > self.slot_start(0) =>
+                    {
+                        Some(Reason::Displaced {
+                            node: self.world.nodes[q].id.clone(),
+                        })
+                    }
                     NodeKind::Edge(av) if self.free[q * self.n_slots] == 0 => {
                         let grace = self.policy.grace_ms;
                         Some(Reason::WindowEnds {

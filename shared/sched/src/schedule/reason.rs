@@ -53,6 +53,13 @@ pub enum Reason {
         /// policy's grace plus the forecast's doubt ([`crate::Window::usable_until_ms`]).
         margin_ms: i64,
     },
+    /// A node the job runs on is still idle, but a job planned before it
+    /// this round took it (a deadline job before a best-effort one, or one
+    /// with less left to do).
+    Displaced {
+        /// The edge node.
+        node: String,
+    },
     /// Nothing is left to plan.
     WorkDone,
     /// New jobs arrived, and every guarantee was planned again, earliest deadline first.
@@ -235,6 +242,10 @@ impl fmt::Display for Reason {
                 f,
                 "the idle window on {node} ends (margin {} s: grace and the forecast's doubt)",
                 margin_ms / 1000
+            ),
+            Reason::Displaced { node } => write!(
+                f,
+                "{node} is still idle, but a job planned before this one took it (a deadline job, or one with less left to do)"
             ),
             Reason::WorkDone => f.write_str("its work is done"),
             Reason::InTurn => f.write_str(
