@@ -576,12 +576,20 @@ fn a_best_effort_job_displaced_by_a_deadline_job_is_told_so() {
     // reason says the box is still idle and who took it, not that its
     // window ends.
     let night = [(NOW, NOW + 12 * H)];
-    let be = running_on(job(1, JobClass::BestEffort, NOW, NOW + 40 * H, 30_000.0), "e1");
+    let be = running_on(
+        job(1, JobClass::BestEffort, NOW, NOW + 40 * H, 30_000.0),
+        "e1",
+    );
     let slo = job(2, JobClass::Slo, NOW, NOW + 10 * H, 20_000.0);
     let w = world(vec![edge("e1", 1, &night, 10.0)], vec![be, slo]);
     let plan = schedule(&w, NOW, &Policy::default());
     let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
-    assert_eq!(runs_on(d2, &[]).as_deref(), Some("e1"), "{}", d2.explanation.reason);
+    assert_eq!(
+        runs_on(d2, &[]).as_deref(),
+        Some("e1"),
+        "{}",
+        d2.explanation.reason
+    );
     assert_eq!(d1.action, Action::Pause, "{}", d1.explanation.reason);
     assert_eq!(
         d1.explanation.why.first(),
