@@ -9,7 +9,7 @@ use tidemill_sched::Verdict;
 use super::lag::LivePath;
 use crate::simulate::jobs::TraceJob;
 use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
-use crate::simulate::policies::{JobRun, JobStatus};
+use crate::simulate::policies::{FirstStart, JobRun, JobStatus};
 
 /// One live row: `simulate`'s fields, then what only a live run has.
 #[derive(Debug, Clone, Serialize)]
@@ -55,8 +55,9 @@ pub struct DifferingJob {
     /// The coordinator's reason for that state.
     pub live_reason: Option<String>,
     /// The first milestone where the two histories diverge: turned away in
-    /// one only, guaranteed in one only or a round apart, finished in one
-    /// only or at other times ([`divergence`]).
+    /// one only, guaranteed in one only or a round apart, first started in
+    /// one only, at other times or on other nodes, finished in one only or
+    /// at other times ([`divergence`]).
     pub divergence: Option<String>,
 }
 
@@ -75,7 +76,8 @@ pub struct TwinReport {
 /// coordinator's record of it, on the trace's clock (`offset_ms` is tide
 /// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
 /// one is rejected; anything else (failed, queued, running) is unfinished.
-/// Its guarantee time is that of its latest plan, if that plan guaranteed it.
+/// Its guarantee time is that of its latest plan, if that plan guaranteed it;
+/// its first start is when it started, on [`first_node`].
 pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobRun {
     let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
     let Some(r) = record else {
@@ -93,7 +95,30 @@ pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobR
     if let Some(Verdict::Guaranteed { since_ms }) = r.plan.as_ref().map(|p| p.verdict) {
         run.guaranteed_ms = Some(since_ms - offset_ms);
     }
+    run.first_start = r.started_at.map(|t| FirstStart {
+        at_ms: t.timestamp_millis() - offset_ms,
+        nodes: first_node(r).into_iter().collect(),
+    });
     run
+}
+
+/// The node a live job first ran on: the node it runs or ran on, unless it
+/// started again since, in which case the node its first checkpoint left
+/// (a yield sends it to the coordinator or the shared store first).
+pub fn first_node(r: &JobRecord) -> Option<String> {
+    if r.last_started_at.is_none_or(|t| Some(t) == r.started_at) {
+        return r.node.clone();
+    }
+    let peers = [
+        tidemill_proto::CLOUD_PEER,
+        tidemill_proto::SHARED_STORE_PEER,
+    ];
+    r.checkpoint_transfers
+        .iter()
+        .filter(|t| !peers.contains(&t.from.as_str()))
+        .min_by_key(|t| t.t_ms)
+        .map(|t| t.from.clone())
+        .or_else(|| r.node.clone())
 }
 
 /// `policy`'s live row from its jobs.
@@ -150,8 +175,10 @@ const SAME_MS: i64 = 60_000;
 
 /// Where the live and simulated runs of one job first part, milestone by
 /// milestone in the order a job meets them: admission, the promise of its
-/// deadline, its end. Times are hours after its submission, on the trace's
-/// clock. `None` when no milestone differs.
+/// deadline, its first start (when, and on which nodes: the same where the
+/// two share one, since a live job names the node of its rank 0), its end.
+/// Times are hours after its submission, on the trace's clock. `None` when
+/// no milestone differs.
 pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
     let h = |t: i64| (t - live.spec.submitted_ms) as f64 / 3.6e6;
     let rejected = |r: &JobRun| r.status == JobStatus::Rejected;
@@ -163,23 +190,29 @@ pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
         };
         return Some(format!("admission: turned away {turned}, taken {took}"));
     }
-    match (live.guaranteed_ms, sim.guaranteed_ms) {
-        (Some(l), Some(s)) if (l - s).abs() >= SAME_MS => {
-            return Some(format!(
-                "guarantee: at +{:.2} h live, +{:.2} h simulated",
-                h(l),
-                h(s)
-            ));
-        }
-        (Some(t), None) | (None, Some(t)) => {
-            let only = if live.guaranteed_ms.is_some() {
-                "live"
-            } else {
-                "simulated"
-            };
-            return Some(format!("guarantee: only {only}, at +{:.2} h", h(t)));
-        }
-        _ => {}
+    let at = |t: &i64| format!("+{:.2} h", h(*t));
+    let apart = |l: &i64, s: &i64| (l - s).abs() >= SAME_MS;
+    if let Some(d) = milestone(
+        "guarantee",
+        &live.guaranteed_ms,
+        &sim.guaranteed_ms,
+        apart,
+        at,
+    ) {
+        return Some(d);
+    }
+    let elsewhere = |l: &FirstStart, s: &FirstStart| {
+        apart(&l.at_ms, &s.at_ms) || !l.nodes.iter().any(|n| s.nodes.contains(n))
+    };
+    let on = |f: &FirstStart| format!("{} on {}", at(&f.at_ms), f.nodes.join("+"));
+    if let Some(d) = milestone(
+        "first start",
+        &live.first_start,
+        &sim.first_start,
+        elsewhere,
+        on,
+    ) {
+        return Some(d);
     }
     let end = |r: &JobRun| {
         r.finish_ms.map_or("not finished".to_string(), |t| {
@@ -300,6 +333,27 @@ impl TwinReport {
     }
 }
 
+/// A milestone of [`divergence`], if the two runs part there: reached in
+/// one only, or reached in both where `differs` says they differ.
+fn milestone<T>(
+    name: &str,
+    live: &Option<T>,
+    sim: &Option<T>,
+    differs: impl Fn(&T, &T) -> bool,
+    show: impl Fn(&T) -> String,
+) -> Option<String> {
+    match (live, sim) {
+        (Some(l), Some(s)) if differs(l, s) => Some(format!(
+            "{name}: at {} live, {} simulated",
+            show(l),
+            show(s)
+        )),
+        (Some(x), None) => Some(format!("{name}: only live, at {}", show(x))),
+        (None, Some(x)) => Some(format!("{name}: only simulated, at {}", show(x))),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,6 +401,62 @@ mod tests {
         assert_eq!(
             divergence(&turned, &sim).unwrap(),
             "admission: turned away live, taken simulated"
+        );
+    }
+
+    #[test]
+    fn a_live_job_started_again_first_ran_where_its_first_checkpoint_left() {
+        let record = |last_started: &str, transfers: serde_json::Value| -> JobRecord {
+            serde_json::from_value(serde_json::json!({
+                "id": 1, "name": "j", "state": "succeeded", "node": "e2", "exit_code": 0,
+                "output_tail": [], "reason": null, "command": ["true"], "env": {},
+                "secret_env": [], "deadline": "2026-11-27T13:00:00Z",
+                "submitted_at": "2026-11-27T05:00:00Z", "started_at": "2026-11-27T07:00:00Z",
+                "last_started_at": last_started, "finished_at": "2026-11-27T09:00:00Z",
+                "cancel_requested": false, "class": "slo", "work": null, "done_iters": 0.0,
+                "progress": "estimated", "measured_ips": null, "checkpoint": null, "attained_s": 0.0,
+                "plan": null, "start_window": null, "checkpoint_transfers": transfers
+            }))
+            .unwrap()
+        };
+        let moved = |from: &str, to: &str, t_ms: i64| {
+            serde_json::json!({"t_ms": t_ms, "from": from, "to": to, "bytes": 1,
+                "moved_bytes": 1, "seconds": 0.1, "step": 3, "resent_chunks": 0})
+        };
+        // Never started again: it ran where it runs.
+        let once = record("2026-11-27T07:00:00Z", serde_json::json!([]));
+        assert_eq!(first_node(&once).as_deref(), Some("e2"));
+        // Yielded on e1 (its checkpoint went to the coordinator), then moved
+        // from e3 to e2 directly: it first ran on e1.
+        let transfers = serde_json::json!([moved("e3", "e2", 20), moved("e1", "cloud", 10)]);
+        let again = record("2026-11-27T08:00:00Z", transfers);
+        assert_eq!(first_node(&again).as_deref(), Some("e1"));
+    }
+
+    #[test]
+    fn a_first_start_elsewhere_or_later_is_the_divergence() {
+        let started = |h: f64, nodes: &[&str]| {
+            let mut r = run(Some(0.5), Some(2.0));
+            r.first_start = Some(FirstStart {
+                at_ms: r.spec.submitted_ms + (h * 3.6e6) as i64,
+                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            });
+            r
+        };
+        let sim = started(0.25, &["e1", "e2"]);
+        // Live names the node of rank 0: one of the simulated pair is the same start.
+        assert_eq!(divergence(&started(0.25, &["e2"]), &sim), None);
+        assert_eq!(
+            divergence(&started(0.25, &["e7"]), &sim).unwrap(),
+            "first start: at +0.25 h on e7 live, +0.25 h on e1+e2 simulated"
+        );
+        assert_eq!(
+            divergence(&started(1.0, &["e1"]), &sim).unwrap(),
+            "first start: at +1.00 h on e1 live, +0.25 h on e1+e2 simulated"
+        );
+        assert_eq!(
+            divergence(&run(Some(0.5), Some(2.0)), &sim).unwrap(),
+            "first start: only simulated, at +0.25 h on e1+e2"
         );
     }
 }

@@ -191,6 +191,16 @@ pub enum JobStatus {
     Abandoned,
 }
 
+/// When and where a job first ran: the twin compares it between the live
+/// run and the simulator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstStart {
+    /// When, Unix ms.
+    pub at_ms: i64,
+    /// Its nodes' ids, in index order.
+    pub nodes: Vec<String>,
+}
+
 /// A job as the engine tracks it.
 #[derive(Debug, Clone)]
 pub struct JobRun {
@@ -225,6 +235,8 @@ pub struct JobRun {
     /// When the policy first promised it its deadline (admitted it with a
     /// guarantee), Unix ms; `None` if it never did.
     pub guaranteed_ms: Option<i64>,
+    /// When and where it first ran; `None` before.
+    pub first_start: Option<FirstStart>,
 }
 
 impl JobRun {
@@ -246,6 +258,7 @@ impl JobRun {
             migrations: 0,
             preemptions: 0,
             guaranteed_ms: None,
+            first_start: None,
         }
     }
 

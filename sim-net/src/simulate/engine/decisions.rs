@@ -4,7 +4,7 @@
 
 use super::{EngineError, Eviction, Run, UsageSample};
 use crate::simulate::placement::Place;
-use crate::simulate::policies::{Decision, JobStatus};
+use crate::simulate::policies::{Decision, FirstStart, JobStatus};
 
 impl Run<'_> {
     pub(super) fn apply(&mut self, now: i64, d: &Decision) -> Result<(), EngineError> {
@@ -109,6 +109,13 @@ impl Run<'_> {
             job.startup_left_s = su.secs;
             job.step_s = step;
             job.sync_class = sync_class;
+            job.first_start.get_or_insert_with(|| FirstStart {
+                at_ms: now,
+                nodes: new
+                    .iter()
+                    .map(|&(q, _)| model.nodes()[q as usize].id.clone())
+                    .collect(),
+            });
             job.location = new.clone();
             job.place = new;
             self.open[j] = Some((now, job.done_iters));
