@@ -18,11 +18,10 @@ fn running_on(mut job: JobState, node: &str) -> JobState {
     job
 }
 
-/// Where `d` runs the job now (`None` when it waits or stops).
-fn runs_on(d: &JobDecision, before: &[Assignment]) -> Option<String> {
+/// The node `d` starts or moves the job to now (`None` when it does neither).
+fn starts_on(d: &JobDecision) -> Option<&str> {
     match &d.action {
-        Action::Start { on } | Action::Migrate { to: on, .. } => Some(on[0].node_id.clone()),
-        Action::Continue => Some(before[0].node_id.clone()),
+        Action::Start { on } | Action::Migrate { to: on, .. } => Some(&on[0].node_id),
         _ => None,
     }
 }
@@ -40,12 +39,7 @@ fn a_job_takes_a_free_node_before_one_a_running_job_holds() {
     let plan = schedule(&w, NOW, &Policy::default());
     let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
     assert_eq!(d1.action, Action::Continue, "{}", d1.explanation.reason);
-    assert_eq!(
-        runs_on(d2, &[]).as_deref(),
-        Some("c2"),
-        "{}",
-        d2.explanation.reason
-    );
+    assert_eq!(starts_on(d2), Some("c2"), "{}", d2.explanation.reason);
     // Alone, a running job on the second node stays there, though the first is free.
     let alone = running_on(job(1, JobClass::Slo, NOW, NOW + 12 * H, 200_000.0), "c2");
     let w = world(vec![cloud("c1", 1), cloud("c2", 1)], vec![alone]);
@@ -73,7 +67,7 @@ fn a_job_takes_an_idle_box_before_one_a_job_of_its_rank_runs_on() {
         let plan = schedule(&w, NOW, &Policy::default());
         let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
         assert_eq!(
-            runs_on(d2, &[]).as_deref(),
+            starts_on(d2),
             Some("e2"),
             "{class:?}: {}",
             d2.explanation.reason
@@ -102,12 +96,7 @@ fn a_best_effort_job_displaced_by_a_deadline_job_is_told_so() {
     let w = world(vec![edge("e1", 1, &night, 10.0)], vec![be, slo]);
     let plan = schedule(&w, NOW, &Policy::default());
     let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
-    assert_eq!(
-        runs_on(d2, &[]).as_deref(),
-        Some("e1"),
-        "{}",
-        d2.explanation.reason
-    );
+    assert_eq!(starts_on(d2), Some("e1"), "{}", d2.explanation.reason);
     assert_eq!(d1.action, Action::Pause, "{}", d1.explanation.reason);
     assert_eq!(
         d1.explanation.why.first(),

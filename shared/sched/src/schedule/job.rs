@@ -18,6 +18,8 @@ pub(super) struct JobCtx<'a> {
     pub(super) tables: Vec<Option<&'a ModelTable>>,
     /// Why a running job must leave its nodes now, if it must.
     pub(super) tide_note: Option<Reason>,
+    /// The LAN groups a running job is counted on ([`super::lan::Lans::shared`]).
+    pub(super) lans_counted: Vec<u32>,
 }
 
 impl<'a> Round<'a> {
@@ -62,9 +64,16 @@ impl<'a> Round<'a> {
                     _ => None,
                 })
         });
+        let lans_counted = if job.progress.running {
+            let own: Vec<usize> = location.iter().map(|p| p.0).collect();
+            self.lans.shared(&own)
+        } else {
+            Vec::new()
+        };
         JobCtx {
             job,
             remaining: (job.spec.iterations - job.progress.done_iters).max(0.0),
+            lans_counted,
             location,
             tables,
             tide_note: tide_note.flatten(),
@@ -93,14 +102,8 @@ impl<'a> Round<'a> {
     pub(super) fn step(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> Option<StepTime> {
         let compute = [self.compute_s(ctx, place)?];
         let bytes = ctx.job.spec.model_bytes as f64;
-        let own: Vec<usize> = if ctx.job.progress.running {
-            ctx.location.iter().map(|p| p.0).collect()
-        } else {
-            Vec::new()
-        };
-        let counted = self.lans.shared(&own);
         let gamma = self.policy.gamma;
-        let load = |g: u32| self.lans.load(g, counted.contains(&g));
+        let load = |g: u32| self.lans.load(g, ctx.lans_counted.contains(&g));
         Some(self.links.step_shared(compute, place, bytes, gamma, load).0)
     }
 

@@ -39,6 +39,7 @@
 //!
 //! The stages live in submodules: [`grid`] (free capacity), [`job`] (per-job
 //! facts and timings), [`lan`] (which boxes share a LAN, and its load),
+//! [`held`] (what running jobs hold, so plans take free nodes first),
 //! [`walk`] (a placement over the slots), [`options`]
 //! (candidates worth trying), [`cloud`] (cloud plans), [`elastic`] (cloud
 //! plans whose worker count changes between stretches), [`plan`] (choosing
