@@ -60,6 +60,8 @@ mod lan;
 mod options;
 mod plan;
 mod reason;
+#[cfg(test)]
+mod testkit;
 mod walk;
 
 pub use reason::{EXPLANATION_TIME_FORMAT, Reason, Share, Stretch};

@@ -141,6 +141,13 @@ impl<'a> Round<'a> {
             {
                 continue;
             }
+            // Only a finish counts for work held to a deadline without a
+            // reservation, and for a best-effort plan once another one is in
+            // hand (unfinished plans tie, and the first stands): an option
+            // that cannot finish is not walked.
+            if !deadline && (due || best.is_some()) && !self.may_finish(ctx, &place) {
+                continue;
+            }
             let Some(run) = self.walk(
                 ctx,
                 &place,
