@@ -121,6 +121,8 @@ fn an_eviction_fifty_minutes_into_training_loses_twenty() {
         (o.evictions[0].before_iters, o.evictions[0].after_iters),
         (3000.0, 1800.0)
     );
+    let stop = o.jobs[0].first_stop.unwrap();
+    assert_eq!((stop.at_ms, stop.evicted), (3_030_000, true));
 }
 
 #[test]
@@ -129,6 +131,8 @@ fn a_planned_stop_keeps_all_its_progress() {
     let o = fifty_minutes(3_060_000);
     assert_eq!(o.jobs[0].done_iters, 3000.0);
     assert_eq!((o.acc.evictions, o.acc.lost_iters), (0, 0.0));
+    let stop = o.jobs[0].first_stop.unwrap();
+    assert_eq!((stop.at_ms, stop.evicted), (3_030_000, false));
 }
 
 #[test]

@@ -167,7 +167,7 @@ impl Edge {
             }
             for task in s.registry.on_node(self.node) {
                 if busy {
-                    if let Some(t) = s.registry.stop(task.task_id, false) {
+                    if let Some(t) = s.registry.stop(task.task_id, false, now) {
                         self.task_event(
                             &t,
                             TaskEvent::Yielded {
@@ -294,7 +294,7 @@ impl Edge {
                 ),
             },
             Command::Cancel { task_id } => {
-                if let Some(t) = s.registry.stop(task_id, true) {
+                if let Some(t) = s.registry.stop(task_id, true, s.clock.now_ms()) {
                     self.task_event(
                         &t,
                         TaskEvent::Exited {

@@ -323,7 +323,9 @@ pub(super) fn run_in(
         .enumerate()
         .map(|(k, j)| {
             let record = records.get(k).and_then(Option::as_ref);
-            report::job_run(j, record, offset_ms + late_ms(k))
+            let stop = ids.get(k).copied().flatten();
+            let stop = stop.and_then(|sub| shared.registry.first_stop(sub.id));
+            report::job_run(j, record, offset_ms + late_ms(k), stop)
         })
         .collect();
     let wall_s = started.elapsed().as_secs_f64();

@@ -9,7 +9,7 @@ use tidemill_sched::Verdict;
 use super::lag::LivePath;
 use crate::simulate::jobs::TraceJob;
 use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
-use crate::simulate::policies::{FirstStart, JobRun, JobStatus};
+use crate::simulate::policies::{FirstStart, FirstStop, JobRun, JobStatus};
 
 /// One live row: `simulate`'s fields, then what only a live run has.
 #[derive(Debug, Clone, Serialize)]
@@ -56,7 +56,8 @@ pub struct DifferingJob {
     pub live_reason: Option<String>,
     /// The first milestone where the two histories diverge: turned away in
     /// one only, guaranteed in one only or a round apart, first started in
-    /// one only, at other times or on other nodes, finished in one only or
+    /// one only, at other times or on other nodes, first stopped in one
+    /// only, at other times or evicted in one only, finished in one only or
     /// at other times ([`divergence`]).
     pub divergence: Option<String>,
 }
@@ -77,9 +78,19 @@ pub struct TwinReport {
 /// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
 /// one is rejected; anything else (failed, queued, running) is unfinished.
 /// Its guarantee time is that of its latest plan, if that plan guaranteed it;
-/// its first start is when it started, on [`first_node`].
-pub fn job_run(j: &TraceJob, record: Option<&JobRecord>, offset_ms: i64) -> JobRun {
+/// its first start is when it started, on [`first_node`]; its first stop is
+/// `first_stop` (tide ms), as the emulated edges saw it.
+pub fn job_run(
+    j: &TraceJob,
+    record: Option<&JobRecord>,
+    offset_ms: i64,
+    first_stop: Option<FirstStop>,
+) -> JobRun {
     let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
+    run.first_stop = first_stop.map(|f| FirstStop {
+        at_ms: f.at_ms - offset_ms,
+        ..f
+    });
     let Some(r) = record else {
         return run;
     };
@@ -176,7 +187,8 @@ const SAME_MS: i64 = 60_000;
 /// Where the live and simulated runs of one job first part, milestone by
 /// milestone in the order a job meets them: admission, the promise of its
 /// deadline, its first start (when, and on which nodes: the same where the
-/// two share one, since a live job names the node of its rank 0), its end.
+/// two share one, since a live job names the node of its rank 0), its first
+/// stop while running (when, and whether an eviction), its end.
 /// Times are hours after its submission, on the trace's clock. `None` when
 /// no milestone differs.
 pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
@@ -211,6 +223,21 @@ pub fn divergence(live: &JobRun, sim: &JobRun) -> Option<String> {
         &sim.first_start,
         elsewhere,
         on,
+    ) {
+        return Some(d);
+    }
+    let stopped =
+        |l: &FirstStop, s: &FirstStop| apart(&l.at_ms, &s.at_ms) || l.evicted != s.evicted;
+    let how = |f: &FirstStop| {
+        let what = if f.evicted { "evicted" } else { "stopped" };
+        format!("{} ({what})", at(&f.at_ms))
+    };
+    if let Some(d) = milestone(
+        "first stop",
+        &live.first_stop,
+        &sim.first_stop,
+        stopped,
+        how,
     ) {
         return Some(d);
     }
@@ -458,5 +485,39 @@ mod tests {
             divergence(&run(Some(0.5), Some(2.0)), &sim).unwrap(),
             "first start: only simulated, at +0.25 h on e1+e2"
         );
+    }
+
+    #[test]
+    fn a_first_stop_at_another_time_or_of_another_kind_is_the_divergence() {
+        let stopped = |h: Option<f64>, evicted: bool| {
+            let mut r = run(Some(0.5), Some(2.0));
+            r.first_stop = h.map(|h| FirstStop {
+                at_ms: r.spec.submitted_ms + (h * 3.6e6) as i64,
+                evicted,
+            });
+            r
+        };
+        let sim = stopped(Some(1.0), false);
+        assert_eq!(divergence(&stopped(Some(1.0), false), &sim), None);
+        assert_eq!(
+            divergence(&stopped(Some(1.0), true), &sim).unwrap(),
+            "first stop: at +1.00 h (evicted) live, +1.00 h (stopped) simulated"
+        );
+        assert_eq!(
+            divergence(&stopped(Some(1.5), false), &sim).unwrap(),
+            "first stop: at +1.50 h (stopped) live, +1.00 h (stopped) simulated"
+        );
+        assert_eq!(
+            divergence(&stopped(None, false), &sim).unwrap(),
+            "first stop: only simulated, at +1.00 h (stopped)"
+        );
+        // The live time is on the tide's clock until job_run moves it.
+        let j = crate::simulate::testkit::job("m");
+        let tide = FirstStop {
+            at_ms: j.spec.submitted_ms + 5_000,
+            evicted: true,
+        };
+        let run = job_run(&j, None, 5_000, Some(tide));
+        assert_eq!(run.first_stop.map(|f| f.at_ms), Some(j.spec.submitted_ms));
     }
 }

@@ -20,6 +20,7 @@ use std::sync::Mutex;
 
 use tidemill_proto::TaskAssignment;
 use tidemill_sched::JobSpec;
+use tidemill_sched::policies::FirstStop;
 
 use crate::simulate::placement::CostModel;
 
@@ -51,6 +52,8 @@ struct Job {
     tasks: BTreeMap<u64, Task>,
     /// Whether the current placement has been charged its start-up.
     started: bool,
+    /// When a task of it was first stopped before it was done, tide ms.
+    first_stop: Option<FirstStop>,
 }
 
 /// What an edge must report after the registry changed.
@@ -118,6 +121,7 @@ impl Registry {
                     location: Vec::new(),
                     tasks: BTreeMap::new(),
                     started: false,
+                    first_stop: None,
                 })
             }
         };
@@ -143,13 +147,19 @@ impl Registry {
         Ok(Some(job.checkpoint.floor() as u64))
     }
 
-    /// Stops task `task_id`: with `keep`, a planned stop that checkpoints on
-    /// the way out; without, a yield that falls back to the last checkpoint.
-    /// Returns the task if it ran here.
-    pub(crate) fn stop(&self, task_id: u64, keep: bool) -> Option<Task> {
+    /// Stops task `task_id` at `t_ms` (tide): with `keep`, a planned stop
+    /// that checkpoints on the way out; without, a yield that falls back to
+    /// the last checkpoint. Returns the task if it ran here.
+    pub(crate) fn stop(&self, task_id: u64, keep: bool, t_ms: i64) -> Option<Task> {
         let mut jobs = self.jobs.lock().unwrap();
         let job = jobs.values_mut().find(|j| j.tasks.contains_key(&task_id))?;
         let task = job.tasks.remove(&task_id)?;
+        if job.done < job.spec.iterations {
+            job.first_stop.get_or_insert(FirstStop {
+                at_ms: t_ms,
+                evicted: !keep,
+            });
+        }
         if keep {
             job.checkpoint = job.done;
         } else {
@@ -168,6 +178,12 @@ impl Registry {
             .filter(|t| t.node == node)
             .cloned()
             .collect()
+    }
+
+    /// When a task of job `job_id` was first stopped before the job was
+    /// done, and how (tide ms); `None` if never.
+    pub(crate) fn first_stop(&self, job_id: u64) -> Option<FirstStop> {
+        self.jobs.lock().unwrap().get(&job_id)?.first_stop
     }
 
     /// Iterations job `job_id` has done, if it runs here.
@@ -301,7 +317,13 @@ mod tests {
         assert_eq!(r.assign(0, &assignment(1, 7, 1)), Ok(Some(0)));
         r.advance(10_000.0);
         let before = r.done(7).unwrap();
-        r.stop(1, false).unwrap();
+        assert_eq!(r.first_stop(7), None);
+        r.stop(1, false, 5).unwrap();
+        let yielded = Some(FirstStop {
+            at_ms: 5,
+            evicted: true,
+        });
+        assert_eq!(r.first_stop(7), yielded);
         let after_yield = r.done(7).unwrap();
         assert!(
             after_yield < before && after_yield > 0.0,
@@ -310,8 +332,9 @@ mod tests {
         r.assign(0, &assignment(2, 7, 1)).unwrap();
         r.advance(10_000.0);
         let before = r.done(7).unwrap();
-        r.stop(2, true).unwrap();
+        r.stop(2, true, 9).unwrap();
         assert_eq!(r.done(7), Some(before));
+        assert_eq!(r.first_stop(7), yielded, "the first stop stands");
         assert_eq!(
             r.assign(0, &assignment(3, 7, 1)),
             Ok(Some(before.floor() as u64))

@@ -201,6 +201,18 @@ pub struct FirstStart {
     pub nodes: Vec<String>,
 }
 
+/// When a running job was first stopped, and how: the twin compares it
+/// between the live run and the simulator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstStop {
+    /// When, Unix ms.
+    pub at_ms: i64,
+    /// Whether it was an eviction: a box of it turned busy under it, and it
+    /// fell back to its last checkpoint (else a planned stop or move, which
+    /// keeps its progress).
+    pub evicted: bool,
+}
+
 /// A job as the engine tracks it.
 #[derive(Debug, Clone)]
 pub struct JobRun {
@@ -237,6 +249,8 @@ pub struct JobRun {
     pub guaranteed_ms: Option<i64>,
     /// When and where it first ran; `None` before.
     pub first_start: Option<FirstStart>,
+    /// When it was first stopped while running; `None` before.
+    pub first_stop: Option<FirstStop>,
 }
 
 impl JobRun {
@@ -259,6 +273,7 @@ impl JobRun {
             preemptions: 0,
             guaranteed_ms: None,
             first_start: None,
+            first_stop: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use super::{EngineError, Eviction, Run, UsageSample};
 use crate::simulate::placement::Place;
-use crate::simulate::policies::{Decision, FirstStart, JobStatus};
+use crate::simulate::policies::{Decision, FirstStart, FirstStop, JobStatus};
 
 impl Run<'_> {
     pub(super) fn apply(&mut self, now: i64, d: &Decision) -> Result<(), EngineError> {
@@ -82,7 +82,13 @@ impl Run<'_> {
                 continue;
             }
             self.close(j, now);
-            self.leave(j, now);
+            if let Some(evicted) = self.leave(j, now) {
+                let stop = FirstStop {
+                    at_ms: now,
+                    evicted,
+                };
+                self.jobs[j].first_stop.get_or_insert(stop);
+            }
             let job = &mut self.jobs[j];
             self.lan[j] = model.lan_sites(&new);
             placed |= !self.lan[j].is_empty();
@@ -140,11 +146,12 @@ impl Run<'_> {
     }
 
     /// Job `j` leaves its placement at `now` (if it runs): an eviction when
-    /// a box of it is truly busy, else a planned stop (module doc).
-    fn leave(&mut self, j: usize, now: i64) {
+    /// a box of it is truly busy, else a planned stop (module doc). Whether
+    /// it was evicted; `None` when it did not run.
+    fn leave(&mut self, j: usize, now: i64) -> Option<bool> {
         let job = &mut self.jobs[j];
         if !job.running() {
-            return;
+            return None;
         }
         let model = &self.world.model;
         let busy = job.place.iter().any(|&(q, _)| {
@@ -154,7 +161,7 @@ impl Run<'_> {
         });
         if !busy {
             self.ckpt[j].save(job.done_iters);
-            return;
+            return Some(false);
         }
         let workers: u32 = job.place.iter().map(|p| p.1).sum();
         let before_iters = job.done_iters;
@@ -170,5 +177,6 @@ impl Run<'_> {
         self.acc.evictions += 1;
         self.acc.lost_iters += lost.iters;
         self.acc.lost_device_s += lost.train_s * f64::from(workers);
+        Some(true)
     }
 }
