@@ -330,7 +330,12 @@ pub(super) fn run_in(
         .collect();
     let wall_s = started.elapsed().as_secs_f64();
     let row = LiveRow {
-        metrics: report::live_row(args.policy.as_str(), &runs, wall_s),
+        metrics: report::live_row(
+            args.policy.as_str(),
+            &runs,
+            &shared.registry.ledger(),
+            wall_s,
+        ),
         coordinator_cpu_s: cpu_s,
         coordinator_rss_mib: rss_mib,
         reports_per_job: shared.reports.load(Ordering::Relaxed) as f64

@@ -14,10 +14,12 @@ use crate::simulate::policies::{FirstStart, FirstStop, JobRun, JobStatus};
 /// One live row: `simulate`'s fields, then what only a live run has.
 #[derive(Debug, Clone, Serialize)]
 pub struct LiveRow {
-    /// The same fields as a row of `simulate --json`'s `policies`. Only the
-    /// job outcomes are live (DSR, met, guaranteed, rejected, unfinished,
-    /// best-effort times); device-hours, traffic, evictions and rounds are
-    /// not measured live yet and read 0.
+    /// The same fields as a row of `simulate --json`'s `policies`. The job
+    /// outcomes are live (DSR, met, guaranteed, rejected, unfinished,
+    /// best-effort times); traffic by tier and evictions, with what they
+    /// lost, are the emulated tasks' own, priced by the same link model as
+    /// the simulator's; device-hours and rounds are not measured live yet
+    /// and read 0.
     #[serde(flatten)]
     pub metrics: PolicyMetrics,
     /// CPU seconds the coordinator used over the run.
@@ -132,16 +134,15 @@ pub fn first_node(r: &JobRecord) -> Option<String> {
         .or_else(|| r.node.clone())
 }
 
-/// `policy`'s live row from its jobs.
-pub fn live_row(policy: &str, runs: &[JobRun], elapsed_s: f64) -> PolicyMetrics {
-    metrics::summarise(
-        policy,
-        runs,
-        &Accumulators::default(),
-        EdgeTotals::default(),
-        None,
-        elapsed_s,
-    )
+/// `policy`'s live row from its jobs and what its emulated tasks moved and
+/// lost (`ledger`: traffic by tier, evictions).
+pub fn live_row(
+    policy: &str,
+    runs: &[JobRun],
+    ledger: &Accumulators,
+    elapsed_s: f64,
+) -> PolicyMetrics {
+    metrics::summarise(policy, runs, ledger, EdgeTotals::default(), None, elapsed_s)
 }
 
 /// Whether `run` met its deadline, as `simulate` counts it: an SLO job
@@ -315,6 +316,21 @@ impl TwinReport {
         for s in &self.simulated {
             row(out, "simulated", s, None)?;
         }
+        let live = self.live.iter().map(|l| ("live", &l.metrics));
+        for (run, m) in live.chain(self.simulated.iter().map(|s| ("simulated", s))) {
+            let t = &m.traffic_gb;
+            writeln!(
+                out,
+                "{run} {}: traffic {:.1} GB on site LANs, {:.1} GB between sites, {:.1} GB cloud-edge, {:.1} GB cloud-cloud; {} evictions losing {:.1} device-hours",
+                m.policy,
+                t.site_lan,
+                t.between_sites,
+                t.cloud_edge,
+                t.cloud_cloud,
+                m.evictions,
+                m.lost_device_hours
+            )?;
+        }
         if self.live.iter().any(|l| l.metrics.edge_gain.is_none()) {
             writeln!(
                 out,
@@ -398,9 +414,14 @@ mod tests {
     fn edge_gain_not_measured_reads_not_run_never_zero() {
         let mut on_time = run(Some(0.5), Some(2.0));
         on_time.spec.deadline_ms = on_time.spec.submitted_ms + 3 * 3_600_000;
-        let mut m = live_row("p", &[on_time], 0.0);
+        let mut m = live_row("p", &[on_time], &Accumulators::default(), 0.0);
         assert_eq!(edge_gain(&m), "not run");
-        m.set_edge_gain(Some(&live_row("p", &[run(None, None)], 0.0)));
+        m.set_edge_gain(Some(&live_row(
+            "p",
+            &[run(None, None)],
+            &Accumulators::default(),
+            0.0,
+        )));
         assert_eq!(edge_gain(&m), "+1.000");
         m.set_edge_gain(None);
         assert_eq!(edge_gain(&m), "+0.000");

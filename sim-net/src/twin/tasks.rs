@@ -22,6 +22,7 @@ use tidemill_proto::TaskAssignment;
 use tidemill_sched::JobSpec;
 use tidemill_sched::policies::FirstStop;
 
+use crate::simulate::metrics::Accumulators;
 use crate::simulate::placement::CostModel;
 
 /// One running task.
@@ -69,6 +70,9 @@ pub(crate) struct Registry {
     /// The trace's jobs by the coordinator's id, filled as they are submitted.
     specs: Mutex<HashMap<u64, JobSpec>>,
     jobs: Mutex<HashMap<u64, Job>>,
+    /// What the tasks moved and lost, as the engine counts it: traffic by
+    /// tier (start-ups and all-reduce), evictions and what they lost.
+    ledger: Mutex<Accumulators>,
 }
 
 /// Why a task could not be taken on.
@@ -85,7 +89,13 @@ impl Registry {
             model,
             specs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
+            ledger: Mutex::new(Accumulators::default()),
         }
+    }
+
+    /// Traffic by tier, evictions and what they lost, so far.
+    pub(crate) fn ledger(&self) -> Accumulators {
+        self.ledger.lock().unwrap().clone()
     }
 
     /// Records that the coordinator calls the trace's job `spec` `job_id`.
@@ -163,6 +173,15 @@ impl Registry {
         if keep {
             job.checkpoint = job.done;
         } else {
+            // An eviction of the running placement, as the engine counts one:
+            // the work since the checkpoint is lost on every device it held.
+            if job.started && job.done < job.spec.iterations {
+                let workers = task.workers + job.tasks.values().map(|t| t.workers).sum::<u32>();
+                let mut ledger = self.ledger.lock().unwrap();
+                ledger.evictions += 1;
+                ledger.lost_iters += job.done - job.checkpoint;
+                ledger.lost_device_s += job.since_checkpoint_s * f64::from(workers);
+            }
             job.done = job.checkpoint;
         }
         job.since_checkpoint_s = 0.0;
@@ -205,7 +224,13 @@ impl Registry {
                 job.tasks.values().map(|t| (t.node, t.workers)).collect();
             place.sort_unstable();
             if !job.started {
-                job.startup_left_s = self.model.startup(&job.spec, &job.location, &place).secs;
+                let startup = self.model.startup(&job.spec, &job.location, &place);
+                self.ledger
+                    .lock()
+                    .unwrap()
+                    .traffic
+                    .add_scaled(&startup.wan, 1.0);
+                job.startup_left_s = startup.secs;
                 job.location = place.clone();
                 job.started = true;
             }
@@ -220,7 +245,13 @@ impl Registry {
                 continue;
             };
             if left > 0.0 && step_s > 0.0 {
+                let before = job.done;
                 job.done = (job.done + left / step_s).min(job.spec.iterations);
+                if place.len() > 1 {
+                    let ring = self.model.allreduce_traffic(&job.spec, &place);
+                    let mut ledger = self.ledger.lock().unwrap();
+                    ledger.traffic.add_scaled(&ring, job.done - before);
+                }
                 job.since_checkpoint_s += left;
                 let every = job.spec.checkpoint_interval_s;
                 if every > 0.0 && job.since_checkpoint_s >= every {
@@ -309,11 +340,20 @@ mod tests {
         r.advance(startup + 1000.0);
         let done = r.done(7).unwrap();
         assert!((done - 1000.0 / step).abs() < 1e-6, "{done}");
+        // Its traffic: the start-up's, then each step's ring between c0 and c1.
+        let mut want = model.startup(&spec, &[], &place).wan;
+        want.add_scaled(&model.allreduce_traffic(&spec, &place), done);
+        let got = r.ledger().traffic;
+        assert!(
+            (got.cloud_cloud - want.cloud_cloud).abs() <= 1e-6 * want.cloud_cloud.max(1.0),
+            "{got:?} {want:?}"
+        );
+        assert_eq!(r.ledger().evictions, 0);
     }
 
     #[test]
     fn a_yield_loses_what_came_after_the_checkpoint_and_a_planned_stop_keeps_it() {
-        let (r, _) = registry();
+        let (r, spec) = registry();
         assert_eq!(r.assign(0, &assignment(1, 7, 1)), Ok(Some(0)));
         r.advance(10_000.0);
         let before = r.done(7).unwrap();
@@ -325,6 +365,16 @@ mod tests {
         });
         assert_eq!(r.first_stop(7), yielded);
         let after_yield = r.done(7).unwrap();
+        // One eviction, losing the work since the checkpoint on its one
+        // device: of 10 000 s, the start-up's (about 30 s) trained nothing,
+        // and a checkpoint came every 600 s of training, so the last
+        // (10 000 − start-up) mod 600 s are lost.
+        let startup = test_model().startup(&spec, &[], &[(0, 1)]).secs;
+        let ledger = r.ledger();
+        assert_eq!(ledger.evictions, 1);
+        assert!((ledger.lost_iters - (before - after_yield)).abs() < 1e-9);
+        let lost_s = (10_000.0 - startup) % 600.0;
+        assert!((ledger.lost_device_s - lost_s).abs() < 1e-6, "{lost_s}");
         assert!(
             after_yield < before && after_yield > 0.0,
             "{after_yield} {before}"
@@ -335,6 +385,7 @@ mod tests {
         r.stop(2, true, 9).unwrap();
         assert_eq!(r.done(7), Some(before));
         assert_eq!(r.first_stop(7), yielded, "the first stop stands");
+        assert_eq!(r.ledger().evictions, 1, "a planned stop is no eviction");
         assert_eq!(
             r.assign(0, &assignment(3, 7, 1)),
             Ok(Some(before.floor() as u64))
