@@ -60,6 +60,9 @@ pub struct Coordinator {
     pub endpoint: OnceLock<quinn::Endpoint>,
     /// When the last scheduling round succeeded, wall time.
     last_round: Mutex<Option<std::time::Instant>>,
+    /// When the last round that planned jobs ran, on the coordinator's
+    /// clock (ms): samples newer than it are new to the next one.
+    pub last_planned_ms: AtomicI64,
     /// When this coordinator started, on its clock, for the restart grace.
     pub started_ms: i64,
     /// The caps on QUIC connections and frame bytes (`[quic]`).
@@ -83,6 +86,7 @@ impl Coordinator {
             authority: RwLock::new(Arc::new(authority)),
             endpoint: OnceLock::new(),
             last_round: Mutex::new(None),
+            last_planned_ms: AtomicI64::new(i64::MIN),
             throughput,
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
@@ -324,29 +328,35 @@ impl Drop for Greeting<'_> {
     }
 }
 
+/// A coordinator on the default config over the store in `dir` with nodes
+/// `n1` and `n2` registered at 100 ms, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_coordinator(dir: &std::path::Path) -> Coordinator {
+    use crate::store::testkit::hello;
+    tidemill_runtime::tls::load_or_create(dir, &["localhost".into()], 0).unwrap();
+    let mut store = Store::open(dir).unwrap();
+    store.register(&hello("n1"), 100).unwrap();
+    store.register(&hello("n2"), 100).unwrap();
+    Coordinator::new(
+        store,
+        CloudConfig {
+            data_dir: dir.to_path_buf(),
+            ..CloudConfig::default()
+        },
+        Arc::new(tidemill_runtime::clock::SystemClock),
+        tidemill_sched::ThroughputTables::default(),
+        Authority::load(dir).unwrap(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testkit::hello;
-    use tidemill_runtime::clock::SystemClock;
 
     #[test]
     fn a_node_in_its_handshake_is_not_expired_and_counts_until_its_last_greeting_ends() {
         let dir = tempfile::tempdir().unwrap();
-        tidemill_runtime::tls::load_or_create(dir.path(), &["localhost".into()], 0).unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 100).unwrap();
-        store.register(&hello("n2"), 100).unwrap();
-        let coord = Coordinator::new(
-            store,
-            CloudConfig {
-                data_dir: dir.path().to_path_buf(),
-                ..CloudConfig::default()
-            },
-            Arc::new(SystemClock),
-            tidemill_sched::ThroughputTables::default(),
-            Authority::load(dir.path()).unwrap(),
-        );
+        let coord = test_coordinator(dir.path());
         let first = coord.greeting("n1");
         let second = coord.greeting("n1");
         // Both heard from at 100; with no grace, only the one not greeting goes.

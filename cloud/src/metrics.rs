@@ -9,11 +9,18 @@ use std::sync::Mutex;
 use tidemill_proto::{CloudMsg, EdgeMsg};
 use tidemill_runtime::frames::FrameError;
 use tidemill_runtime::metrics::prometheus::{
-    GaugeVec, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use tidemill_runtime::metrics::{self as exposition, register};
 
 use crate::store::{Store, StoreError};
+
+/// Buckets of `tidemill_report_to_decision_seconds`, coordinator-clock
+/// seconds: a report's lag plus the wait for a round, from seconds to an hour.
+const DECISION_BUCKETS: &[f64] = &[
+    1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
 
 /// What a frame on an edge connection is for: the `kind` label of
 /// `tidemill_wan_bytes_total`.
@@ -132,6 +139,9 @@ pub struct Metrics {
     pub ingest_seconds: Histogram,
     /// Time from a report batch's arrival to its ack written to the stream.
     pub ack_seconds: Histogram,
+    /// Coordinator-clock time from a node's newest sample to the first
+    /// round that planned with it.
+    pub report_to_decision_seconds: Histogram,
     wan_bytes: IntCounterVec,
     nodes: IntGaugeVec,
     nodes_connected: IntGauge,
@@ -250,6 +260,17 @@ impl Metrics {
                 &registry,
                 "tidemill_report_ack_seconds",
                 "Time from a report batch's arrival to its ack written to the edge's stream.",
+            ),
+            report_to_decision_seconds: register(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "tidemill_report_to_decision_seconds",
+                        "Coordinator-clock seconds from a node's newest sample to the first scheduling round that planned jobs with it, once per node and round.",
+                    )
+                    .buckets(DECISION_BUCKETS.to_vec()),
+                )
+                .expect("a valid metric name"),
             ),
             wan_bytes,
             nodes: register(

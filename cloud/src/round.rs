@@ -3,13 +3,14 @@
 //! edges. Rounds run on a timer and whenever something changes.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tidemill_sched::{FirstFitLimits, first_fit};
 
 use crate::coordinator::Coordinator;
 use crate::dispatch::deliver;
-use crate::store::{PruneBefore, Store, StoreError};
+use crate::store::{NodeRecord, PruneBefore, Store, StoreError};
 use crate::world;
 
 /// A round woken early by a change waits at least this many times the last
@@ -75,6 +76,20 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Observes, for each node whose newest sample came after the last round
+/// that planned jobs, the time from that sample to `now` (this round, the
+/// first to plan with it), seconds of the coordinator's clock.
+fn observe_report_to_decision(coord: &Coordinator, nodes: &[NodeRecord], now: i64) {
+    let since = coord.last_planned_ms.swap(now, Ordering::Relaxed);
+    for t in nodes.iter().filter_map(|n| n.last_sample_at) {
+        let t = t.timestamp_millis();
+        if t > since {
+            let secs = (now - t).max(0) as f64 / 1000.0;
+            coord.metrics.report_to_decision_seconds.observe(secs);
+        }
+    }
+}
+
 /// Plans every job with a `[work]` section with the chosen policy, on one
 /// snapshot, and commits the round's decisions.
 fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
@@ -83,11 +98,13 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
     if jobs.is_empty() {
         return Ok(());
     }
+    let nodes = store.nodes()?;
+    observe_report_to_decision(coord, &nodes, now);
     let world = world::snapshot(
         now,
         &coord.cfg.scheduler,
         &coord.throughput,
-        &store.nodes()?,
+        &nodes,
         &store.forecasts()?,
         &store.links()?,
         &jobs,
@@ -138,4 +155,29 @@ fn take_back_unstarted(coord: &Coordinator, store: &mut Store, now: i64) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last planning round ran at 20 s; n1's newest sample is from 40 s,
+    /// n2's from 10 s. The round at 100 s is the first to plan with n1's:
+    /// one observation, 60 s. A round at 160 s with no newer sample observes
+    /// nothing.
+    #[test]
+    fn a_sample_counts_once_from_its_time_to_the_first_round_that_plans_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let coord = crate::coordinator::test_coordinator(dir.path());
+        let mut nodes = coord.store.lock().unwrap().nodes().unwrap();
+        for (n, t_ms) in nodes.iter_mut().zip([40_000, 10_000]) {
+            n.last_sample_at = chrono::DateTime::from_timestamp_millis(t_ms);
+        }
+        coord.last_planned_ms.store(20_000, Ordering::Relaxed);
+        let h = &coord.metrics.report_to_decision_seconds;
+        observe_report_to_decision(&coord, &nodes, 100_000);
+        assert_eq!((h.get_sample_count(), h.get_sample_sum()), (1, 60.0));
+        observe_report_to_decision(&coord, &nodes, 160_000);
+        assert_eq!(h.get_sample_count(), 1);
+    }
 }

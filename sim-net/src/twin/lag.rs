@@ -16,6 +16,10 @@ use crate::swarm::quantile;
 /// The round-time histogram the coordinator exports.
 const ROUND_METRIC: &str = "tidemill_round_duration_seconds";
 
+/// The coordinator's histogram of a sample's time to the first round that
+/// planned with it.
+const DECISION_METRIC: &str = "tidemill_report_to_decision_seconds";
+
 /// The live path's figures; tide seconds unless a name says wall.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LivePath {
@@ -36,6 +40,12 @@ pub struct LivePath {
     pub assign_lag_p50_s: Option<f64>,
     /// 99th percentile of the same.
     pub assign_lag_p99_s: Option<f64>,
+    /// Median time from a node's newest sample to the first round that
+    /// planned jobs with it (the report lag plus the wait for a round; the
+    /// upper edge of its histogram bucket).
+    pub report_to_decision_p50_s: Option<f64>,
+    /// 99th percentile of the same.
+    pub report_to_decision_p99_s: Option<f64>,
     /// Whether the live path kept up: at least half the due rounds ran and
     /// the 99th-percentile report and assignment lags stayed within one
     /// round interval. Where it did not, live outcomes measure this box's
@@ -49,6 +59,7 @@ impl LivePath {
     /// `round_s`. A database that cannot be read leaves its figures empty.
     pub fn measure(metrics: &str, db: &Path, span_s: f64, round_s: f64) -> LivePath {
         let rounds = histogram(metrics, ROUND_METRIC);
+        let decisions = histogram(metrics, DECISION_METRIC);
         let (reports, assigns) = lags(db).unwrap_or_else(|e| {
             tracing::warn!(db = %db.display(), error = %e, "cannot read the coordinator's database for the live path's lags");
             (Vec::new(), Vec::new())
@@ -65,6 +76,8 @@ impl LivePath {
             report_lag_p99_s: quantile(&reports, 0.99),
             assign_lag_p50_s: quantile(&assigns, 0.5),
             assign_lag_p99_s: quantile(&assigns, 0.99),
+            report_to_decision_p50_s: decisions.as_ref().and_then(|h| h.quantile(0.5)),
+            report_to_decision_p99_s: decisions.as_ref().and_then(|h| h.quantile(0.99)),
             kept_up: false,
         };
         out.kept_up = 2 * ran >= rounds_due
@@ -154,6 +167,13 @@ tidemill_round_duration_seconds_bucket{le=\"1\"} 100
 tidemill_round_duration_seconds_bucket{le=\"+Inf\"} 100
 tidemill_round_duration_seconds_sum 3.5
 tidemill_round_duration_seconds_count 100
+# TYPE tidemill_report_to_decision_seconds histogram
+tidemill_report_to_decision_seconds_bucket{le=\"30\"} 90
+tidemill_report_to_decision_seconds_bucket{le=\"60\"} 99
+tidemill_report_to_decision_seconds_bucket{le=\"120\"} 100
+tidemill_report_to_decision_seconds_bucket{le=\"+Inf\"} 100
+tidemill_report_to_decision_seconds_sum 2500
+tidemill_report_to_decision_seconds_count 100
 ";
 
     #[test]
@@ -163,6 +183,10 @@ tidemill_round_duration_seconds_count 100
         assert_eq!(h.quantile(0.5), Some(0.01));
         assert_eq!(h.quantile(0.99), Some(1.0));
         assert_eq!(histogram("", ROUND_METRIC), None);
+        let dir = tempfile::tempdir().unwrap();
+        let p = LivePath::measure(SCRAPE, &dir.path().join("none.db"), 6000.0, 60.0);
+        assert_eq!(p.report_to_decision_p50_s, Some(30.0));
+        assert_eq!(p.report_to_decision_p99_s, Some(60.0));
     }
 
     /// A database with the columns the lags read: one sample stored

@@ -343,13 +343,15 @@ impl TwinReport {
             let w = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v}"));
             writeln!(
                 out,
-                "live path: {} of {} rounds due ran (p50 {} s, p99 {} s of wall); report lag p50 {} s, p99 {} s; assignment lag p50 {} s, p99 {} s (tide); {}",
+                "live path: {} of {} rounds due ran (p50 {} s, p99 {} s of wall); report lag p50 {} s, p99 {} s; report to decision p50 {} s, p99 {} s; assignment lag p50 {} s, p99 {} s (tide); {}",
                 p.rounds,
                 p.rounds_due,
                 w(p.round_p50_wall_s),
                 w(p.round_p99_wall_s),
                 f(p.report_lag_p50_s),
                 f(p.report_lag_p99_s),
+                f(p.report_to_decision_p50_s),
+                f(p.report_to_decision_p99_s),
                 f(p.assign_lag_p50_s),
                 f(p.assign_lag_p99_s),
                 if p.kept_up {
