@@ -159,32 +159,34 @@ fn lags(db: &Path) -> rusqlite::Result<(Vec<f64>, Vec<f64>)> {
 mod tests {
     use super::*;
 
-    const SCRAPE: &str = "\
-# TYPE tidemill_round_duration_seconds histogram
-tidemill_round_duration_seconds_bucket{le=\"0.01\"} 50
-tidemill_round_duration_seconds_bucket{le=\"0.1\"} 98
-tidemill_round_duration_seconds_bucket{le=\"1\"} 100
-tidemill_round_duration_seconds_bucket{le=\"+Inf\"} 100
-tidemill_round_duration_seconds_sum 3.5
-tidemill_round_duration_seconds_count 100
-# TYPE tidemill_report_to_decision_seconds histogram
-tidemill_report_to_decision_seconds_bucket{le=\"30\"} 90
-tidemill_report_to_decision_seconds_bucket{le=\"60\"} 99
-tidemill_report_to_decision_seconds_bucket{le=\"120\"} 100
-tidemill_report_to_decision_seconds_bucket{le=\"+Inf\"} 100
-tidemill_report_to_decision_seconds_sum 2500
-tidemill_report_to_decision_seconds_count 100
-";
+    /// A histogram `name` in the text exposition: cumulative counts at
+    /// each upper bound, then `+Inf`, the sum and the count.
+    fn exposition(name: &str, buckets: &[(&str, u64)], sum: f64) -> String {
+        let count = buckets.last().map_or(0, |b| b.1);
+        let mut text = format!("# TYPE {name} histogram\n");
+        for (le, n) in buckets.iter().chain([&("+Inf", count)]) {
+            text += &format!("{name}_bucket{{le=\"{le}\"}} {n}\n");
+        }
+        text + &format!("{name}_sum {sum}\n{name}_count {count}\n")
+    }
+
+    /// Rounds: half within 0.01 s, 98 % within 0.1 s, all within 1 s.
+    /// Reports to decisions: 90 % within 30 s, 99 % within 60 s.
+    fn scrape() -> String {
+        let rounds = [("0.01", 50), ("0.1", 98), ("1", 100)];
+        let decisions = [("30", 90), ("60", 99), ("120", 100)];
+        exposition(ROUND_METRIC, &rounds, 3.5) + &exposition(DECISION_METRIC, &decisions, 2500.0)
+    }
 
     #[test]
     fn round_quantiles_are_the_bucket_bounds_that_hold_them() {
-        let h = histogram(SCRAPE, ROUND_METRIC).unwrap();
+        let h = histogram(&scrape(), ROUND_METRIC).unwrap();
         assert_eq!(h.count, 100);
         assert_eq!(h.quantile(0.5), Some(0.01));
         assert_eq!(h.quantile(0.99), Some(1.0));
         assert_eq!(histogram("", ROUND_METRIC), None);
         let dir = tempfile::tempdir().unwrap();
-        let p = LivePath::measure(SCRAPE, &dir.path().join("none.db"), 6000.0, 60.0);
+        let p = LivePath::measure(&scrape(), &dir.path().join("none.db"), 6000.0, 60.0);
         assert_eq!(p.report_to_decision_p50_s, Some(30.0));
         assert_eq!(p.report_to_decision_p99_s, Some(60.0));
     }
@@ -212,16 +214,16 @@ tidemill_report_to_decision_seconds_count 100
     #[test]
     fn lags_within_a_round_keep_up_and_one_past_it_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let p = LivePath::measure(SCRAPE, &db(dir.path(), 30_000, 20_000), 6000.0, 60.0);
+        let p = LivePath::measure(&scrape(), &db(dir.path(), 30_000, 20_000), 6000.0, 60.0);
         assert_eq!(p.report_lag_p99_s, Some(30.0));
         assert_eq!(p.assign_lag_p50_s, Some(20.0));
         assert!(p.kept_up, "{p:?}");
         let dir = tempfile::tempdir().unwrap();
-        let p = LivePath::measure(SCRAPE, &db(dir.path(), 30_000, 600_000), 6000.0, 60.0);
+        let p = LivePath::measure(&scrape(), &db(dir.path(), 30_000, 600_000), 6000.0, 60.0);
         assert_eq!(p.assign_lag_p99_s, Some(600.0));
         assert!(!p.kept_up, "an assignment ten rounds late: {p:?}");
         let dir = tempfile::tempdir().unwrap();
-        let p = LivePath::measure(SCRAPE, &db(dir.path(), 1_000, 1_000), 60_000.0, 60.0);
+        let p = LivePath::measure(&scrape(), &db(dir.path(), 1_000, 1_000), 60_000.0, 60.0);
         assert_eq!((p.rounds, p.rounds_due), (100, 1000));
         assert!(!p.kept_up, "a tenth of the rounds due: {p:?}");
     }
@@ -229,7 +231,7 @@ tidemill_report_to_decision_seconds_count 100
     #[test]
     fn a_run_without_a_database_has_no_lags_and_did_not_keep_up() {
         let dir = tempfile::tempdir().unwrap();
-        let p = LivePath::measure(SCRAPE, &dir.path().join("none.db"), 6000.0, 60.0);
+        let p = LivePath::measure(&scrape(), &dir.path().join("none.db"), 6000.0, 60.0);
         assert_eq!(p.rounds, 100);
         assert_eq!(p.rounds_due, 100);
         assert_eq!(p.report_lag_p99_s, None);
