@@ -44,6 +44,7 @@ fn args(topology: PathBuf, svg: PathBuf, work_dir: PathBuf) -> Args {
         jobs: None,
         max_jobs: Some(20),
         days: None,
+        edge_boxes: None,
         speed: 3600.0,
         policy: PolicyName::Tidemill,
         cloud_bin: Some(CLOUD.into()),

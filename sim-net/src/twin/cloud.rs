@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tidemill_cloud::api::TokenRequest;
 use tidemill_cloud::client::Client;
+use tidemill_sched::placement::CostNode;
 use tidemill_sched::{TableData, ThroughputTables};
 
 use super::TwinError;
@@ -136,6 +137,19 @@ fn config(
         "max_unadmitted".into(),
         toml::Value::Integer(handshakes.max(512)),
     );
+    // Every pair of boxes of one site is probed, so the coordinator learns
+    // each site's LAN as the simulator knows it.
+    let reach = site_reach(setup.world.model.nodes());
+    if reach
+        > c.get("probe_peers_per_edge")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(0) as usize
+    {
+        c.insert(
+            "probe_peers_per_edge".into(),
+            toml::Value::Integer(reach as i64),
+        );
+    }
     let ingest = table(&mut c, "ingest");
     ingest.insert("reports_per_hour".into(), toml::Value::Integer(100_000_000));
     ingest.insert(
@@ -190,6 +204,26 @@ fn config(
         );
     }
     toml::to_string(&c).map_err(|e| TwinError::Config(e.to_string()))
+}
+
+/// How many places apart in node-id order (the order the coordinator hands
+/// out probes in, `probing::assigned`) two boxes of one site stand at most.
+fn site_reach(nodes: &[CostNode]) -> usize {
+    let mut ids: Vec<(&str, Option<&str>)> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.site.as_deref()))
+        .collect();
+    ids.sort_unstable();
+    let mut span: std::collections::HashMap<&str, (usize, usize)> = Default::default();
+    for (k, (_, site)) in ids.iter().enumerate() {
+        if let Some(site) = site {
+            span.entry(site).or_insert((k, k)).1 = k;
+        }
+    }
+    span.values()
+        .map(|(first, last)| last - first)
+        .max()
+        .unwrap_or(0)
 }
 
 impl Cloud {
@@ -302,4 +336,29 @@ pub(crate) fn proc_cost(pid: u32) -> (f64, f64) {
         })
         .map_or(0.0, |kib| kib / 1024.0);
     (cpu, rss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate::testkit::{cloud_node, edge_node};
+
+    #[test]
+    fn the_probe_reach_spans_the_widest_site_in_id_order() {
+        let mut nodes = vec![cloud_node("cloud-0000", "A100", 1)];
+        // In id order cloud-0000 stands at place 0, site a at 1 and 2, and
+        // site b at 3 to 5.
+        for (k, site) in ["a", "a", "b", "b", "b"].iter().enumerate() {
+            let mut n = edge_node(&format!("mec-{k:04}"), "T4", k);
+            n.site = Some(site.to_string());
+            nodes.push(n);
+        }
+        assert_eq!(site_reach(&nodes), 2);
+        // A box of site a sorted after b's stretches a over places 1..=6.
+        let mut late = edge_node("x-0000", "T4", 5);
+        late.site = Some("a".into());
+        nodes.push(late);
+        assert_eq!(site_reach(&nodes), 5);
+        assert_eq!(site_reach(&nodes[..1]), 0, "no site, no reach");
+    }
 }

@@ -2,9 +2,10 @@
 //! that speaks the real protocol through [`crate::edge_link`], replays its
 //! box's utilisation from the scenario's trace on the accelerated clock,
 //! feeds it to the real forecaster and reports samples and forecasts as
-//! `tidemill-edge` does, and runs the tasks it is assigned in emulation
+//! `tidemill-edge` does, runs the tasks it is assigned in emulation
 //! ([`super::tasks`]), reporting Started, Resumed, Progress and the task's
-//! end as a real edge does.
+//! end as a real edge does, and answers the coordinator's probe requests
+//! with the scenario's links ([`super::probes`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,16 +14,22 @@ use std::time::Duration;
 use tidemill_edge::executor::PROGRESS_EVERY_MS;
 use tidemill_forecast::{ForecastConfig, LoadSample, NodeForecaster};
 use tidemill_proto::{
-    Accelerator, AcceleratorKind, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode, Hello,
-    ReportBody, Sample, TaskEvent, TaskProgress, TaskResume, TaskStatus, WireError,
+    Accelerator, AcceleratorKind, CLOUD_PEER, Capabilities, CloudMsg, Command, EdgeMsg, ErrorCode,
+    Hello, ReportBody, Sample, TaskEvent, TaskProgress, TaskResume, TaskStatus, WireError,
 };
 use tidemill_runtime::backoff::Backoff;
 use tidemill_runtime::clock::SharedClock;
 use tidemill_runtime::frames;
 
+use super::probes::ModelLinks;
 use super::tasks::{Refusal, Registry, Task};
 use crate::edge_link::{Dialer, Outbox, drain};
 use crate::simulate::edges::EdgeWorld;
+
+/// The probe port an emulated edge announces, so the coordinator names it
+/// among the peers to probe. Nothing listens there: the probes are emulated
+/// ([`ModelLinks`]), and no twin edge dials the address it is given.
+const PROBE_PORT: u16 = 9;
 
 /// Device memory an emulated accelerator reports: large, because the
 /// simulator's nodes have no memory limit either.
@@ -44,6 +51,11 @@ pub(crate) struct Shared {
     pub(crate) refresh_ms: i64,
     /// The forecaster's settings, as `simulate` gives them.
     pub(crate) forecast: ForecastConfig,
+    /// Tide ms between an edge's probe rounds (`[probe] interval_secs` of
+    /// tidemill-edge's defaults).
+    pub(crate) probe_ms: i64,
+    /// The scenario's links, which the emulated probes read.
+    pub(crate) links: ModelLinks,
     /// Reports journaled by all edges.
     pub(crate) reports: AtomicU64,
 }
@@ -223,17 +235,41 @@ impl Edge {
                 arch: "x86_64".into(),
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
             },
-            probe_port: None,
+            probe_port: Some(PROBE_PORT),
             site: self.site.clone(),
         };
         let (conn, acked) = self.dialer.open(hello).await?;
         self.outbox.lock().unwrap().ack(acked);
         backoff.reset();
         let commands = tokio::spawn(self.clone().serve_commands(conn.clone()));
+        let probes = tokio::spawn(self.clone().probe(conn.clone()));
         let result = drain(&conn, &self.outbox, &self.wake, &|_| {}).await;
         commands.abort();
+        probes.abort();
         conn.close(0u32.into(), b"twin edge reconnects");
         result
+    }
+
+    /// A probe round every probe interval for the life of the connection, as
+    /// tidemill-edge runs them: the coordinator link (an edge box's only),
+    /// then the peers the coordinator names, measured off the scenario's
+    /// link model and journaled as one `Links` report.
+    async fn probe(self: Arc<Self>, conn: quinn::Connection) {
+        let s = &self.shared;
+        loop {
+            let peers = match frames::request(&conn, &EdgeMsg::PeersRequest).await {
+                Ok(CloudMsg::Peers(peers)) => peers,
+                _ => Vec::new(),
+            };
+            let names = std::iter::once(CLOUD_PEER).chain(peers.iter().map(|p| p.node_id.as_str()));
+            let measured = s.links.measure(self.node as usize, names, s.clock.now_ms());
+            if !measured.is_empty() {
+                self.journal(ReportBody::Links(measured));
+            }
+            s.clock
+                .sleep(Duration::from_millis(s.probe_ms as u64))
+                .await;
+        }
     }
 
     /// Answers the coordinator's commands for the life of the connection.
@@ -332,19 +368,21 @@ mod tests {
     use tidemill_runtime::quic::{self, Timing};
 
     use super::*;
-    use crate::twin::tasks::test_model;
+    use crate::twin::tasks::{no_load, test_model};
 
     /// Cloud node 0 of the test model, dialing nowhere, and the registry
     /// knowing job 7 only.
     fn edge() -> Edge {
         let shared = Arc::new(Shared {
-            registry: Registry::new(test_model()),
+            registry: Registry::new(test_model(), no_load()),
             edges: EdgeWorld::new(&[], &[], 0, 300_000, 60_000, 0),
             clock: tidemill_runtime::clock::for_speed(1.0, None),
             offset_ms: 0,
             sample_ms: 300_000,
             refresh_ms: 3_600_000,
             forecast: ForecastConfig::default(),
+            probe_ms: 3_600_000,
+            links: ModelLinks::new(&test_model()),
             reports: AtomicU64::new(0),
         });
         let spec = crate::simulate::testkit::job("m").spec;

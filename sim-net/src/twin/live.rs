@@ -17,8 +17,9 @@ use tidemill_sched::DataSite;
 use super::cloud::Cloud;
 use super::edge::{Edge, Shared};
 use super::lag::LivePath;
+use super::probes::ModelLinks;
 use super::report::{self, LiveRow};
-use super::tasks::{Event, Registry};
+use super::tasks::{Event, History, Registry, TideLoad};
 use super::{Args, TwinError, chart};
 use crate::edge_link::Dialer;
 use crate::simulate;
@@ -125,7 +126,8 @@ async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
     loop {
         shared.clock.sleep(tick).await;
         let now = shared.clock.now_ms();
-        for Event::Finished(task) in shared.registry.advance((now - last) as f64 / 1000.0) {
+        let dt_s = (now - last) as f64 / 1000.0;
+        for Event::Finished(task) in shared.registry.advance(last, dt_s) {
             let edge = &edges[task.node as usize];
             if let Some(done) = shared.registry.done(task.job_id) {
                 edge.journal(tidemill_proto::ReportBody::Progress(
@@ -250,13 +252,26 @@ pub(super) fn run_in(
     let offset_ms = clock.now_ms() + lead_ms - world.window.0;
     let (forecast, refresh_ms) = setup.forecast_config()?;
     let shared = Arc::new(Shared {
-        registry: Registry::new(world.model.clone()),
+        registry: Registry::new(
+            world.model.clone(),
+            TideLoad {
+                edges: world.edges.clone(),
+                offset_ms,
+                window_end_ms: world.window.1,
+                round_ms: i64::from(setup.topology.engine.slot_s.max(1)) * 1000,
+            },
+        ),
         edges: world.edges.clone(),
         clock: clock.clone(),
         offset_ms,
         sample_ms: i64::from(setup.topology.engine.truth_bin_s.max(1)) * 1000,
         refresh_ms,
         forecast,
+        probe_ms: tidemill_edge::config::EdgeConfig::default()
+            .probe
+            .interval_secs
+            .saturating_mul(1000) as i64,
+        links: ModelLinks::new(&world.model),
         reports: AtomicU64::new(0),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -323,9 +338,9 @@ pub(super) fn run_in(
         .enumerate()
         .map(|(k, j)| {
             let record = records.get(k).and_then(Option::as_ref);
-            let stop = ids.get(k).copied().flatten();
-            let stop = stop.and_then(|sub| shared.registry.first_stop(sub.id));
-            report::job_run(j, record, offset_ms + late_ms(k), stop)
+            let sub = ids.get(k).copied().flatten();
+            let history = sub.map_or_else(History::default, |s| shared.registry.history(s.id));
+            report::job_run(j, record, offset_ms + late_ms(k), history)
         })
         .collect();
     let wall_s = started.elapsed().as_secs_f64();
@@ -334,6 +349,7 @@ pub(super) fn run_in(
             args.policy.as_str(),
             &runs,
             &shared.registry.ledger(),
+            crate::simulate::engine::edge_totals(world),
             wall_s,
         ),
         coordinator_cpu_s: cpu_s,

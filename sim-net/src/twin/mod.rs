@@ -12,6 +12,7 @@ pub mod cloud;
 pub mod edge;
 pub mod lag;
 mod live;
+mod probes;
 use live::run_in;
 pub mod report;
 pub mod tasks;
@@ -44,6 +45,11 @@ pub struct Args {
     /// Run only the jobs submitted in the first N days of the trace.
     #[arg(long)]
     pub days: Option<f64>,
+    /// Boxes per site of the first `[[edge]]` group (overrides the
+    /// scenario's; `simulate --edge-boxes`, the sweep's `edge.nodes`): how a
+    /// scenario is scaled to a larger fleet.
+    #[arg(long)]
+    pub edge_boxes: Option<u32>,
     /// Accelerated seconds per wall second, for the coordinator and the edges.
     #[arg(long, default_value_t = 600.0)]
     pub speed: f64,
@@ -145,7 +151,7 @@ fn sim_args(args: &Args, max_jobs: Option<usize>) -> simulate::Args {
         json: false,
         plot: None,
         max_jobs,
-        edge_boxes: None,
+        edge_boxes: args.edge_boxes,
         cloud_nodes: None,
         arrival_scale: None,
         upper_bound: false,

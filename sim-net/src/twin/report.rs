@@ -7,6 +7,7 @@ use tidemill_cloud::job::{JobPhase, JobRecord};
 use tidemill_sched::Verdict;
 
 use super::lag::LivePath;
+use super::tasks::History;
 use crate::simulate::jobs::TraceJob;
 use crate::simulate::metrics::{self, Accumulators, EdgeTotals, PolicyMetrics};
 use crate::simulate::policies::{FirstStart, FirstStop, JobRun, JobStatus};
@@ -80,19 +81,22 @@ pub struct TwinReport {
 /// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
 /// one is rejected; anything else (failed, queued, running) is unfinished.
 /// Its guarantee time is that of its latest plan, if that plan guaranteed it;
-/// its first start is when it started, on [`first_node`]; its first stop is
-/// `first_stop` (tide ms), as the emulated edges saw it.
+/// its first start is when it started, on [`first_node`]; its first stop
+/// (tide ms), migrations and preemptions are `history`'s, as the emulated
+/// edges saw them.
 pub fn job_run(
     j: &TraceJob,
     record: Option<&JobRecord>,
     offset_ms: i64,
-    first_stop: Option<FirstStop>,
+    history: History,
 ) -> JobRun {
     let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
-    run.first_stop = first_stop.map(|f| FirstStop {
+    run.first_stop = history.first_stop.map(|f| FirstStop {
         at_ms: f.at_ms - offset_ms,
         ..f
     });
+    run.migrations = history.migrations;
+    run.preemptions = history.preemptions;
     let Some(r) = record else {
         return run;
     };
@@ -134,15 +138,17 @@ pub fn first_node(r: &JobRecord) -> Option<String> {
         .or_else(|| r.node.clone())
 }
 
-/// `policy`'s live row from its jobs and what its emulated tasks moved and
-/// lost (`ledger`: traffic by tier, evictions).
+/// `policy`'s live row from its jobs, what its emulated tasks held, moved
+/// and lost (`ledger`: device time, traffic by tier, evictions), and the
+/// edge's idle and box time over the window (`edge`, as `simulate` has it).
 pub fn live_row(
     policy: &str,
     runs: &[JobRun],
     ledger: &Accumulators,
+    edge: EdgeTotals,
     elapsed_s: f64,
 ) -> PolicyMetrics {
-    metrics::summarise(policy, runs, ledger, EdgeTotals::default(), None, elapsed_s)
+    metrics::summarise(policy, runs, ledger, edge, None, elapsed_s)
 }
 
 /// Whether `run` met its deadline, as `simulate` counts it: an SLO job
@@ -330,6 +336,20 @@ impl TwinReport {
                 m.evictions,
                 m.lost_device_hours
             )?;
+            writeln!(
+                out,
+                "{run} {}: {:.1} cloud GPU-hours; edge {:.1} device-hours harvested of {:.1} idle ({:.1} %), start-up {:.1} % of edge time; interference {:.2} box-hours ({:.3} %); {:.2} migrations and {:.2} preemptions per job",
+                m.policy,
+                m.cloud_gpu_hours,
+                m.edge_gpu_hours_harvested,
+                m.edge_gpu_hours_idle,
+                100.0 * m.harvested_idle_share,
+                100.0 * m.startup_share,
+                m.interference_node_hours,
+                100.0 * m.interference_share,
+                m.migrations_per_job,
+                m.preemptions_per_job
+            )?;
         }
         if self.live.iter().any(|l| l.metrics.edge_gain.is_none()) {
             writeln!(
@@ -416,12 +436,14 @@ mod tests {
     fn edge_gain_not_measured_reads_not_run_never_zero() {
         let mut on_time = run(Some(0.5), Some(2.0));
         on_time.spec.deadline_ms = on_time.spec.submitted_ms + 3 * 3_600_000;
-        let mut m = live_row("p", &[on_time], &Accumulators::default(), 0.0);
+        let none = EdgeTotals::default();
+        let mut m = live_row("p", &[on_time], &Accumulators::default(), none, 0.0);
         assert_eq!(edge_gain(&m), "not run");
         m.set_edge_gain(Some(&live_row(
             "p",
             &[run(None, None)],
             &Accumulators::default(),
+            none,
             0.0,
         )));
         assert_eq!(edge_gain(&m), "+1.000");
@@ -540,7 +562,13 @@ mod tests {
             at_ms: j.spec.submitted_ms + 5_000,
             evicted: true,
         };
-        let run = job_run(&j, None, 5_000, Some(tide));
+        let history = History {
+            first_stop: Some(tide),
+            migrations: 2,
+            preemptions: 1,
+        };
+        let run = job_run(&j, None, 5_000, history);
+        assert_eq!((run.migrations, run.preemptions), (2, 1));
         assert_eq!(run.first_stop.map(|f| f.at_ms), Some(j.spec.submitted_ms));
     }
 }

@@ -13,6 +13,14 @@
 //! the reference training script does: a task of it started again (the
 //! coordinator may have asked it to stop just as it finished, and read its
 //! exit as that stop) resumes there and ends once its start-up is paid.
+//!
+//! The registry charges what the tasks held as the engine does: device-seconds
+//! on the cloud and on the edge (start-up included), the share of them on a
+//! box truly idle at the time, and the box-seconds a task ran on a busy box
+//! (interference, until its edge notices and yields). A job that stops while
+//! it runs has moved (a migration) if it runs again within one round on other
+//! nodes, and was paused (a preemption) otherwise, as the engine counts a
+//! decision that changes or empties a running placement.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -22,8 +30,33 @@ use tidemill_proto::TaskAssignment;
 use tidemill_sched::JobSpec;
 use tidemill_sched::policies::FirstStop;
 
+use crate::simulate::edges::EdgeWorld;
 use crate::simulate::metrics::Accumulators;
 use crate::simulate::placement::CostModel;
+
+/// The scenario's edge load on the tide clock, to tell harvested device time
+/// from interference.
+pub(crate) struct TideLoad {
+    /// The boxes' own load, on the trace's clock.
+    pub(crate) edges: EdgeWorld,
+    /// Tide minus trace time, ms.
+    pub(crate) offset_ms: i64,
+    /// Where the measurement window ends, trace ms: nothing is charged past it.
+    pub(crate) window_end_ms: i64,
+    /// One round, tide ms: a job running again within it after a stop moved.
+    pub(crate) round_ms: i64,
+}
+
+/// How a job's runs ended and began again, as the engine counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct History {
+    /// When a task of it was first stopped before it was done, tide ms.
+    pub first_stop: Option<FirstStop>,
+    /// Times it ran again on other nodes within a round of a stop.
+    pub migrations: u32,
+    /// Times it stopped and did not run again within a round (or at all).
+    pub preemptions: u32,
+}
 
 /// One running task.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,8 +86,10 @@ struct Job {
     tasks: BTreeMap<u64, Task>,
     /// Whether the current placement has been charged its start-up.
     started: bool,
-    /// When a task of it was first stopped before it was done, tide ms.
-    first_stop: Option<FirstStop>,
+    /// Its first stop, migrations and preemptions so far.
+    history: History,
+    /// When it last stopped while running, tide ms, until it runs again.
+    left_ms: Option<i64>,
 }
 
 /// What an edge must report after the registry changed.
@@ -67,11 +102,13 @@ pub(crate) enum Event {
 /// The registry.
 pub(crate) struct Registry {
     model: CostModel,
+    load: TideLoad,
     /// The trace's jobs by the coordinator's id, filled as they are submitted.
     specs: Mutex<HashMap<u64, JobSpec>>,
     jobs: Mutex<HashMap<u64, Job>>,
-    /// What the tasks moved and lost, as the engine counts it: traffic by
-    /// tier (start-ups and all-reduce), evictions and what they lost.
+    /// What the tasks held, moved and lost, as the engine counts it: device
+    /// time by kind, traffic by tier (start-ups and all-reduce), evictions
+    /// and what they lost.
     ledger: Mutex<Accumulators>,
 }
 
@@ -83,17 +120,18 @@ pub(crate) enum Refusal {
 }
 
 impl Registry {
-    /// An empty registry over `model`'s nodes.
-    pub(crate) fn new(model: CostModel) -> Registry {
+    /// An empty registry over `model`'s nodes, whose boxes carry `load`.
+    pub(crate) fn new(model: CostModel, load: TideLoad) -> Registry {
         Registry {
             model,
+            load,
             specs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             ledger: Mutex::new(Accumulators::default()),
         }
     }
 
-    /// Traffic by tier, evictions and what they lost, so far.
+    /// Device time, traffic by tier, evictions and what they lost, so far.
     pub(crate) fn ledger(&self) -> Accumulators {
         self.ledger.lock().unwrap().clone()
     }
@@ -131,7 +169,8 @@ impl Registry {
                     location: Vec::new(),
                     tasks: BTreeMap::new(),
                     started: false,
-                    first_stop: None,
+                    history: History::default(),
+                    left_ms: None,
                 })
             }
         };
@@ -165,10 +204,13 @@ impl Registry {
         let job = jobs.values_mut().find(|j| j.tasks.contains_key(&task_id))?;
         let task = job.tasks.remove(&task_id)?;
         if job.done < job.spec.iterations {
-            job.first_stop.get_or_insert(FirstStop {
+            job.history.first_stop.get_or_insert(FirstStop {
                 at_ms: t_ms,
                 evicted: !keep,
             });
+            if job.started {
+                job.left_ms.get_or_insert(t_ms);
+            }
         }
         if keep {
             job.checkpoint = job.done;
@@ -199,10 +241,16 @@ impl Registry {
             .collect()
     }
 
-    /// When a task of job `job_id` was first stopped before the job was
-    /// done, and how (tide ms); `None` if never.
-    pub(crate) fn first_stop(&self, job_id: u64) -> Option<FirstStop> {
-        self.jobs.lock().unwrap().get(&job_id)?.first_stop
+    /// Job `job_id`'s first stop, migrations and preemptions (a stop it has
+    /// not run again since counts as a preemption); empty if it never ran.
+    pub(crate) fn history(&self, job_id: u64) -> History {
+        let jobs = self.jobs.lock().unwrap();
+        let Some(job) = jobs.get(&job_id) else {
+            return History::default();
+        };
+        let mut h = job.history;
+        h.preemptions += u32::from(job.left_ms.is_some());
+        h
     }
 
     /// Iterations job `job_id` has done, if it runs here.
@@ -210,12 +258,15 @@ impl Registry {
         self.jobs.lock().unwrap().get(&job_id).map(|j| j.done)
     }
 
-    /// Advances every job whose ranks all run by `dt_s` seconds of tide;
-    /// returns the tasks of jobs that finished. A finished job keeps its last
-    /// checkpoint (all its iterations) for a task started again.
-    pub(crate) fn advance(&self, dt_s: f64) -> Vec<Event> {
+    /// Advances every job whose ranks all run by `dt_s` seconds of tide from
+    /// tide ms `from_ms`; returns the tasks of jobs that finished. A finished
+    /// job keeps its last checkpoint (all its iterations) for a task started
+    /// again.
+    pub(crate) fn advance(&self, from_ms: i64, dt_s: f64) -> Vec<Event> {
         let mut jobs = self.jobs.lock().unwrap();
         let mut events = Vec::new();
+        let mut ledger = self.ledger.lock().unwrap();
+        let mut busy_ms = vec![0i64; self.model.nodes().len()];
         for job in jobs.values_mut() {
             if job.tasks.len() < job.world as usize || job.tasks.is_empty() {
                 continue;
@@ -224,32 +275,33 @@ impl Registry {
                 job.tasks.values().map(|t| (t.node, t.workers)).collect();
             place.sort_unstable();
             if !job.started {
+                if let Some(left) = job.left_ms.take() {
+                    if from_ms - left > self.load.round_ms {
+                        job.history.preemptions += 1;
+                    } else if place != job.location {
+                        job.history.migrations += 1;
+                    }
+                }
                 let startup = self.model.startup(&job.spec, &job.location, &place);
-                self.ledger
-                    .lock()
-                    .unwrap()
-                    .traffic
-                    .add_scaled(&startup.wan, 1.0);
+                ledger.traffic.add_scaled(&startup.wan, 1.0);
                 job.startup_left_s = startup.secs;
                 job.location = place.clone();
                 job.started = true;
             }
-            let mut left = dt_s;
-            let startup = job.startup_left_s.min(left);
-            job.startup_left_s -= startup;
-            left -= startup;
-            if job.startup_left_s > 0.0 {
-                continue;
-            }
-            let Some((step_s, _)) = self.model.step(&job.spec, &place) else {
-                continue;
-            };
-            if left > 0.0 && step_s > 0.0 {
+            let su = job.startup_left_s.min(dt_s);
+            job.startup_left_s -= su;
+            let mut used_s = su;
+            if let Some((step_s, _)) = self.model.step(&job.spec, &place)
+                && job.startup_left_s <= 0.0
+                && dt_s > su
+                && step_s > 0.0
+            {
+                let left = (dt_s - su).min((job.spec.iterations - job.done) * step_s);
+                used_s += left;
                 let before = job.done;
                 job.done = (job.done + left / step_s).min(job.spec.iterations);
                 if place.len() > 1 {
                     let ring = self.model.allreduce_traffic(&job.spec, &place);
-                    let mut ledger = self.ledger.lock().unwrap();
                     ledger.traffic.add_scaled(&ring, job.done - before);
                 }
                 job.since_checkpoint_s += left;
@@ -261,7 +313,8 @@ impl Registry {
                     job.since_checkpoint_s = past;
                 }
             }
-            if job.done >= job.spec.iterations {
+            self.charge(&mut ledger, &mut busy_ms, &place, (from_ms, used_s, su));
+            if job.startup_left_s <= 0.0 && job.done >= job.spec.iterations {
                 job.checkpoint = job.done;
                 job.since_checkpoint_s = 0.0;
                 job.started = false;
@@ -269,7 +322,45 @@ impl Registry {
                 events.extend(tasks.into_values().map(Event::Finished));
             }
         }
+        ledger.interference_s += busy_ms.iter().sum::<i64>() as f64 / 1000.0;
         events
+    }
+
+    /// Charges `used_s` seconds from tide ms `from_ms` (`startup_s` of them
+    /// start-up) on each node of `place`, as the engine does: GPU-seconds and
+    /// money on the cloud; device-seconds on the edge, the truly idle part
+    /// of them harvested, and the busy part of the box's time (once per box,
+    /// in `busy_ms`) interference.
+    fn charge(
+        &self,
+        ledger: &mut Accumulators,
+        busy_ms: &mut [i64],
+        place: &[(u32, u32)],
+        (from_ms, used_s, startup_s): (i64, f64, f64),
+    ) {
+        let l = &self.load;
+        let t0 = from_ms - l.offset_ms;
+        let t1 = (t0 + (used_s * 1000.0).ceil() as i64).min(l.window_end_ms);
+        for &(q, w) in place {
+            let node = &self.model.nodes()[q as usize];
+            let w = f64::from(w);
+            match (node.price_per_gpu_hour, node.edge) {
+                (Some(price), _) => {
+                    ledger.cloud_gpu_s += w * used_s;
+                    ledger.cloud_cost += price * w * used_s / 3600.0;
+                }
+                (None, Some(e)) => {
+                    ledger.edge_used_s += w * used_s;
+                    ledger.edge_startup_s += w * startup_s;
+                    if t1 > t0 {
+                        let (idle, busy) = l.edges.split_idle(e, t0, t1);
+                        ledger.edge_idle_used_s += w * idle as f64 / 1000.0;
+                        busy_ms[q as usize] = busy_ms[q as usize].max(busy);
+                    }
+                }
+                (None, None) => {}
+            }
+        }
     }
 }
 
@@ -277,6 +368,15 @@ impl Registry {
 /// world of the twin's unit tests.
 #[cfg(test)]
 pub(crate) fn test_model() -> CostModel {
+    model_of(vec![
+        crate::simulate::testkit::cloud_node("c0", "A100", 1),
+        crate::simulate::testkit::cloud_node("c1", "A100", 1),
+    ])
+}
+
+/// `nodes` (of class A100), model `m` at 2 iterations/s on one GPU.
+#[cfg(test)]
+fn model_of(nodes: Vec<crate::simulate::placement::CostNode>) -> CostModel {
     let mut tables = tidemill_sched::ThroughputTables::default();
     let rates = tidemill_sched::ModelRates {
         global_batch: 64,
@@ -285,10 +385,6 @@ pub(crate) fn test_model() -> CostModel {
     };
     tables.insert_rates("m", &rates).unwrap();
     tables.fill_missing();
-    let nodes = vec![
-        crate::simulate::testkit::cloud_node("c0", "A100", 1),
-        crate::simulate::testkit::cloud_node("c1", "A100", 1),
-    ];
     CostModel::new(
         nodes,
         tables,
@@ -296,6 +392,18 @@ pub(crate) fn test_model() -> CostModel {
         2.0,
         30.0,
     )
+}
+
+/// The load of no box, on a clock with tide = trace time and 60-s rounds:
+/// the twin's unit tests run on cloud nodes.
+#[cfg(test)]
+pub(crate) fn no_load() -> TideLoad {
+    TideLoad {
+        edges: EdgeWorld::new(&[], &[], 0, 300_000, 60_000, 0),
+        offset_ms: 0,
+        window_end_ms: i64::MAX,
+        round_ms: 60_000,
+    }
 }
 
 #[cfg(test)]
@@ -320,7 +428,7 @@ mod tests {
         let model = test_model();
         let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 1e9;
-        let r = Registry::new(model);
+        let r = Registry::new(model, no_load());
         r.submitted(7, spec.clone());
         (r, spec)
     }
@@ -330,14 +438,14 @@ mod tests {
         let (r, spec) = registry();
         assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(Some(0)));
         assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(None), "idempotent");
-        r.advance(100.0);
+        r.advance(0, 100.0);
         assert_eq!(r.done(7), Some(0.0), "one rank of two: no progress");
         r.assign(1, &assignment(2, 7, 2)).unwrap();
         let model = test_model();
         let place = [(0, 1), (1, 1)];
         let startup = model.startup(&spec, &[], &place).secs;
         let (step, _) = model.step(&spec, &place).unwrap();
-        r.advance(startup + 1000.0);
+        r.advance(0, startup + 1000.0);
         let done = r.done(7).unwrap();
         assert!((done - 1000.0 / step).abs() < 1e-6, "{done}");
         // Its traffic: the start-up's, then each step's ring between c0 and c1.
@@ -355,15 +463,15 @@ mod tests {
     fn a_yield_loses_what_came_after_the_checkpoint_and_a_planned_stop_keeps_it() {
         let (r, spec) = registry();
         assert_eq!(r.assign(0, &assignment(1, 7, 1)), Ok(Some(0)));
-        r.advance(10_000.0);
+        r.advance(0, 10_000.0);
         let before = r.done(7).unwrap();
-        assert_eq!(r.first_stop(7), None);
+        assert_eq!(r.history(7).first_stop, None);
         r.stop(1, false, 5).unwrap();
         let yielded = Some(FirstStop {
             at_ms: 5,
             evicted: true,
         });
-        assert_eq!(r.first_stop(7), yielded);
+        assert_eq!(r.history(7).first_stop, yielded);
         let after_yield = r.done(7).unwrap();
         // One eviction, losing the work since the checkpoint on its one
         // device: of 10 000 s, the start-up's (about 30 s) trained nothing,
@@ -380,11 +488,11 @@ mod tests {
             "{after_yield} {before}"
         );
         r.assign(0, &assignment(2, 7, 1)).unwrap();
-        r.advance(10_000.0);
+        r.advance(0, 10_000.0);
         let before = r.done(7).unwrap();
         r.stop(2, true, 9).unwrap();
         assert_eq!(r.done(7), Some(before));
-        assert_eq!(r.first_stop(7), yielded, "the first stop stands");
+        assert_eq!(r.history(7).first_stop, yielded, "the first stop stands");
         assert_eq!(r.ledger().evictions, 1, "a planned stop is no eviction");
         assert_eq!(
             r.assign(0, &assignment(3, 7, 1)),
@@ -397,10 +505,10 @@ mod tests {
         let model = test_model();
         let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 100.0;
-        let r = Registry::new(model.clone());
+        let r = Registry::new(model.clone(), no_load());
         r.submitted(7, spec.clone());
         r.assign(0, &assignment(1, 7, 1)).unwrap();
-        let ended = r.advance(1e6);
+        let ended = r.advance(0, 1e6);
         assert_eq!(ended.len(), 1, "{ended:?}");
         assert_eq!(r.done(7), Some(100.0));
         // The coordinator asked it to stop as it finished, and starts it
@@ -408,8 +516,8 @@ mod tests {
         assert_eq!(r.assign(1, &assignment(2, 7, 1)), Ok(Some(100)));
         let startup = model.startup(&spec, &[(0, 1)], &[(1, 1)]).secs;
         assert!(startup > 1.0, "{startup}");
-        assert!(r.advance(startup / 2.0).is_empty(), "still starting up");
-        let again = r.advance(startup);
+        assert!(r.advance(0, startup / 2.0).is_empty(), "still starting up");
+        let again = r.advance(0, startup);
         assert_eq!(
             again,
             vec![Event::Finished(Task {
@@ -420,6 +528,73 @@ mod tests {
             })]
         );
         assert_eq!(r.done(7), Some(100.0));
+    }
+
+    #[test]
+    fn device_time_is_charged_as_the_engine_does_idle_edge_time_harvested_busy_time_interfering() {
+        use crate::simulate::testkit::{cloud_node, edge_node};
+        // Box e0 idle (10 %) for the first hour and busy (60 %) the next,
+        // in 5-minute bins, under a 30 % threshold.
+        let points = (0..24)
+            .map(|k| (k * 300_000, if k < 12 { 10.0 } else { 60.0 }))
+            .collect();
+        let series = crate::trace::Series {
+            node: "e0".into(),
+            points,
+        };
+        let load = TideLoad {
+            edges: EdgeWorld::new(&[series], &[(30.0, 1)], 0, 300_000, 0, 0),
+            ..no_load()
+        };
+        let model = model_of(vec![
+            cloud_node("c0", "A100", 1),
+            edge_node("e0", "A100", 0),
+        ]);
+        let r = Registry::new(model.clone(), load);
+        let mut spec = crate::simulate::testkit::job("m").spec;
+        spec.iterations = 1e9;
+        r.submitted(7, spec.clone());
+        r.submitted(8, spec.clone());
+        r.assign(0, &assignment(1, 7, 1)).unwrap();
+        r.assign(1, &assignment(2, 8, 1)).unwrap();
+        r.advance(0, 1000.0);
+        r.advance(1_000_000, 6200.0);
+        let startup = model.startup(&spec, &[], &[(1, 1)]).secs;
+        let l = r.ledger();
+        // By hand: job 7 held c0's GPU 7 200 s at 3 per GPU-hour (6.0); job
+        // 8 held e0 7 200 s, its start-up among them, of which the first
+        // hour was idle and the second busy.
+        assert!((l.cloud_gpu_s - 7200.0).abs() < 1e-6, "{l:?}");
+        assert!((l.cloud_cost - 6.0).abs() < 1e-9, "{l:?}");
+        assert!((l.edge_used_s - 7200.0).abs() < 1e-6, "{l:?}");
+        assert!((l.edge_startup_s - startup).abs() < 1e-9, "{l:?}");
+        assert!((l.edge_idle_used_s - 3600.0).abs() < 1e-6, "{l:?}");
+        assert!((l.interference_s - 3600.0).abs() < 1e-6, "{l:?}");
+    }
+
+    #[test]
+    fn a_run_again_elsewhere_within_a_round_is_a_migration_and_later_a_preemption() {
+        let (r, _) = registry();
+        let moves = |r: &Registry| {
+            let h = r.history(7);
+            (h.migrations, h.preemptions)
+        };
+        r.assign(0, &assignment(1, 7, 1)).unwrap();
+        r.advance(0, 100.0);
+        r.stop(1, true, 100_000).unwrap();
+        r.assign(1, &assignment(2, 7, 1)).unwrap();
+        r.advance(130_000, 10.0);
+        assert_eq!(moves(&r), (1, 0), "moved to c1 30 s later");
+        r.stop(2, true, 200_000).unwrap();
+        r.assign(1, &assignment(3, 7, 1)).unwrap();
+        r.advance(210_000, 10.0);
+        assert_eq!(moves(&r), (1, 0), "back on the same node at once");
+        r.stop(3, true, 300_000).unwrap();
+        r.assign(0, &assignment(4, 7, 1)).unwrap();
+        r.advance(500_000, 10.0);
+        assert_eq!(moves(&r), (1, 1), "paused for more than a round");
+        r.stop(4, true, 600_000).unwrap();
+        assert_eq!(moves(&r), (1, 2), "stopped and not run again");
     }
 
     #[test]
