@@ -7,18 +7,20 @@ use super::PATIENCE;
 use super::cluster::{Cluster, JOB_PATIENCE, Net, job, write_idle_trace};
 
 /// A trainer, run as `sh trainer.sh ITERATIONS SECONDS_A_STEP`, that saves a
-/// model of `model_bytes` headed by its step after every iteration, then the
-/// step in `tidemill-step` (the convention the edge reads), resumes from
-/// them, refuses a model that does not match its step, and counts in its
-/// work dir the iterations this task trained. Asked to stop, it finishes the
-/// step it is in, model and step file both, as a real trainer does within
-/// its grace period; a model write cut short (the stop reaches the whole
-/// process group) is never named by the step file.
+/// model of `model_bytes` headed by its step after every iteration, as
+/// `model-STEP.bin`, then the step in `tidemill-step` (the convention the
+/// edge reads), resumes from them, refuses a model that does not match its
+/// step, and counts in its work dir the iterations this task trained. Asked
+/// to stop, it finishes the step it is in, as a real trainer does within its
+/// grace period. The stop reaches the whole process group, so any child may
+/// die: a model write cut short is never named by the step file, and the
+/// step file is written by the shell itself (which traps the stop), never by
+/// a child such as `mv`, which could die between the model and the step.
 pub fn script(model_bytes: u64) -> String {
     r#"ck="$TIDEMILL_CHECKPOINT_DIR"
 i=$(cat "$ck/tidemill-step" 2>/dev/null || echo 0)
 if [ "$i" -gt 0 ]; then
-  head -n 1 "$ck/model.bin" | grep -qx "step $i" || { echo "model does not match step $i: $(head -c 12 "$ck/model.bin" | od -An -c)"; exit 1; }
+  head -n 1 "$ck/model-$i.bin" | grep -qx "step $i" || { echo "model does not match step $i: $(head -c 12 "$ck/model-$i.bin" | od -An -c)"; exit 1; }
   echo "resumed at $i on $TIDEMILL_NODE_ID"
 fi
 n=0 stop=
@@ -27,9 +29,9 @@ while [ "$i" -lt "$1" ]; do
   sleep "$2" & wait $!
   [ -z "$stop" ] || break
   n=$((n+1)); echo "$n" > trained
-  { echo "step $((i+1))"; head -c MODEL_BYTES /dev/urandom; } > "$ck/model.bin.tmp" || break
-  mv "$ck/model.bin.tmp" "$ck/model.bin"; i=$((i+1))
-  echo "$i" > "$ck/tidemill-step.tmp" && mv "$ck/tidemill-step.tmp" "$ck/tidemill-step"
+  { echo "step $((i+1))"; head -c MODEL_BYTES /dev/urandom; } > "$ck/model-$((i+1)).bin" || break
+  i=$((i+1)); echo "$i" > "$ck/tidemill-step"
+  rm -f "$ck/model-$((i-1)).bin"
   [ -z "$stop" ] || break
 done
 [ -z "$stop" ] || { echo "checkpointed at $i"; exit 0; }
