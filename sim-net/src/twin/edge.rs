@@ -31,6 +31,10 @@ use crate::simulate::edges::EdgeWorld;
 /// ([`ModelLinks`]), and no twin edge dials the address it is given.
 const PROBE_PORT: u16 = 9;
 
+/// How long an emulated edge waits for the coordinator to name the peers
+/// to probe (wall time); without an answer it probes no peer this round.
+const PEERS_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Device memory an emulated accelerator reports: large, because the
 /// simulator's nodes have no memory limit either.
 const DEVICE_MEM_BYTES: u64 = 1 << 40;
@@ -257,8 +261,9 @@ impl Edge {
     async fn probe(self: Arc<Self>, conn: quinn::Connection) {
         let s = &self.shared;
         loop {
-            let peers = match frames::request(&conn, &EdgeMsg::PeersRequest).await {
-                Ok(CloudMsg::Peers(peers)) => peers,
+            let ask = frames::request(&conn, &EdgeMsg::PeersRequest);
+            let peers = match tokio::time::timeout(PEERS_PATIENCE, ask).await {
+                Ok(Ok(CloudMsg::Peers(peers))) => peers,
                 _ => Vec::new(),
             };
             let names = std::iter::once(CLOUD_PEER).chain(peers.iter().map(|p| p.node_id.as_str()));
