@@ -48,7 +48,7 @@ use thiserror::Error;
 use super::checkpoints::Checkpoint;
 use super::edges::EdgeWorld;
 use super::jobs::TraceJob;
-use super::metrics::{Accumulators, EdgeTotals};
+use super::metrics::{Accumulators, EdgeTotals, Held};
 use super::placement::{CostModel, Place};
 use super::policies::{EdgeInterest, EdgeSignals, JobRun, JobStatus, Scheduler, View};
 
@@ -394,27 +394,14 @@ impl Run<'_> {
                 let ring = model.allreduce_traffic(&job.spec, &job.place);
                 self.acc.traffic.add_scaled(&ring, iters);
             }
-            for &(q, w) in &job.place {
-                let node = &model.nodes()[q as usize];
-                let w = f64::from(w);
-                match (node.price_per_gpu_hour, node.edge) {
-                    (Some(price), _) => {
-                        self.acc.cloud_gpu_s += w * used_s;
-                        self.acc.cloud_cost += price * w * used_s / 3600.0;
-                    }
-                    (None, Some(e)) => {
-                        self.acc.edge_used_s += w * used_s;
-                        self.acc.edge_startup_s += w * su;
-                        let until = (now + used_ms).min(window_end);
-                        if until > now {
-                            let (idle, busy) = edges.split_idle(e, now, until);
-                            self.acc.edge_idle_used_s += w * idle as f64 / 1000.0;
-                            busy_ms[q as usize] = busy_ms[q as usize].max(busy);
-                        }
-                    }
-                    (None, None) => {}
-                }
-            }
+            let held = Held {
+                place: &job.place,
+                from_ms: now,
+                used_s,
+                startup_s: su,
+                window_end_ms: window_end,
+            };
+            self.acc.hold(model, edges, &mut busy_ms, held);
             if done.last() == Some(&j) {
                 job.finish_ms = Some(now + used_ms);
                 job.status = JobStatus::Done;

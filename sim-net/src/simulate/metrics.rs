@@ -34,8 +34,9 @@
 
 use serde::Serialize;
 
+use super::edges::EdgeWorld;
 use super::forecasts::ForecastCounts;
-use super::placement::Traffic;
+use super::placement::{CostModel, Traffic};
 use super::policies::{JobRun, JobStatus};
 
 /// What the engine adds up while it runs.
@@ -63,6 +64,60 @@ pub struct Accumulators {
     pub lost_device_s: f64,
     /// Rounds the policy was asked.
     pub rounds: u64,
+}
+
+/// A placement held for a while, to charge ([`Accumulators::hold`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    /// (node index, devices).
+    pub place: &'a [(u32, u32)],
+    /// When the stretch began, trace ms.
+    pub from_ms: i64,
+    /// Seconds held, start-up included.
+    pub used_s: f64,
+    /// Seconds of them in start-up.
+    pub startup_s: f64,
+    /// Where the measurement window ends, trace ms: no box time past it is
+    /// split into idle and busy.
+    pub window_end_ms: i64,
+}
+
+impl Accumulators {
+    /// Charges `held`: GPU-seconds and money on cloud nodes; device-seconds
+    /// on edge boxes, start-up apart, and the part of them while the box was
+    /// truly idle as harvested. Each box's busy ms of the stretch goes to
+    /// `busy_ms` (the largest over the jobs on it); the caller adds their sum
+    /// to `interference_s` once every job of the step is charged, so a box
+    /// counts once however many jobs it holds.
+    pub fn hold(
+        &mut self,
+        model: &CostModel,
+        edges: &EdgeWorld,
+        busy_ms: &mut [i64],
+        held: Held<'_>,
+    ) {
+        let until = (held.from_ms + (held.used_s * 1000.0).ceil() as i64).min(held.window_end_ms);
+        for &(q, w) in held.place {
+            let node = &model.nodes()[q as usize];
+            let w = f64::from(w);
+            match (node.price_per_gpu_hour, node.edge) {
+                (Some(price), _) => {
+                    self.cloud_gpu_s += w * held.used_s;
+                    self.cloud_cost += price * w * held.used_s / 3600.0;
+                }
+                (None, Some(e)) => {
+                    self.edge_used_s += w * held.used_s;
+                    self.edge_startup_s += w * held.startup_s;
+                    if until > held.from_ms {
+                        let (idle, busy) = edges.split_idle(e, held.from_ms, until);
+                        self.edge_idle_used_s += w * idle as f64 / 1000.0;
+                        busy_ms[q as usize] = busy_ms[q as usize].max(busy);
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+    }
 }
 
 /// One policy's results.

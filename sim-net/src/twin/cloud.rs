@@ -139,17 +139,12 @@ fn config(
     );
     // Every pair of boxes of one site is probed, so the coordinator learns
     // each site's LAN as the simulator knows it.
-    let reach = site_reach(setup.world.model.nodes());
-    if reach
-        > c.get("probe_peers_per_edge")
-            .and_then(toml::Value::as_integer)
-            .unwrap_or(0) as usize
-    {
-        c.insert(
-            "probe_peers_per_edge".into(),
-            toml::Value::Integer(reach as i64),
-        );
-    }
+    let peers = c
+        .get("probe_peers_per_edge")
+        .and_then(toml::Value::as_integer)
+        .unwrap_or(0)
+        .max(site_reach(setup.world.model.nodes()) as i64);
+    c.insert("probe_peers_per_edge".into(), toml::Value::Integer(peers));
     let ingest = table(&mut c, "ingest");
     ingest.insert("reports_per_hour".into(), toml::Value::Integer(100_000_000));
     ingest.insert(

@@ -22,9 +22,8 @@ use tidemill_runtime::clock::SharedClock;
 use tidemill_runtime::frames;
 
 use super::probes::ModelLinks;
-use super::tasks::{Refusal, Registry, Task};
+use super::tasks::{Refusal, Registry, Task, TideLoad};
 use crate::edge_link::{Dialer, Outbox, drain};
-use crate::simulate::edges::EdgeWorld;
 
 /// The probe port an emulated edge announces, so the coordinator names it
 /// among the peers to probe. Nothing listens there: the probes are emulated
@@ -43,12 +42,10 @@ const DEVICE_MEM_BYTES: u64 = 1 << 40;
 pub(crate) struct Shared {
     /// The tasks of every edge.
     pub(crate) registry: Registry,
-    /// The scenario's edge load.
-    pub(crate) edges: EdgeWorld,
+    /// The scenario's edge load on the tide clock.
+    pub(crate) load: TideLoad,
     /// The accelerated clock the coordinator runs on.
     pub(crate) clock: SharedClock,
-    /// Tide time minus trace time, ms.
-    pub(crate) offset_ms: i64,
     /// Tide ms between an edge's samples.
     pub(crate) sample_ms: i64,
     /// Tide ms between an edge's forecasts.
@@ -98,11 +95,14 @@ impl Edge {
         let forecaster = box_ix.map(|e| {
             let mut f = NodeForecaster::new(shared.forecast.clone())
                 .expect("simulate validated the forecast config");
-            let now = shared.clock.now_ms() - shared.offset_ms;
-            let bin = shared.edges.bin_ms.max(1);
-            let mut t = shared.edges.origin_ms;
+            let now = shared.clock.now_ms() - shared.load.offset_ms;
+            let bin = shared.load.edges.bin_ms.max(1);
+            let mut t = shared.load.edges.origin_ms;
             while t < now {
-                let _ = f.update(&load_sample(shared.edges.load(e, t), t + shared.offset_ms));
+                let _ = f.update(&load_sample(
+                    shared.load.edges.load(e, t),
+                    t + shared.load.offset_ms,
+                ));
                 t += bin;
             }
             Mutex::new(f)
@@ -154,8 +154,8 @@ impl Edge {
                 .sleep(Duration::from_millis(s.sample_ms as u64))
                 .await;
             let now = s.clock.now_ms();
-            let trace_t = now - s.offset_ms;
-            let load = self.box_ix.map_or(0.0, |e| s.edges.load(e, trace_t));
+            let trace_t = now - s.load.offset_ms;
+            let load = self.box_ix.map_or(0.0, |e| s.load.edges.load(e, trace_t));
             self.journal(ReportBody::Samples(vec![Sample {
                 t_ms: now,
                 cpu_pct: load as f32,
@@ -175,7 +175,7 @@ impl Edge {
                     last_forecast = Some(now);
                 }
             }
-            let busy = self.box_ix.is_some_and(|e| !s.edges.idle(e, trace_t));
+            let busy = self.box_ix.is_some_and(|e| !s.load.edges.idle(e, trace_t));
             // Progress goes at most as often as a real edge lets it through.
             let progress_due = last_progress.is_none_or(|at| now - at >= PROGRESS_EVERY_MS);
             if progress_due {
@@ -379,10 +379,9 @@ mod tests {
     /// knowing job 7 only.
     fn edge() -> Edge {
         let shared = Arc::new(Shared {
-            registry: Registry::new(test_model(), no_load()),
-            edges: EdgeWorld::new(&[], &[], 0, 300_000, 60_000, 0),
+            registry: Registry::new(test_model()),
+            load: no_load(),
             clock: tidemill_runtime::clock::for_speed(1.0, None),
-            offset_ms: 0,
             sample_ms: 300_000,
             refresh_ms: 3_600_000,
             forecast: ForecastConfig::default(),

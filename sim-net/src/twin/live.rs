@@ -127,7 +127,7 @@ async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
         shared.clock.sleep(tick).await;
         let now = shared.clock.now_ms();
         let dt_s = (now - last) as f64 / 1000.0;
-        for Event::Finished(task) in shared.registry.advance(last, dt_s) {
+        for Event::Finished(task) in shared.registry.advance(last, dt_s, &shared.load) {
             let edge = &edges[task.node as usize];
             if let Some(done) = shared.registry.done(task.job_id) {
                 edge.journal(tidemill_proto::ReportBody::Progress(
@@ -177,14 +177,14 @@ fn submit_all(
 ) -> Result<Vec<Option<Submitted>>, TwinError> {
     let mut out = Vec::new();
     for j in &world.jobs {
-        let at = j.spec.submitted_ms + shared.offset_ms;
+        let at = j.spec.submitted_ms + shared.load.offset_ms;
         let wait_ms = ((at - clock.now_ms()) as f64 / speed).max(0.0);
         std::thread::sleep(Duration::from_secs_f64(wait_ms / 1000.0));
         if stop.load(Ordering::Relaxed) {
             break;
         }
         let late_ms = (clock.now_ms() - at).max(0);
-        let file = job_file(j, shared.offset_ms + late_ms, world.end_ms);
+        let file = job_file(j, shared.load.offset_ms + late_ms, world.end_ms);
         match cloud.client.submit(&file) {
             Ok(id) => {
                 shared.registry.submitted(id, j.spec.clone());
@@ -252,18 +252,14 @@ pub(super) fn run_in(
     let offset_ms = clock.now_ms() + lead_ms - world.window.0;
     let (forecast, refresh_ms) = setup.forecast_config()?;
     let shared = Arc::new(Shared {
-        registry: Registry::new(
-            world.model.clone(),
-            TideLoad {
-                edges: world.edges.clone(),
-                offset_ms,
-                window_end_ms: world.window.1,
-                round_ms: i64::from(setup.topology.engine.slot_s.max(1)) * 1000,
-            },
-        ),
-        edges: world.edges.clone(),
+        registry: Registry::new(world.model.clone()),
+        load: TideLoad {
+            edges: world.edges.clone(),
+            offset_ms,
+            window_end_ms: world.window.1,
+            round_ms: i64::from(setup.topology.engine.slot_s.max(1)) * 1000,
+        },
         clock: clock.clone(),
-        offset_ms,
         sample_ms: i64::from(setup.topology.engine.truth_bin_s.max(1)) * 1000,
         refresh_ms,
         forecast,

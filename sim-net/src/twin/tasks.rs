@@ -31,11 +31,11 @@ use tidemill_sched::JobSpec;
 use tidemill_sched::policies::FirstStop;
 
 use crate::simulate::edges::EdgeWorld;
-use crate::simulate::metrics::Accumulators;
+use crate::simulate::metrics::{Accumulators, Held};
 use crate::simulate::placement::CostModel;
 
 /// The scenario's edge load on the tide clock, to tell harvested device time
-/// from interference.
+/// from interference, and the round that tells a move from a pause.
 pub(crate) struct TideLoad {
     /// The boxes' own load, on the trace's clock.
     pub(crate) edges: EdgeWorld,
@@ -102,7 +102,6 @@ pub(crate) enum Event {
 /// The registry.
 pub(crate) struct Registry {
     model: CostModel,
-    load: TideLoad,
     /// The trace's jobs by the coordinator's id, filled as they are submitted.
     specs: Mutex<HashMap<u64, JobSpec>>,
     jobs: Mutex<HashMap<u64, Job>>,
@@ -120,11 +119,10 @@ pub(crate) enum Refusal {
 }
 
 impl Registry {
-    /// An empty registry over `model`'s nodes, whose boxes carry `load`.
-    pub(crate) fn new(model: CostModel, load: TideLoad) -> Registry {
+    /// An empty registry over `model`'s nodes.
+    pub(crate) fn new(model: CostModel) -> Registry {
         Registry {
             model,
-            load,
             specs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             ledger: Mutex::new(Accumulators::default()),
@@ -259,10 +257,10 @@ impl Registry {
     }
 
     /// Advances every job whose ranks all run by `dt_s` seconds of tide from
-    /// tide ms `from_ms`; returns the tasks of jobs that finished. A finished
-    /// job keeps its last checkpoint (all its iterations) for a task started
-    /// again.
-    pub(crate) fn advance(&self, from_ms: i64, dt_s: f64) -> Vec<Event> {
+    /// tide ms `from_ms`, charging what they hold against `load`; returns the
+    /// tasks of jobs that finished. A finished job keeps its last checkpoint
+    /// (all its iterations) for a task started again.
+    pub(crate) fn advance(&self, from_ms: i64, dt_s: f64, load: &TideLoad) -> Vec<Event> {
         let mut jobs = self.jobs.lock().unwrap();
         let mut events = Vec::new();
         let mut ledger = self.ledger.lock().unwrap();
@@ -276,7 +274,7 @@ impl Registry {
             place.sort_unstable();
             if !job.started {
                 if let Some(left) = job.left_ms.take() {
-                    if from_ms - left > self.load.round_ms {
+                    if from_ms - left > load.round_ms {
                         job.history.preemptions += 1;
                     } else if place != job.location {
                         job.history.migrations += 1;
@@ -313,7 +311,14 @@ impl Registry {
                     job.since_checkpoint_s = past;
                 }
             }
-            self.charge(&mut ledger, &mut busy_ms, &place, (from_ms, used_s, su));
+            let held = Held {
+                place: &place,
+                from_ms: from_ms - load.offset_ms,
+                used_s,
+                startup_s: su,
+                window_end_ms: load.window_end_ms,
+            };
+            ledger.hold(&self.model, &load.edges, &mut busy_ms, held);
             if job.startup_left_s <= 0.0 && job.done >= job.spec.iterations {
                 job.checkpoint = job.done;
                 job.since_checkpoint_s = 0.0;
@@ -324,43 +329,6 @@ impl Registry {
         }
         ledger.interference_s += busy_ms.iter().sum::<i64>() as f64 / 1000.0;
         events
-    }
-
-    /// Charges `used_s` seconds from tide ms `from_ms` (`startup_s` of them
-    /// start-up) on each node of `place`, as the engine does: GPU-seconds and
-    /// money on the cloud; device-seconds on the edge, the truly idle part
-    /// of them harvested, and the busy part of the box's time (once per box,
-    /// in `busy_ms`) interference.
-    fn charge(
-        &self,
-        ledger: &mut Accumulators,
-        busy_ms: &mut [i64],
-        place: &[(u32, u32)],
-        (from_ms, used_s, startup_s): (i64, f64, f64),
-    ) {
-        let l = &self.load;
-        let t0 = from_ms - l.offset_ms;
-        let t1 = (t0 + (used_s * 1000.0).ceil() as i64).min(l.window_end_ms);
-        for &(q, w) in place {
-            let node = &self.model.nodes()[q as usize];
-            let w = f64::from(w);
-            match (node.price_per_gpu_hour, node.edge) {
-                (Some(price), _) => {
-                    ledger.cloud_gpu_s += w * used_s;
-                    ledger.cloud_cost += price * w * used_s / 3600.0;
-                }
-                (None, Some(e)) => {
-                    ledger.edge_used_s += w * used_s;
-                    ledger.edge_startup_s += w * startup_s;
-                    if t1 > t0 {
-                        let (idle, busy) = l.edges.split_idle(e, t0, t1);
-                        ledger.edge_idle_used_s += w * idle as f64 / 1000.0;
-                        busy_ms[q as usize] = busy_ms[q as usize].max(busy);
-                    }
-                }
-                (None, None) => {}
-            }
-        }
     }
 }
 
@@ -428,7 +396,7 @@ mod tests {
         let model = test_model();
         let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 1e9;
-        let r = Registry::new(model, no_load());
+        let r = Registry::new(model);
         r.submitted(7, spec.clone());
         (r, spec)
     }
@@ -438,14 +406,14 @@ mod tests {
         let (r, spec) = registry();
         assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(Some(0)));
         assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(None), "idempotent");
-        r.advance(0, 100.0);
+        r.advance(0, 100.0, &no_load());
         assert_eq!(r.done(7), Some(0.0), "one rank of two: no progress");
         r.assign(1, &assignment(2, 7, 2)).unwrap();
         let model = test_model();
         let place = [(0, 1), (1, 1)];
         let startup = model.startup(&spec, &[], &place).secs;
         let (step, _) = model.step(&spec, &place).unwrap();
-        r.advance(0, startup + 1000.0);
+        r.advance(0, startup + 1000.0, &no_load());
         let done = r.done(7).unwrap();
         assert!((done - 1000.0 / step).abs() < 1e-6, "{done}");
         // Its traffic: the start-up's, then each step's ring between c0 and c1.
@@ -463,7 +431,7 @@ mod tests {
     fn a_yield_loses_what_came_after_the_checkpoint_and_a_planned_stop_keeps_it() {
         let (r, spec) = registry();
         assert_eq!(r.assign(0, &assignment(1, 7, 1)), Ok(Some(0)));
-        r.advance(0, 10_000.0);
+        r.advance(0, 10_000.0, &no_load());
         let before = r.done(7).unwrap();
         assert_eq!(r.history(7).first_stop, None);
         r.stop(1, false, 5).unwrap();
@@ -488,7 +456,7 @@ mod tests {
             "{after_yield} {before}"
         );
         r.assign(0, &assignment(2, 7, 1)).unwrap();
-        r.advance(0, 10_000.0);
+        r.advance(0, 10_000.0, &no_load());
         let before = r.done(7).unwrap();
         r.stop(2, true, 9).unwrap();
         assert_eq!(r.done(7), Some(before));
@@ -505,10 +473,10 @@ mod tests {
         let model = test_model();
         let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 100.0;
-        let r = Registry::new(model.clone(), no_load());
+        let r = Registry::new(model.clone());
         r.submitted(7, spec.clone());
         r.assign(0, &assignment(1, 7, 1)).unwrap();
-        let ended = r.advance(0, 1e6);
+        let ended = r.advance(0, 1e6, &no_load());
         assert_eq!(ended.len(), 1, "{ended:?}");
         assert_eq!(r.done(7), Some(100.0));
         // The coordinator asked it to stop as it finished, and starts it
@@ -516,8 +484,11 @@ mod tests {
         assert_eq!(r.assign(1, &assignment(2, 7, 1)), Ok(Some(100)));
         let startup = model.startup(&spec, &[(0, 1)], &[(1, 1)]).secs;
         assert!(startup > 1.0, "{startup}");
-        assert!(r.advance(0, startup / 2.0).is_empty(), "still starting up");
-        let again = r.advance(0, startup);
+        assert!(
+            r.advance(0, startup / 2.0, &no_load()).is_empty(),
+            "still starting up"
+        );
+        let again = r.advance(0, startup, &no_load());
         assert_eq!(
             again,
             vec![Event::Finished(Task {
@@ -550,15 +521,15 @@ mod tests {
             cloud_node("c0", "A100", 1),
             edge_node("e0", "A100", 0),
         ]);
-        let r = Registry::new(model.clone(), load);
+        let r = Registry::new(model.clone());
         let mut spec = crate::simulate::testkit::job("m").spec;
         spec.iterations = 1e9;
         r.submitted(7, spec.clone());
         r.submitted(8, spec.clone());
         r.assign(0, &assignment(1, 7, 1)).unwrap();
         r.assign(1, &assignment(2, 8, 1)).unwrap();
-        r.advance(0, 1000.0);
-        r.advance(1_000_000, 6200.0);
+        r.advance(0, 1000.0, &load);
+        r.advance(1_000_000, 6200.0, &load);
         let startup = model.startup(&spec, &[], &[(1, 1)]).secs;
         let l = r.ledger();
         // By hand: job 7 held c0's GPU 7 200 s at 3 per GPU-hour (6.0); job
@@ -580,18 +551,18 @@ mod tests {
             (h.migrations, h.preemptions)
         };
         r.assign(0, &assignment(1, 7, 1)).unwrap();
-        r.advance(0, 100.0);
+        r.advance(0, 100.0, &no_load());
         r.stop(1, true, 100_000).unwrap();
         r.assign(1, &assignment(2, 7, 1)).unwrap();
-        r.advance(130_000, 10.0);
+        r.advance(130_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 0), "moved to c1 30 s later");
         r.stop(2, true, 200_000).unwrap();
         r.assign(1, &assignment(3, 7, 1)).unwrap();
-        r.advance(210_000, 10.0);
+        r.advance(210_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 0), "back on the same node at once");
         r.stop(3, true, 300_000).unwrap();
         r.assign(0, &assignment(4, 7, 1)).unwrap();
-        r.advance(500_000, 10.0);
+        r.advance(500_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 1), "paused for more than a round");
         r.stop(4, true, 600_000).unwrap();
         assert_eq!(moves(&r), (1, 2), "stopped and not run again");
