@@ -13,6 +13,7 @@ mod edgeflow;
 mod elasticflow;
 mod first_fit;
 mod profile;
+mod replan;
 mod snapshot_driver;
 mod tidemill;
 mod tiresias;

@@ -17,8 +17,9 @@
 //!   does; a restart of the coordinator starts it afresh. A job asks for its
 //!   `max_workers` where a baseline runs jobs on the GPUs they request.
 //!   Jobs a baseline gives up on (their deadline passed) are rejected.
-//!   The coordinator rounds on its own timer, so a baseline's wake-up time is
-//!   not used.
+//!   The coordinator rounds on its own timer, but a baseline is asked again
+//!   only when the simulator's engine would ask it ([`super::replan`]); in
+//!   between, its last decision is issued again.
 
 use std::collections::HashMap;
 
@@ -28,6 +29,7 @@ use crate::schedule;
 use crate::settings::Policy;
 use crate::world::{Admission, Assignment, EdgeAvailability, NodeKind, WorldSnapshot};
 
+use super::replan::{Asked, Seen};
 use super::{Decision, EdgeSignals, JobRun, JobStatus, PolicyName, Scheduler, View};
 
 /// A registered policy and what it remembers between rounds.
@@ -42,6 +44,8 @@ pub struct SnapshotDriver {
     /// The slots of the last round's jobs.
     active: Vec<usize>,
     last_ms: Option<i64>,
+    /// The baseline's last decision, while it stands.
+    asked: Option<Asked>,
 }
 
 impl SnapshotDriver {
@@ -55,6 +59,7 @@ impl SnapshotDriver {
             slot_of: HashMap::new(),
             active: Vec::new(),
             last_ms: None,
+            asked: None,
         }
     }
 
@@ -96,18 +101,40 @@ impl SnapshotDriver {
         let policy = self
             .baseline
             .get_or_insert_with(|| name.build(settings, &model));
-        let d = policy.schedule(&View {
+        let nodes: Vec<String> = model.nodes().iter().map(|n| n.id.clone()).collect();
+        let edge_of: Vec<Option<usize>> = model.nodes().iter().map(|n| n.edge).collect();
+        let idle: Vec<bool> = (0..windows.0.len())
+            .map(|e| windows.reported_idle(e, now_ms))
+            .collect();
+        let seen = Seen {
             now_ms,
+            nodes: &nodes,
+            edge_of: &edge_of,
             jobs: &self.jobs,
             active: &active,
             arrived: &arrived,
-            model: &model,
-            edges: &windows,
-        });
+            idle: &idle,
+        };
+        let stands = self
+            .asked
+            .as_mut()
+            .is_some_and(|a| a.still_holds(&seen, policy.edge_interest()));
+        if !stands {
+            let d = policy.schedule(&View {
+                now_ms,
+                jobs: &self.jobs,
+                active: &active,
+                arrived: &arrived,
+                model: &model,
+                edges: &windows,
+            });
+            self.asked = Some(Asked::new(d, &seen));
+        }
+        let d = &self.asked.as_ref().expect("asked above").decision;
         let decisions = active
             .iter()
             .zip(&world.jobs)
-            .map(|(&j, state)| self.job_decision(j, &state.admission, &d, &model, now_ms))
+            .map(|(&j, state)| self.job_decision(j, &state.admission, d, &model, now_ms))
             .collect();
         RoundPlan { now_ms, decisions }
     }
