@@ -46,13 +46,13 @@ fn tidemill_is_the_tidal_scheduler_on_the_snapshot_as_it_is() {
     assert_eq!(plan, schedule(&w, 0, &Policy::default()));
 }
 
-#[test]
-fn edgeflow_starts_a_job_on_an_idle_edge_and_keeps_it_there() {
-    // 1000 iterations at 1 it/s on one T4 take 1000 s; the deadline is 10 h.
-    // EdgeFlow sizes edge speed against one cloud GPU, so a cloud node is there.
+/// One idle T4 box `e`, one A100 node `c` (EdgeFlow sizes edge speed against
+/// one cloud GPU) behind a 100 Mb/s, 30 ms cloud-edge link, and job 1 of
+/// 1000 iterations, due at `deadline_ms`.
+fn box_and_cloud(deadline_ms: i64) -> WorldSnapshot {
     let mut w = world(
         vec![cloud("c", 1), edge("e", 1, &[(0, 24 * H)], 10.0)],
-        vec![job(1, JobClass::Slo, 0, 10 * H, 1000.0)],
+        vec![job(1, JobClass::Slo, 0, deadline_ms, 1000.0)],
     );
     w.links.cloud_edge = cost::LinkSpec {
         bandwidth_bps: 12.5e6,
@@ -60,6 +60,13 @@ fn edgeflow_starts_a_job_on_an_idle_edge_and_keeps_it_there() {
         loss: 0.0,
         congestion: cost::Congestion::LossBased,
     };
+    w
+}
+
+#[test]
+fn edgeflow_starts_a_job_on_an_idle_edge_and_keeps_it_there() {
+    // 1000 iterations at 1 it/s on one T4 take 1000 s; the deadline is 10 h.
+    let mut w = box_and_cloud(10 * H);
     let mut d = driver(PolicyName::Edgeflow);
     let plan = d.plan(&w, 0);
     assert_eq!(on(&plan, 1), ["e"]);
@@ -163,4 +170,27 @@ fn edgeflow_without_a_cloud_class_waits_and_a_stale_report_reads_the_forecast() 
     assert_eq!(on(&inside, 1), ["e"]);
     let outside = driver(PolicyName::Edgeflow).plan(&stale(&[(2 * H, 24 * H)]), 0);
     assert_eq!(on(&outside, 1), ["c"]);
+}
+
+#[test]
+fn a_baseline_keeps_its_decision_until_something_it_reacts_to_happens() {
+    // As in the test above, the job takes 1 110.03 s on the box (staging,
+    // restart, 1000 steps of 1 s), but its deadline is 1 200 s away: EdgeFlow
+    // puts it on the box at 0 s. Asked again at 120 s, the box could no
+    // longer finish it (120 + 1 110.03 > 1 200) and it would go to the cloud.
+    let mut w = box_and_cloud(1_200_000);
+    let mut d = driver(PolicyName::Edgeflow);
+    assert_eq!(on(&d.plan(&w, 0), 1), ["e"]);
+    // Its start has not taken yet, and nothing else happened: the decision
+    // is issued again, once a minute, for 3 rounds.
+    for round in 1..=3 {
+        assert_eq!(on(&d.plan(&w, round * 60_000), 1), ["e"], "round {round}");
+    }
+    // A fourth round off its placement: EdgeFlow is asked again.
+    assert_eq!(on(&d.plan(&w, 240_000), 1), ["c"]);
+    // A fresh driver, and an arrival at 120 s: asked again at once.
+    let mut d = driver(PolicyName::Edgeflow);
+    assert_eq!(on(&d.plan(&w, 0), 1), ["e"]);
+    w.jobs.push(job(2, JobClass::Slo, 120_000, 10 * H, 1000.0));
+    assert_eq!(on(&d.plan(&w, 120_000), 1), ["c"]);
 }
