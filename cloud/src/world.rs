@@ -3,6 +3,7 @@
 //! per-class defaults, and the planned jobs with their progress.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tidemill_forecast::{Quantiles, Resource};
 use tidemill_proto::NodeForecast;
@@ -42,7 +43,7 @@ pub fn snapshot(
     cfg: &SchedulerConfig,
     tables: &ThroughputTables,
     nodes: &[NodeRecord],
-    forecasts: &HashMap<String, NodeForecast>,
+    forecasts: &HashMap<String, Arc<NodeForecast>>,
     links: &[LinkRecord],
     jobs: &[PlannedJob],
     trusted: Trusted<'_>,
@@ -51,11 +52,11 @@ pub fn snapshot(
     let nodes: Vec<NodeSpec> = nodes
         .iter()
         .map(|n| {
-            let mut spec = node_spec(cfg, n, forecasts.get(&n.id), now_ms);
+            let mut spec = node_spec(cfg, n, forecasts.get(&n.id).map(Arc::as_ref), now_ms);
             if let NodeKind::Edge(a) = &mut spec.kind {
                 *a = trusted.config.cap(
                     std::mem::take(a),
-                    forecasts.get(&n.id),
+                    forecasts.get(&n.id).map(Arc::as_ref),
                     trusted.priors.get(&n.id),
                     now_ms,
                 );

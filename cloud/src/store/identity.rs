@@ -354,6 +354,7 @@ impl Store {
     /// certificates were revoked.
     pub fn remove_node(&mut self, node_id: &str, now_ms: i64) -> Result<usize, StoreError> {
         let err = self.sql_err();
+        self.forecasts.forget(node_id);
         self.write(|tx| {
             let n = tx
                 .execute(

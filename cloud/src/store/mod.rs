@@ -17,6 +17,7 @@ use crate::report_checks::ReportBounds;
 
 mod capacity;
 mod checkpoints;
+mod forecast_cache;
 #[cfg(test)]
 mod growth;
 mod history;
@@ -113,6 +114,8 @@ pub struct Store {
     secrets: SecretKey,
     /// The range checks reports go through.
     bounds: ReportBounds,
+    /// Forecasts parsed by earlier rounds.
+    forecasts: forecast_cache::ForecastCache,
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -133,6 +136,7 @@ impl Store {
             file_id,
             secrets,
             bounds: ReportBounds::default(),
+            forecasts: Default::default(),
         })
     }
 

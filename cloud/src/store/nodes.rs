@@ -306,7 +306,8 @@ impl Store {
             .prepare(
                 "SELECT n.id, n.online, n.capabilities, n.last_seq, n.cpu_util, n.mem_util, n.gpu_util,
                         n.last_sample_ms, n.last_seen_ms, n.registered_ms, f.forecast, n.drained,
-                        n.labels, n.cordon_reason, n.unstarted, n.claimed_capabilities, n.busy_ms
+                        n.labels, n.cordon_reason, n.unstarted, n.claimed_capabilities, n.busy_ms,
+                        f.issued_ms
                  FROM nodes n LEFT JOIN forecasts f ON f.node_id = n.id ORDER BY n.id",
             )
             .map_err(&err)?;
@@ -320,8 +321,13 @@ impl Store {
                             e.into(),
                         )
                     })?;
+                let id: String = r.get(0)?;
+                let forecast = match r.get::<_, Option<i64>>(17)? {
+                    Some(t) => self.forecasts.get(&id, t, || r.get(10))?.ok(),
+                    None => None,
+                };
                 Ok(NodeRecord {
-                    id: r.get(0)?,
+                    id,
                     online: r.get(1)?,
                     drained: r.get(11)?,
                     cpu_cores: caps.cpu_cores,
@@ -338,11 +344,7 @@ impl Store {
                     busy_ms: r.get(16)?,
                     last_seen_at: ms_to_time(r.get(8)?),
                     registered_at: ms_to_time(r.get(9)?),
-                    forecast: r
-                        .get::<_, Option<String>>(10)?
-                        .and_then(|json| serde_json::from_str::<NodeForecast>(&json).ok())
-                        .as_ref()
-                        .map(ForecastView::from),
+                    forecast: forecast.as_deref().map(ForecastView::from),
                     trust: NodeTrust {
                         labels: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
                         cordon_reason: r.get(13)?,

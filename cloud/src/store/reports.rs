@@ -71,6 +71,12 @@ impl Store {
     ) -> Result<Applied, StoreError> {
         let err = self.sql_err();
         let bounds = self.bounds;
+        if reports
+            .iter()
+            .any(|r| matches!(r.body, ReportBody::Forecast(_)))
+        {
+            self.forecasts.forget(node_id);
+        }
         self.write(|tx| {
             let last: Option<i64> = tx
                 .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {

@@ -11,6 +11,7 @@
 //! planner ([`PlannedJob::measured_ips`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use tidemill_proto::NodeForecast;
@@ -127,15 +128,26 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(err)
     }
 
-    /// Every node's latest forecast.
-    pub fn forecasts(&self) -> Result<HashMap<String, NodeForecast>, StoreError> {
+    /// Every node's latest forecast (parsed once per issue: [`super::forecast_cache`]).
+    pub fn forecasts(&self) -> Result<HashMap<String, Arc<NodeForecast>>, StoreError> {
         let err = self.sql_err();
         let mut stmt = self
             .conn
-            .prepare("SELECT node_id, forecast FROM forecasts")
+            .prepare_cached("SELECT node_id, issued_ms, forecast FROM forecasts")
             .map_err(&err)?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, json_column(r, 1)?)))
+            .query_map([], |r| {
+                let node: String = r.get(0)?;
+                let f = self.forecasts.get(&node, r.get(1)?, || r.get(2))?;
+                let f = f.map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        2,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?;
+                Ok((node, f))
+            })
             .map_err(&err)?;
         rows.collect::<Result<_, _>>().map_err(err)
     }
