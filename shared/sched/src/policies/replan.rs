@@ -120,26 +120,13 @@ impl Asked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::world::{DataSite, JobClass, JobSpec, OnInfeasible};
+    use crate::world::JobSpec;
 
+    /// The schedule testkit's job, as job `id`.
     fn job(id: u64) -> JobRun {
         let spec = JobSpec {
             id,
-            class: JobClass::Slo,
-            submitted_ms: 0,
-            deadline_ms: 3_600_000,
-            iterations: 1000.0,
-            global_batch: 64,
-            model: "m".into(),
-            model_bytes: 0,
-            dataset_bytes: 0,
-            dataset_site: DataSite::Cloud,
-            min_workers: 1,
-            max_workers: 1,
-            memory_per_worker_bytes: 0,
-            checkpoint_bytes: 0,
-            checkpoint_interval_s: crate::world::DEFAULT_CHECKPOINT_INTERVAL_S,
-            on_infeasible: OnInfeasible::Reject,
+            ..crate::schedule::testkit::world().jobs[0].spec.clone()
         };
         JobRun::new(spec, 1)
     }

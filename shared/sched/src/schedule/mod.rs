@@ -61,7 +61,7 @@ mod options;
 mod plan;
 mod reason;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod walk;
 
 pub use reason::{EXPLANATION_TIME_FORMAT, Reason, Share, Stretch};

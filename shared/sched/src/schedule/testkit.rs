@@ -11,7 +11,7 @@ pub(super) const H: i64 = 3_600_000;
 
 /// Node c1 (4 × A100 at 3 per GPU-hour); job 1, due 21:00 from 18:00, of
 /// model `m` at 6.8 it/s on one worker, 11.8 on two and 18.3 on four.
-pub(super) fn world() -> WorldSnapshot {
+pub(crate) fn world() -> WorldSnapshot {
     let mut throughput = ThroughputTables::default();
     throughput
         .insert_csv(
