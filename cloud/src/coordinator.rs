@@ -31,6 +31,8 @@ struct Session {
 pub struct Coordinator {
     /// The durable state.
     pub store: Mutex<Store>,
+    /// Report batches waiting to share a commit.
+    pub report_commits: crate::group_commit::ReportCommits,
     /// Live connections by node id.
     sessions: Mutex<HashMap<String, Session>>,
     /// Nodes between their hello and their session, by count of such
@@ -90,6 +92,7 @@ impl Coordinator {
             throughput,
             scheduler: Mutex::new(cfg.scheduler.driver()),
             store: Mutex::new(store),
+            report_commits: Default::default(),
             sessions: Mutex::new(HashMap::new()),
             greeting: Mutex::new(HashMap::new()),
             probing: Mutex::new(probing::Pending::new()),

@@ -367,12 +367,18 @@ async fn serve_stream(
                 break 'reports (None, Some(CloudMsg::Error(WireError { code, message })));
             }
             let now = coord.clock.now_ms();
+            let first = reports.first().map(|r| r.seq);
             let ingest = coord.metrics.ingest_seconds.start_timer();
             let applied = coord
-                .store
-                .lock()
-                .unwrap()
-                .apply_reports(&node_id, &reports, now);
+                .report_commits
+                .apply(
+                    &coord.store,
+                    &coord.metrics.report_commits,
+                    &node_id,
+                    reports,
+                    now,
+                )
+                .await;
             ingest.observe_duration();
             match applied {
                 Ok(a) => {
@@ -405,7 +411,6 @@ async fn serve_stream(
                     (None, Some(CloudMsg::Ack { seq: a.ack }))
                 }
                 Err(e) => {
-                    let first = reports.first().map(|r| r.seq);
                     tracing::error!(node_id = %node_id, first_seq = first, error = %e, "cannot store reports");
                     refuse(
                         ErrorCode::Internal,

@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod duplicate;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod group_commit;
 pub mod http;
 pub mod ingest;
 pub mod job;

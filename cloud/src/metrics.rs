@@ -135,8 +135,10 @@ pub struct Metrics {
     pub trust_cordons: IntCounter,
     /// Scheduling rounds' wall time, failed ones included.
     pub round_seconds: Histogram,
-    /// Time to store a report batch (the store write alone).
+    /// Time to store a report batch, from its queueing for a commit.
     pub ingest_seconds: Histogram,
+    /// Commits that stored report batches (batches queued together share one).
+    pub report_commits: IntCounter,
     /// Time from a report batch's arrival to its ack written to the stream.
     pub ack_seconds: Histogram,
     /// Coordinator-clock time from a node's newest sample to the first
@@ -254,7 +256,11 @@ impl Metrics {
             ingest_seconds: exposition::latency(
                 &registry,
                 "tidemill_report_ingest_seconds",
-                "Time to store one report batch in the database.",
+                "Time to store one report batch in the database, from its queueing for a commit (batches queued together share one).",
+            ),
+            report_commits: counter(
+                "tidemill_report_commits_total",
+                "Database commits that stored report batches; batches queued during a commit share the next one.",
             ),
             ack_seconds: exposition::latency(
                 &registry,

@@ -4,7 +4,9 @@
 //! Each report is applied in one transaction together with the node's new
 //! `last_seq`, and acknowledged only after it commits; a duplicate (seq not above
 //! `last_seq`) is acknowledged without effect. A crash at any point therefore
-//! neither loses an acknowledged report nor applies one twice.
+//! neither loses an acknowledged report nor applies one twice. Batches from
+//! several nodes may share one transaction (`crate::group_commit`), each
+//! under its own savepoint.
 
 use rusqlite::{OptionalExtension, Transaction, params};
 use tidemill_proto::{Report, ReportBody};
@@ -60,6 +62,18 @@ impl ReportKind {
     }
 }
 
+/// One node's batch of reports, and when it arrived (the coordinator's
+/// clock, Unix ms).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The node that sent it.
+    pub node_id: &'a str,
+    /// Its reports, in the order sent.
+    pub reports: &'a [Report],
+    /// When it arrived.
+    pub now_ms: i64,
+}
+
 impl Store {
     /// Applies a batch of reports, in order and idempotently, in one
     /// transaction; see the module docs.
@@ -69,62 +83,50 @@ impl Store {
         reports: &[Report],
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
+        let batch = Batch {
+            node_id,
+            reports,
+            now_ms,
+        };
+        self.apply_report_batches(&[batch])?
+            .pop()
+            .expect("one result per batch")
+    }
+
+    /// Applies several nodes' batches in one transaction, so that they share
+    /// one commit (one fsync) where each would otherwise pay its own. Each
+    /// batch runs under its own savepoint: one that fails (a node removed, a
+    /// write refused) is rolled back alone and answered with its error,
+    /// while the others are stored. The outer error is the commit's: then
+    /// nothing was stored.
+    pub fn apply_report_batches(
+        &mut self,
+        batches: &[Batch<'_>],
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
         let err = self.sql_err();
         let bounds = self.bounds;
-        if reports
-            .iter()
-            .any(|r| matches!(r.body, ReportBody::Forecast(_)))
-        {
-            self.forecasts.forget(node_id);
+        for b in batches {
+            if b.reports
+                .iter()
+                .any(|r| matches!(r.body, ReportBody::Forecast(_)))
+            {
+                self.forecasts.forget(b.node_id);
+            }
         }
         self.write(|tx| {
-            let last: Option<i64> = tx
-                .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(&err)?;
-            let mut last = last.ok_or_else(|| StoreError::UnknownNode(node_id.to_string()))? as u64;
-            let mut applied = Applied {
-                ack: last,
-                stored: Vec::new(),
-                duplicates: 0,
-                jobs: Vec::new(),
-                dropped: Vec::new(),
-            };
-            for report in reports {
-                if report.seq <= last {
-                    applied.duplicates += 1;
-                    continue;
-                }
-                if report.seq != last + 1 {
-                    let detail = format!("sequence jumped from {last} to {}", report.seq);
-                    tracing::warn!(node_id, %detail, "report sequence gap");
-                    event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail)
-                        .map_err(&err)?;
-                }
-                let checked = Checked {
-                    bounds: &bounds,
-                    now_ms,
-                    dropped: &mut applied.dropped,
+            let mut results = Vec::with_capacity(batches.len());
+            for b in batches {
+                tx.execute_batch("SAVEPOINT batch").map_err(&err)?;
+                let applied = apply_batch(tx, b, &bounds, &err);
+                let end = if applied.is_ok() {
+                    "RELEASE batch"
+                } else {
+                    "ROLLBACK TO batch; RELEASE batch"
                 };
-                let (kind, job) = apply_body(tx, node_id, report, checked).map_err(&err)?;
-                tx.execute(
-                    "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
-                    params![node_id, report.seq as i64, kind.as_str(), now_ms],
-                )
-                .map_err(&err)?;
-                applied.stored.push((report.seq, kind));
-                applied.jobs.extend(job);
-                last = report.seq;
+                tx.execute_batch(end).map_err(&err)?;
+                results.push(applied);
             }
-            tx.execute(
-                "UPDATE nodes SET last_seq = ?2, last_seen_ms = ?3 WHERE id = ?1",
-                params![node_id, last as i64, now_ms],
-            )
-            .map_err(&err)?;
-            applied.ack = last;
-            Ok(applied)
+            Ok(results)
         })
     }
 
@@ -140,6 +142,62 @@ impl Store {
             .map_err(&err)?;
         rows.map(|r| r.map(|s| s as u64).map_err(&err)).collect()
     }
+}
+
+/// Applies one node's batch inside `tx`: see the module docs.
+fn apply_batch(
+    tx: &Transaction<'_>,
+    b: &Batch<'_>,
+    bounds: &ReportBounds,
+    err: &impl Fn(rusqlite::Error) -> StoreError,
+) -> Result<Applied, StoreError> {
+    let (node_id, now_ms) = (b.node_id, b.now_ms);
+    let last: Option<i64> = tx
+        .query_row("SELECT last_seq FROM nodes WHERE id = ?1", [node_id], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(err)?;
+    let mut last = last.ok_or_else(|| StoreError::UnknownNode(node_id.to_string()))? as u64;
+    let mut applied = Applied {
+        ack: last,
+        stored: Vec::new(),
+        duplicates: 0,
+        jobs: Vec::new(),
+        dropped: Vec::new(),
+    };
+    for report in b.reports {
+        if report.seq <= last {
+            applied.duplicates += 1;
+            continue;
+        }
+        if report.seq != last + 1 {
+            let detail = format!("sequence jumped from {last} to {}", report.seq);
+            tracing::warn!(node_id, %detail, "report sequence gap");
+            event(tx, now_ms, Some(node_id), None, "sequence-gap", &detail).map_err(err)?;
+        }
+        let checked = Checked {
+            bounds,
+            now_ms,
+            dropped: &mut applied.dropped,
+        };
+        let (kind, job) = apply_body(tx, node_id, report, checked).map_err(err)?;
+        tx.execute(
+            "INSERT INTO reports (node_id, seq, kind, received_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![node_id, report.seq as i64, kind.as_str(), now_ms],
+        )
+        .map_err(err)?;
+        applied.stored.push((report.seq, kind));
+        applied.jobs.extend(job);
+        last = report.seq;
+    }
+    tx.execute(
+        "UPDATE nodes SET last_seq = ?2, last_seen_ms = ?3 WHERE id = ?1",
+        params![node_id, last as i64, now_ms],
+    )
+    .map_err(err)?;
+    applied.ack = last;
+    Ok(applied)
 }
 
 /// The range checks a report's body goes through, and where what they drop
