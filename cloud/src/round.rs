@@ -70,8 +70,11 @@ pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
         let plan = first_fit(&snapshot, &policy);
         store.apply_plan(&plan, &policy, now)?;
     }
+    let owed = coord.store.lock().unwrap().owed_nodes()?;
     for (node_id, conn) in coord.connections() {
-        deliver(coord, &node_id, &conn).await?;
+        if owed.contains(&node_id) {
+            deliver(coord, &node_id, &conn).await?;
+        }
     }
     Ok(())
 }

@@ -697,9 +697,14 @@ mod tests {
                 5,
             )
             .unwrap();
+        // Only the nodes owed a command are asked for them.
+        let owed_nodes = |s: &Store| Vec::from_iter(s.owed_nodes().unwrap());
+        assert_eq!(owed_nodes(&store), ["n1"]);
         let assign = store.owed("n1", 29500).unwrap().remove(0);
         store.acknowledged(&assign, 0).unwrap();
+        assert!(owed_nodes(&store).is_empty());
         let job = store.request_cancel(id, 6).unwrap().unwrap();
+        assert_eq!(owed_nodes(&store), ["n1"]);
         assert_eq!((job.state, job.cancel_requested), (JobPhase::Queued, true));
         let Owed::Assign(a) = assign else {
             unreachable!()
@@ -708,6 +713,8 @@ mod tests {
             store.owed("n1", 29500).unwrap(),
             vec![Owed::Cancel(a.task_id)]
         );
+        store.acknowledged(&Owed::Cancel(a.task_id), 7).unwrap();
+        assert!(owed_nodes(&store).is_empty());
         let exit = TaskEvent::Exited {
             exit_code: None,
             signal: Some(15),

@@ -1,6 +1,8 @@
 //! The outbox: the commands each edge is owed (task assignments and cancels),
 //! kept until the edge acknowledges them.
 
+use std::collections::HashSet;
+
 use rusqlite::params;
 use tidemill_proto::TaskAssignment;
 
@@ -17,7 +19,32 @@ pub enum Owed {
     Cancel(u64),
 }
 
+/// A task whose assignment its node is owed.
+const OWED_ASSIGN: &str = "t.state = 'assigned' AND t.dispatched = 0
+    AND j.cancel_requested = 0 AND t.yield_requested = 0";
+
+/// A task whose cancel its node is owed.
+const OWED_CANCEL: &str = "t.dispatched = 1 AND t.cancel_sent = 0
+    AND ((t.state != 'done' AND (j.cancel_requested = 1 OR t.yield_requested = 1))
+         OR t.taken_back = 1)";
+
 impl Store {
+    /// The nodes owed at least one command: a round delivers to these
+    /// alone, with one query, instead of asking [`Store::owed`] of every
+    /// connected node.
+    pub fn owed_nodes(&self) -> Result<HashSet<String>, StoreError> {
+        let err = self.sql_err();
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT DISTINCT t.node_id FROM tasks t JOIN jobs j ON j.id = t.job_id
+                 WHERE ({OWED_ASSIGN}) OR ({OWED_CANCEL})"
+            ))
+            .map_err(&err)?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
     /// Commands that `node_id` has not yet acknowledged: assignments of its
     /// tasks, and cancels of its running tasks and of those taken back.
     /// Assignments carry the rendezvous of their job, with rank 0 listening on
@@ -27,13 +54,11 @@ impl Store {
         let mut out = Vec::new();
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(&format!(
                 "SELECT t.id, t.job_id, j.spec, t.rank, t.world, t.workers, t.master_addr, j.secret_env
                  FROM tasks t JOIN jobs j ON j.id = t.job_id
-                 WHERE t.node_id = ?1 AND t.state = 'assigned' AND t.dispatched = 0
-                   AND j.cancel_requested = 0 AND t.yield_requested = 0
-                 ORDER BY t.id",
-            )
+                 WHERE t.node_id = ?1 AND {OWED_ASSIGN} ORDER BY t.id"
+            ))
             .map_err(&err)?;
         let assigns = stmt
             .query_map([node_id], |r| {
@@ -75,12 +100,10 @@ impl Store {
         }
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(&format!(
                 "SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
-                 WHERE t.node_id = ?1 AND t.dispatched = 1 AND t.cancel_sent = 0
-                   AND ((t.state != 'done' AND (j.cancel_requested = 1 OR t.yield_requested = 1))
-                        OR t.taken_back = 1)",
-            )
+                 WHERE t.node_id = ?1 AND {OWED_CANCEL}"
+            ))
             .map_err(&err)?;
         let cancels = stmt
             .query_map([node_id], |r| r.get::<_, i64>(0))
