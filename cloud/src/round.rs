@@ -1,6 +1,7 @@
 //! Scheduling rounds: expire silent nodes, ask the policy for a plan on a fresh
-//! snapshot, commit it with re-checks, then deliver owed commands to connected
-//! edges. Rounds run on a timer and whenever something changes.
+//! snapshot, commit it with re-checks, deliver owed commands to connected
+//! edges, then prune history when due. Rounds run on a timer and whenever
+//! something changes.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -39,43 +40,77 @@ pub async fn run(coord: Arc<Coordinator>) {
     }
 }
 
-/// One round.
-pub async fn round(coord: &Coordinator) -> Result<(), StoreError> {
+/// One round: decide, deliver the commands owed, then prune history if
+/// due, so that upkeep never delays a decision's commands.
+pub async fn round(coord: &Arc<Coordinator>) -> Result<(), StoreError> {
     let now = coord.clock.now_ms();
+    decide(coord, now)?;
+    let delivered = deliver_owed(coord).await;
+    prune_if_due(coord, now)?;
+    delivered
+}
+
+/// Marks silent nodes offline, takes back unstarted work, and plans: jobs
+/// with `[work]` with the chosen policy, the others first-fit.
+fn decide(coord: &Coordinator, now: i64) -> Result<(), StoreError> {
     let cutoff = now - coord.cfg.offline_after().as_millis() as i64;
     let in_grace = now < coord.started_ms + coord.cfg.restart_grace().as_millis() as i64;
     let spare_before = in_grace.then_some(coord.started_ms);
-    {
-        let mut store = coord.store.lock().unwrap();
-        for node_id in store.expire(&coord.connected(), cutoff, spare_before, now)? {
-            tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
-        }
-        if coord.prune_due(now) {
-            let hours_ago = |h: u64| now - h as i64 * 3_600_000;
-            let gone = store.prune(PruneBefore {
-                raw_ms: hours_ago(coord.cfg.raw_hours()),
-                history_ms: hours_ago(coord.cfg.retention_hours),
-                jobs_ms: hours_ago(coord.cfg.ended_job_retention_days * 24),
-            })?;
-            tracing::info!(rows = gone, "pruned history past the retention period");
-            crate::checkpoints::prune_ended(coord, &store.live_job_ids()?);
-        }
-        take_back_unstarted(coord, &mut store, now)?;
-        planned_round(coord, &mut store, now)?;
-        let snapshot = store.snapshot(now, true)?;
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
-            max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
-        };
-        let plan = first_fit(&snapshot, &policy);
-        store.apply_plan(&plan, &policy, now)?;
+    let mut store = coord.store.lock().unwrap();
+    for node_id in store.expire(&coord.connected(), cutoff, spare_before, now)? {
+        tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
     }
+    take_back_unstarted(coord, &mut store, now)?;
+    planned_round(coord, &mut store, now)?;
+    let snapshot = store.snapshot(now, true)?;
+    let policy = FirstFitLimits {
+        idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
+        max_tasks_per_node: coord.cfg.scheduler.max_tasks_per_node,
+    };
+    let plan = first_fit(&snapshot, &policy);
+    store.apply_plan(&plan, &policy, now)?;
+    Ok(())
+}
+
+/// Sends the connected nodes owed a command what they are owed: each
+/// node's commands in order, the nodes side by side, so that a round that
+/// moves jobs waits for the slowest edge's round trips, not for the sum of
+/// every edge's.
+async fn deliver_owed(coord: &Arc<Coordinator>) -> Result<(), StoreError> {
     let owed = coord.store.lock().unwrap().owed_nodes()?;
+    let mut deliveries = tokio::task::JoinSet::new();
     for (node_id, conn) in coord.connections() {
         if owed.contains(&node_id) {
-            deliver(coord, &node_id, &conn).await?;
+            let coord = coord.clone();
+            deliveries.spawn(async move { deliver(&coord, &node_id, &conn).await });
         }
     }
+    let mut outcome = Ok(());
+    while let Some(delivered) = deliveries.join_next().await {
+        match delivered {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => outcome = Err(e),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {} // cancelled: only when this round itself is dropped
+        }
+    }
+    outcome
+}
+
+/// Drops history past its retention, once an hour.
+fn prune_if_due(coord: &Coordinator, now: i64) -> Result<(), StoreError> {
+    if !coord.prune_due(now) {
+        return Ok(());
+    }
+    let mut store = coord.store.lock().unwrap();
+    let hours_ago = |h: u64| now - h as i64 * 3_600_000;
+    let gone = store.prune(PruneBefore {
+        raw_ms: hours_ago(coord.cfg.raw_hours()),
+        history_ms: hours_ago(coord.cfg.retention_hours),
+        jobs_ms: hours_ago(coord.cfg.ended_job_retention_days * 24),
+    })?;
+    tracing::info!(rows = gone, "pruned history past the retention period");
+    crate::checkpoints::prune_ended(coord, &store.live_job_ids()?);
     Ok(())
 }
 
