@@ -157,7 +157,7 @@ async fn node_forecast(
 ) -> Result<Json<NodeForecast>, Failure> {
     let store = c.store.lock().unwrap();
     if let Some(f) = store.forecast(&id)? {
-        return Ok(Json(f));
+        return Ok(Json(Arc::unwrap_or_clone(f)));
     }
     let why = if store.node_known(&id)? {
         format!("node {id} has not sent a forecast yet; edges send one soon after they connect")

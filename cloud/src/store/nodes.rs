@@ -2,6 +2,7 @@
 //! nodes, their forecasts and their links that the API and the scheduler read.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -359,19 +360,22 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(err)
     }
 
-    /// The node's latest forecast; `Ok(None)` if it has sent none.
-    pub fn forecast(&self, node_id: &str) -> Result<Option<NodeForecast>, StoreError> {
+    /// The node's latest forecast; `Ok(None)` if it has sent none (or what
+    /// it sent does not parse). Parsed once per issue: each hello builds a
+    /// prior from up to a hundred peers' forecasts.
+    pub fn forecast(&self, node_id: &str) -> Result<Option<Arc<NodeForecast>>, StoreError> {
         let err = self.sql_err();
-        let json: Option<String> = self
+        let mut stmt = self
             .conn
-            .query_row(
-                "SELECT forecast FROM forecasts WHERE node_id = ?1",
-                [node_id],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT issued_ms, forecast FROM forecasts WHERE node_id = ?1")
+            .map_err(&err)?;
+        let parsed = stmt
+            .query_row([node_id], |r| {
+                self.forecasts.get(node_id, r.get(0)?, || r.get(1))
+            })
             .optional()
             .map_err(&err)?;
-        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+        Ok(parsed.and_then(Result::ok))
     }
 
     /// The latest measurement of every link, by its two ends.

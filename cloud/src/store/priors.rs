@@ -20,6 +20,12 @@ const MAX_PRIOR_PEERS: usize = 32;
 /// Candidate peers read per source, so that enough have a history of their own.
 const CANDIDATES: usize = 4 * MAX_PRIOR_PEERS;
 
+/// Peers whose class is read for one prior, the latest forecasts first, so
+/// that a hello costs the same in a fleet of any size (reading every node's
+/// class made a 10 000-edge ramp quadratic). A class with no peer among
+/// them falls back to the fleet.
+const CLASS_SCAN: usize = 8 * CANDIDATES;
+
 /// A node's class for priors: its accelerator models, sorted, and its cores.
 fn class_of(caps: &Capabilities) -> (Vec<String>, u32) {
     let mut models: Vec<String> = caps.accelerators.iter().map(|a| a.model.clone()).collect();
@@ -47,7 +53,7 @@ impl Store {
     ) -> Result<Option<Prior>, StoreError> {
         let own = self.forecast(node_id)?;
         let slot_len_s = own.as_ref().map_or(slot_len_s, |f| f.slot_len_s);
-        let prior = if own.as_ref().is_some_and(stands_alone) {
+        let prior = if own.as_deref().is_some_and(stands_alone) {
             None
         } else {
             self.build_prior(node_id, slot_len_s)?
@@ -117,11 +123,11 @@ impl Store {
             .conn
             .prepare(
                 "SELECT n.id, n.capabilities FROM nodes n JOIN forecasts f ON f.node_id = n.id
-                 WHERE n.id != ?1 ORDER BY f.issued_ms DESC",
+                 WHERE n.id != ?1 ORDER BY f.issued_ms DESC LIMIT ?2",
             )
             .map_err(&err)?;
         let rows = stmt
-            .query_map([node_id], |r| {
+            .query_map(params![node_id, CLASS_SCAN as i64], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
             })
             .map_err(&err)?;
@@ -166,11 +172,11 @@ impl Store {
             if peers.len() == MAX_PRIOR_PEERS {
                 break;
             }
-            if let Some(f) = self.forecast(id)?.filter(stands_alone) {
+            if let Some(f) = self.forecast(id)?.filter(|f| stands_alone(f)) {
                 peers.push(f);
             }
         }
-        let refs: Vec<&NodeForecast> = peers.iter().collect();
+        let refs: Vec<&NodeForecast> = peers.iter().map(|f| f.as_ref()).collect();
         Ok(Prior::from_peers(source, &refs, slot_len_s))
     }
 }

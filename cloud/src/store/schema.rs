@@ -259,4 +259,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_id, slot_ms, slot_len_s)
     ) WITHOUT ROWID;
 ",
+    // A hello's prior reads the latest forecasts first (store::priors).
+    "
+    CREATE INDEX forecasts_by_issue ON forecasts (issued_ms);
+",
 ];
