@@ -185,6 +185,7 @@ impl Store {
 mod tests {
     use tidemill_proto::{Report, ReportBody};
 
+    use super::super::Batch;
     use super::super::testkit::{hello, hello_with_gpus};
     use super::*;
 
@@ -265,5 +266,47 @@ mod tests {
             None,
             "no peer forecast with 5-minute slots"
         );
+    }
+
+    #[test]
+    fn a_class_peer_counts_only_among_the_latest_forecasts() {
+        let (_dir, mut s) = store();
+        s.register(&hello_with_gpus("g1", 1), 0).unwrap();
+        s.register(&hello_with_gpus("g2", 1), 0).unwrap();
+        let cpus: Vec<String> = (0..CLASS_SCAN).map(|i| format!("c{i}")).collect();
+        for id in &cpus {
+            s.register(&hello(id), 0).unwrap();
+        }
+        let issued_at = |seq: u64, ms: i64| {
+            let mut r = forecast_report(seq, 72.0);
+            if let ReportBody::Forecast(f) = &mut r.body {
+                f.issued_ms = ms;
+            }
+            r
+        };
+        s.apply_reports("g1", &[issued_at(1, 600_000)], 2_000_000)
+            .unwrap();
+        let later = [issued_at(1, 700_000)];
+        let batches: Vec<Batch<'_>> = cpus
+            .iter()
+            .map(|id| Batch {
+                node_id: id,
+                reports: &later,
+                now_ms: 2_000_000,
+            })
+            .collect();
+        for stored in s.apply_report_batches(&batches).unwrap() {
+            stored.unwrap();
+        }
+        let p = s.prior_for("g2", 900).unwrap().unwrap();
+        assert_eq!(
+            p.source,
+            PriorSource::Fleet,
+            "g1 forecast before the {CLASS_SCAN} latest"
+        );
+        s.apply_reports("g1", &[issued_at(2, 800_000)], 2_000_000)
+            .unwrap();
+        let p = s.prior_for("g2", 900).unwrap().unwrap();
+        assert_eq!((p.source, p.peers), (PriorSource::Class, 1));
     }
 }
