@@ -362,7 +362,7 @@ impl Store {
 
     /// The node's latest forecast; `Ok(None)` if it has sent none (or what
     /// it sent does not parse). Parsed once per issue: each hello builds a
-    /// prior from up to a hundred peers' forecasts.
+    /// prior from up to 128 peers' forecasts per source (`store::priors`).
     pub fn forecast(&self, node_id: &str) -> Result<Option<Arc<NodeForecast>>, StoreError> {
         let err = self.sql_err();
         let mut stmt = self
