@@ -135,39 +135,6 @@ fn elasticflow_uses_the_cloud_only_and_turns_away_what_cannot_finish() {
 }
 
 #[test]
-fn a_running_job_keeps_its_cloud_node_when_a_job_of_its_size_arrives() {
-    // Job 2 runs on c0; job 1, of the same size (one GPU) and earlier in
-    // the packing order, arrives. Both fit, one on each node: job 2 must
-    // continue on c0, not move to the identical c1 and pay a restart.
-    for name in [PolicyName::Elasticflow, PolicyName::Edgeflow] {
-        let mut w = world(
-            vec![cloud("c0", 1), cloud("c1", 1)],
-            vec![
-                job(1, JobClass::Slo, 0, 10 * H, 1000.0),
-                job(2, JobClass::Slo, 0, 10 * H, 1000.0),
-            ],
-        );
-        w.jobs[1].progress = Progress {
-            done_iters: 100.0,
-            attained_s: 100.0,
-            location: vec![Assignment {
-                node_id: "c0".into(),
-                workers: 1,
-            }],
-            running: true,
-            startup_left_s: 0.0,
-        };
-        let plan = driver(name).plan(&w, 0);
-        assert_eq!(
-            plan.decision(2).unwrap().action,
-            Action::Continue,
-            "{name:?}: {plan:?}"
-        );
-        assert_eq!(on(&plan, 1), ["c1"], "{name:?}");
-    }
-}
-
-#[test]
 fn cloud_only_never_plans_on_an_edge() {
     let w = world(
         vec![edge("e", 1, &[(0, 24 * H)], 10.0)],

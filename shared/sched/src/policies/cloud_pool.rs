@@ -33,11 +33,19 @@ impl CloudPool {
     /// room, else the node with the least room that fits (best fit), else the
     /// nodes with the most room; `None` when fewer than `g` are free.
     pub(super) fn take(&mut self, job: &JobRun, g: u32) -> Option<Place> {
-        if let Some(p) = self.keep(job, g) {
-            return Some(p);
-        }
         if g == 0 || self.total_free() < g {
             return None;
+        }
+        let current: u32 = job.place.iter().map(|p| p.1).sum();
+        let on_cloud = job
+            .place
+            .iter()
+            .all(|p| self.free.iter().any(|f| f.0 == p.0));
+        if current == g && on_cloud && job.place.iter().all(|&(q, w)| self.room(q) >= w) {
+            for &(q, w) in &job.place {
+                self.sub(q, w);
+            }
+            return Some(job.place.clone());
         }
         if let Some(&(q, _)) = self
             .free
@@ -67,26 +75,6 @@ impl CloudPool {
         }
         place.sort_unstable();
         Some(place)
-    }
-
-    /// Takes `g` GPUs for `job` on the cloud nodes it runs on now, if it
-    /// runs on `g` cloud GPUs and they are still free; `None` otherwise.
-    pub(super) fn keep(&mut self, job: &JobRun, g: u32) -> Option<Place> {
-        let current: u32 = job.place.iter().map(|p| p.1).sum();
-        let stays = g > 0
-            && current == g
-            && job.place.iter().all(|&(q, w)| self.room(q) >= w)
-            && job
-                .place
-                .iter()
-                .all(|p| self.free.iter().any(|f| f.0 == p.0));
-        if !stays {
-            return None;
-        }
-        for &(q, w) in &job.place {
-            self.sub(q, w);
-        }
-        Some(job.place.clone())
     }
 
     /// First fit: the first node (by index) with room for `g`, else the

@@ -101,23 +101,11 @@ fn hand_out_leftover(v: &View, alloc: &mut [(usize, u32)], mut free: u32) {
     }
 }
 
-/// Packs GPU counts onto cloud nodes: first every running job whose count
-/// is unchanged keeps its nodes, then the rest go largest first; a count
-/// that does not fit whole is halved until it does.
-///
-/// Packing in size order alone let a job of the same size, earlier in that
-/// order, take a running job's node and push it to an identical one: a move
-/// that costs a checkpoint and a restart and gains nothing.
+/// Packs GPU counts onto cloud nodes, largest first; a count that does not fit
+/// whole is halved until it does.
 fn pack(v: &View, pool: &mut CloudPool, alloc: &[(usize, u32)], d: &mut Decision) {
     let mut order: Vec<(usize, u32)> = alloc.iter().copied().filter(|a| a.1 > 0).collect();
     order.sort_by_key(|&(j, g)| (std::cmp::Reverse(g), j));
-    order.retain(|&(j, g)| match pool.keep(&v.jobs[j], g) {
-        Some(p) => {
-            d.run.push((j, p));
-            false
-        }
-        None => true,
-    });
     for (j, mut g) in order {
         while g > 0 {
             if let Some(p) = pool.take(&v.jobs[j], g) {
