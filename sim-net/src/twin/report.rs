@@ -81,9 +81,9 @@ pub struct TwinReport {
 /// minus trace time for this job, its late submission included). A job that succeeded is done at its end; a rejected
 /// one is rejected; anything else (failed, queued, running) is unfinished.
 /// Its guarantee time is that of its latest plan, if that plan guaranteed it;
-/// its first start is when it started, on [`first_node`]; its first stop
-/// (tide ms), migrations and preemptions are `history`'s, as the emulated
-/// edges saw them.
+/// its first start, first stop (tide ms), migrations and preemptions are
+/// `history`'s, as the emulated edges saw them; a job they never saw run
+/// takes its first start from the record, on [`first_node`].
 pub fn job_run(
     j: &TraceJob,
     record: Option<&JobRecord>,
@@ -92,6 +92,10 @@ pub fn job_run(
 ) -> JobRun {
     let mut run = JobRun::new(j.spec.clone(), j.requested_gpus);
     run.first_stop = history.first_stop.map(|f| FirstStop {
+        at_ms: f.at_ms - offset_ms,
+        ..f
+    });
+    run.first_start = history.first_start.map(|f| FirstStart {
         at_ms: f.at_ms - offset_ms,
         ..f
     });
@@ -112,10 +116,12 @@ pub fn job_run(
     if let Some(Verdict::Guaranteed { since_ms }) = r.plan.as_ref().map(|p| p.verdict) {
         run.guaranteed_ms = Some(since_ms - offset_ms);
     }
-    run.first_start = r.started_at.map(|t| FirstStart {
-        at_ms: t.timestamp_millis() - offset_ms,
-        nodes: first_node(r).into_iter().collect(),
-    });
+    if run.first_start.is_none() {
+        run.first_start = r.started_at.map(|t| FirstStart {
+            at_ms: t.timestamp_millis() - offset_ms,
+            nodes: first_node(r).into_iter().collect(),
+        });
+    }
     run
 }
 
@@ -563,6 +569,10 @@ mod tests {
             evicted: true,
         };
         let history = History {
+            first_start: Some(FirstStart {
+                at_ms: j.spec.submitted_ms + 2_000,
+                nodes: vec!["e7".into()],
+            }),
             first_stop: Some(tide),
             migrations: 2,
             preemptions: 1,
@@ -570,5 +580,11 @@ mod tests {
         let run = job_run(&j, None, 5_000, history);
         assert_eq!((run.migrations, run.preemptions), (2, 1));
         assert_eq!(run.first_stop.map(|f| f.at_ms), Some(j.spec.submitted_ms));
+        // Where the emulated edges first ran it, not where the record last has it.
+        let first = run.first_start.unwrap();
+        assert_eq!(
+            (first.at_ms, first.nodes),
+            (j.spec.submitted_ms - 3_000, vec!["e7".to_string()])
+        );
     }
 }

@@ -28,7 +28,7 @@ use std::sync::Mutex;
 
 use tidemill_proto::TaskAssignment;
 use tidemill_sched::JobSpec;
-use tidemill_sched::policies::FirstStop;
+use tidemill_sched::policies::{FirstStart, FirstStop};
 
 use crate::simulate::edges::EdgeWorld;
 use crate::simulate::metrics::{Accumulators, Held};
@@ -48,8 +48,12 @@ pub(crate) struct TideLoad {
 }
 
 /// How a job's runs ended and began again, as the engine counts them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
+    /// When all its ranks first ran, tide ms, and on which nodes: where it
+    /// first started, whatever the coordinator's record says once it has
+    /// moved since.
+    pub first_start: Option<FirstStart>,
     /// When a task of it was first stopped before it was done, tide ms.
     pub first_stop: Option<FirstStop>,
     /// Times it ran again on other nodes within a round of a stop.
@@ -246,7 +250,7 @@ impl Registry {
         let Some(job) = jobs.get(&job_id) else {
             return History::default();
         };
-        let mut h = job.history;
+        let mut h = job.history.clone();
         h.preemptions += u32::from(job.left_ms.is_some());
         h
     }
@@ -280,6 +284,13 @@ impl Registry {
                         job.history.migrations += 1;
                     }
                 }
+                job.history.first_start.get_or_insert_with(|| FirstStart {
+                    at_ms: from_ms,
+                    nodes: place
+                        .iter()
+                        .map(|&(q, _)| self.model.nodes()[q as usize].id.clone())
+                        .collect(),
+                });
                 let startup = self.model.startup(&job.spec, &job.location, &place);
                 ledger.traffic.add_scaled(&startup.wan, 1.0);
                 job.startup_left_s = startup.secs;
@@ -566,6 +577,9 @@ mod tests {
         assert_eq!(moves(&r), (1, 1), "paused for more than a round");
         r.stop(4, true, 600_000).unwrap();
         assert_eq!(moves(&r), (1, 2), "stopped and not run again");
+        // It first ran on c0, when its first placement began to step.
+        let first = r.history(7).first_start.unwrap();
+        assert_eq!((first.at_ms, first.nodes), (0, vec!["c0".to_string()]));
     }
 
     #[test]
