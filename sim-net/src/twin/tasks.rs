@@ -284,13 +284,9 @@ impl Registry {
                         job.history.migrations += 1;
                     }
                 }
-                job.history.first_start.get_or_insert_with(|| FirstStart {
-                    at_ms: from_ms,
-                    nodes: place
-                        .iter()
-                        .map(|&(q, _)| self.model.nodes()[q as usize].id.clone())
-                        .collect(),
-                });
+                job.history
+                    .first_start
+                    .get_or_insert_with(|| FirstStart::on(&self.model, from_ms, &place));
                 let startup = self.model.startup(&job.spec, &job.location, &place);
                 ledger.traffic.add_scaled(&startup.wan, 1.0);
                 job.startup_left_s = startup.secs;

@@ -202,6 +202,20 @@ pub struct FirstStart {
     pub nodes: Vec<String>,
 }
 
+impl FirstStart {
+    /// A start at `at_ms` on `place`, its nodes named by `model`; the
+    /// simulator's engine and the twin's emulated edges record it alike.
+    pub fn on(model: &CostModel, at_ms: i64, place: &[(u32, u32)]) -> Self {
+        FirstStart {
+            at_ms,
+            nodes: place
+                .iter()
+                .map(|&(q, _)| model.nodes()[q as usize].id.clone())
+                .collect(),
+        }
+    }
+}
+
 /// When a running job was first stopped, and how: the twin compares it
 /// between the live run and the simulator.
 #[derive(Debug, Clone, Copy, PartialEq)]

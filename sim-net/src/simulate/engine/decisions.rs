@@ -115,13 +115,8 @@ impl Run<'_> {
             job.startup_left_s = su.secs;
             job.step_s = step;
             job.sync_class = sync_class;
-            job.first_start.get_or_insert_with(|| FirstStart {
-                at_ms: now,
-                nodes: new
-                    .iter()
-                    .map(|&(q, _)| model.nodes()[q as usize].id.clone())
-                    .collect(),
-            });
+            job.first_start
+                .get_or_insert_with(|| FirstStart::on(model, now, &new));
             job.location = new.clone();
             job.place = new;
             self.open[j] = Some((now, job.done_iters));
