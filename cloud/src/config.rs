@@ -70,12 +70,39 @@ pub struct CloudConfig {
     pub metrics: MetricsConfig,
     /// The checkpoints the coordinator keeps for moving jobs.
     pub checkpoint: CheckpointConfig,
+    /// Where the durable state lives: SQLite or PostgreSQL.
+    #[serde(default)]
+    pub store: StoreConfig,
     /// How far what edges say is trusted.
     #[serde(default)]
     pub trust: crate::trust::TrustConfig,
     /// How log lines are written: text or json.
     #[serde(default)]
     pub log_format: tidemill_runtime::lifecycle::LogFormat,
+}
+
+/// Where the coordinator's durable state lives (`[store]`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Which database.
+    #[serde(default)]
+    pub backend: StoreBackend,
+    /// PostgreSQL's connection URL (`backend = "postgres"`); it may hold a
+    /// password, so it is redacted wherever the config is shown.
+    #[serde(default)]
+    pub url: String,
+}
+
+/// The store's database: embedded, or a server replicas can share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// `<data_dir>/tidemill.db`, no server.
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database at `url`.
+    Postgres,
 }
 
 /// The checkpoints the coordinator keeps so that a moved job resumes where
@@ -312,6 +339,16 @@ impl CloudConfig {
     /// Checks values that TOML types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
+        if self.store.backend == StoreBackend::Postgres
+            && !(self.store.url.starts_with("postgres://")
+                || self.store.url.starts_with("postgresql://"))
+        {
+            return invalid(
+                "store.url",
+                config_file::redact_url(&self.store.url),
+                "is not a PostgreSQL URL, and backend = \"postgres\" needs one: set [store] url, or TIDEMILL_STORE__URL, to postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+            );
+        }
         if !self.api_listen.ip().is_loopback() && !self.api.tls {
             return invalid(
                 "api_listen",

@@ -125,9 +125,9 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     let throughput = cfg.scheduler.throughput_tables()?;
     let policy = cfg.scheduler.policy;
     let mut store = if cfg.forget_lost_secrets {
-        Store::open_forgetting_lost_secrets(&cfg.data_dir, SystemClock.now_ms())?.0
+        Store::open_forgetting_lost_secrets(&cfg.data_dir, &cfg.store, SystemClock.now_ms())?.0
     } else {
-        Store::open(&cfg.data_dir)?
+        Store::open_with(&cfg.data_dir, &cfg.store)?
     };
     store.set_report_bounds(
         cfg.trust

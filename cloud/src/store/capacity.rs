@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use tidemill_proto::Capabilities;
 
 use super::{event, json_column, nodes};
@@ -91,7 +92,7 @@ pub(super) fn check(
     job: i64,
     wants: &[(&str, u32)],
     capacity: Capacity,
-) -> rusqlite::Result<Result<(), Misfit>> {
+) -> db::Result<Result<(), Misfit>> {
     let mut by_node: BTreeMap<&str, u32> = BTreeMap::new();
     for &(node, n) in wants {
         *by_node.entry(node).or_default() += n;
@@ -143,7 +144,7 @@ pub(super) fn refuse(
     now_ms: i64,
     misfit: &Misfit,
     reason: &str,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     tx.execute(
         "UPDATE jobs SET reason = ?2 WHERE id = ?1",
         params![job, reason],

@@ -3,7 +3,8 @@
 //! each transfer's size, rate, time and step for `jobs show`, and the step a
 //! resumed task started from, which becomes the job's progress.
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::TaskResume;
 
@@ -44,7 +45,7 @@ fn allowed(
     node_id: &str,
     job_id: u64,
     task_id: Option<u64>,
-) -> rusqlite::Result<bool> {
+) -> db::Result<bool> {
     tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.id = t.job_id
             WHERE t.node_id = ?1 AND t.job_id = ?2 AND (?3 IS NULL OR t.id = ?3)
@@ -150,7 +151,7 @@ impl Store {
     }
 }
 
-fn insert_transfer(tx: &Transaction<'_>, job_id: u64, t: &TransferRecord) -> rusqlite::Result<()> {
+fn insert_transfer(tx: &Transaction<'_>, job_id: u64, t: &TransferRecord) -> db::Result<()> {
     tx.execute(
         "INSERT INTO checkpoint_transfers
             (job_id, t_ms, from_node, to_node, bytes, moved_bytes, seconds, step, resent_chunks)
@@ -179,7 +180,7 @@ pub(super) fn report_resume(
     node_id: &str,
     r: &TaskResume,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     let job = r.job_id as i64;
     let known: Option<i64> = tx
         .query_row(
@@ -229,6 +230,7 @@ pub(super) fn report_resume(
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::on_both_backends;
     use std::collections::HashMap;
 
     use tidemill_proto::{Report, ReportBody, TaskProgress, TaskResume, Transfer};
@@ -242,84 +244,84 @@ mod tests {
         Report { seq, body }
     }
 
-    /// A task that resumed from a checkpoint sets the job's progress to
-    /// the checkpoint's step: not the count it reported before it moved
-    /// (66), which the work after the checkpoint, lost, had raised.
-    #[test]
-    fn progress_after_a_resume_is_the_step_of_its_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e1"), 0).unwrap();
-        let spec = JobFile::from_toml(
-            "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
-             [work]\nmodel = \"m\"\niterations = 150\nglobal_batch = 32\nmodel_bytes = 1000\n",
-            "j",
-        )
-        .unwrap();
-        let job = store.submit(&spec, 1).unwrap();
-        let plan = RoundPlan {
-            now_ms: 2,
-            decisions: vec![start_on(job, &[("e1", 1)])],
-        };
-        let addrs = HashMap::from([("e1".to_string(), "127.0.0.1".to_string())]);
-        store.apply_round(&plan, &addrs).unwrap();
-        let task: i64 = store
-            .conn
-            .query_row(
-                "SELECT id FROM tasks WHERE job_id = ?1",
-                [job as i64],
-                |r| r.get(0),
+    on_both_backends! {
+        /// A task that resumed from a checkpoint sets the job's progress to
+        /// the checkpoint's step: not the count it reported before it moved
+        /// (66), which the work after the checkpoint, lost, had raised.
+        fn progress_after_a_resume_is_the_step_of_its_checkpoint(db) {
+            let mut store = db.open();
+            store.register(&hello("e1"), 0).unwrap();
+            let spec = JobFile::from_toml(
+                "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
+                 [work]\nmodel = \"m\"\niterations = 150\nglobal_batch = 32\nmodel_bytes = 1000\n",
+                "j",
             )
             .unwrap();
-        let task = task as u64;
-        let said = TaskProgress {
-            task_id: task,
-            job_id: job,
-            t_ms: 10,
-            iterations: 66,
-        };
-        store
-            .apply_report("e1", &report(1, ReportBody::Progress(said)), 10)
-            .unwrap();
-        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 66.0);
-        let resumed = TaskResume {
-            task_id: task,
-            job_id: job,
-            t_ms: 20,
-            step: 40,
-            transfer: Some(Transfer {
-                bytes: 9_000_000,
-                moved_bytes: 9_000_000,
-                seconds: 1.5,
-                resent_chunks: 0,
-                shared: false,
-            }),
-        };
-        store
-            .apply_report("e1", &report(2, ReportBody::Resumed(resumed)), 20)
-            .unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert_eq!(
-            (shown.done_iters, shown.progress),
-            (40.0, ProgressSource::Reported)
-        );
-        let t = &store.transfers(job).unwrap()[0];
-        assert_eq!(
-            (t.from.as_str(), t.to.as_str(), t.step, t.bytes),
-            ("cloud", "e1", 40, 9_000_000)
-        );
-        assert!((t.rate_bps() - 6_000_000.0).abs() < 1e-6);
-        // A resume report of a task this node does not have is an event, not progress.
-        let stranger = TaskResume {
-            task_id: task + 9,
-            job_id: job,
-            t_ms: 30,
-            step: 1,
-            transfer: None,
-        };
-        store
-            .apply_report("e1", &report(3, ReportBody::Resumed(stranger)), 30)
-            .unwrap();
-        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 40.0);
+            let job = store.submit(&spec, 1).unwrap();
+            let plan = RoundPlan {
+                now_ms: 2,
+                decisions: vec![start_on(job, &[("e1", 1)])],
+            };
+            let addrs = HashMap::from([("e1".to_string(), "127.0.0.1".to_string())]);
+            store.apply_round(&plan, &addrs).unwrap();
+            let task: i64 = store
+                .conn
+                .query_row(
+                    "SELECT id FROM tasks WHERE job_id = ?1",
+                    [job as i64],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            let task = task as u64;
+            let said = TaskProgress {
+                task_id: task,
+                job_id: job,
+                t_ms: 10,
+                iterations: 66,
+            };
+            store
+                .apply_report("e1", &report(1, ReportBody::Progress(said)), 10)
+                .unwrap();
+            assert_eq!(store.job(job).unwrap().unwrap().done_iters, 66.0);
+            let resumed = TaskResume {
+                task_id: task,
+                job_id: job,
+                t_ms: 20,
+                step: 40,
+                transfer: Some(Transfer {
+                    bytes: 9_000_000,
+                    moved_bytes: 9_000_000,
+                    seconds: 1.5,
+                    resent_chunks: 0,
+                    shared: false,
+                }),
+            };
+            store
+                .apply_report("e1", &report(2, ReportBody::Resumed(resumed)), 20)
+                .unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert_eq!(
+                (shown.done_iters, shown.progress),
+                (40.0, ProgressSource::Reported)
+            );
+            let t = &store.transfers(job).unwrap()[0];
+            assert_eq!(
+                (t.from.as_str(), t.to.as_str(), t.step, t.bytes),
+                ("cloud", "e1", 40, 9_000_000)
+            );
+            assert!((t.rate_bps() - 6_000_000.0).abs() < 1e-6);
+            // A resume report of a task this node does not have is an event, not progress.
+            let stranger = TaskResume {
+                task_id: task + 9,
+                job_id: job,
+                t_ms: 30,
+                step: 1,
+                transfer: None,
+            };
+            store
+                .apply_report("e1", &report(3, ReportBody::Resumed(stranger)), 30)
+                .unwrap();
+            assert_eq!(store.job(job).unwrap().unwrap().done_iters, 40.0);
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! forecast forgets the node first, so a forecast replaced at the same issue
 //! time is read again.
 
+use super::db;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,8 +28,8 @@ impl ForecastCache {
         &self,
         node: &str,
         issued_ms: i64,
-        json: impl FnOnce() -> rusqlite::Result<String>,
-    ) -> rusqlite::Result<Result<Arc<NodeForecast>, serde_json::Error>> {
+        json: impl FnOnce() -> db::Result<String>,
+    ) -> db::Result<Result<Arc<NodeForecast>, serde_json::Error>> {
         if let Some((t, f)) = self.by_node.borrow().get(node)
             && *t == issued_ms
         {

@@ -89,7 +89,10 @@ fn hour(edge: usize, from_ms: i64, seq: &mut u64) -> Vec<Report> {
 /// Pages in use (the file's pages less its free list, after a WAL
 /// checkpoint), in bytes, in all and by table or index.
 fn in_use(store: &Store) -> Day {
-    let c = &store.conn;
+    let c = store
+        .conn
+        .as_sqlite_ref()
+        .expect("the growth measurement runs on SQLite");
     c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
     let pragma = |name: &str| -> i64 { c.pragma_query_value(None, name, |r| r.get(0)).unwrap() };
     let total = (pragma("page_count") - pragma("freelist_count")) * pragma("page_size");

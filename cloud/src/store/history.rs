@@ -18,7 +18,8 @@
 //! samples as they were, and a rerun after it finds no sample to count twice.
 //! The SQL is plain (no SQLite-only function) so another back end can run it.
 
-use rusqlite::{Transaction, params};
+use super::db;
+use super::db::{Query, Transaction, params};
 
 use super::{Store, StoreError};
 
@@ -67,7 +68,7 @@ fn downsample(
     tx: &Transaction<'_>,
     raw_before_ms: i64,
     history_before_ms: i64,
-) -> rusqlite::Result<usize> {
+) -> db::Result<usize> {
     let default_len_s = i64::from(tidemill_forecast::ForecastConfig::default().slot_len_s);
     let nodes: Vec<(String, Option<i64>)> = tx
         .prepare("SELECT id, slot_len_s FROM nodes")?
@@ -115,6 +116,7 @@ fn downsample(
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::on_both_backends;
     use tidemill_proto::{Report, ReportBody, Sample};
 
     use super::*;
@@ -333,64 +335,64 @@ mod tests {
         assert_eq!(slots(&store, "n1"), by_hand());
     }
 
-    #[test]
-    fn slots_ledger_entries_and_events_go_at_their_own_cutoffs() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        // samples(seq, _) is taken at seq seconds; reports are received at `now`.
-        store.apply_report("n1", &samples(1, 5.0), 1_000).unwrap();
-        store
-            .apply_report("n1", &samples(2, 6.0), 2 * SLOT_MS)
-            .unwrap();
-        store.prune(raw_from(SLOT_MS)).unwrap();
-        assert_eq!(store.report_seqs("n1").unwrap(), vec![2], "ledger");
-        assert_eq!(slots(&store, "n1").len(), 1);
-        let events = |store: &Store| -> i64 {
+    on_both_backends! {
+        fn slots_ledger_entries_and_events_go_at_their_own_cutoffs(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            // samples(seq, _) is taken at seq seconds; reports are received at `now`.
+            store.apply_report("n1", &samples(1, 5.0), 1_000).unwrap();
             store
-                .conn
-                .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
-                .unwrap()
-        };
-        assert_eq!(events(&store), 1, "the registration, within retention");
-        // Past retention, the slot and the registration event go too.
-        let gone = store
-            .prune(PruneBefore {
-                raw_ms: SLOT_MS,
-                history_ms: 1,
-                jobs_ms: 0,
-            })
-            .unwrap();
-        assert_eq!((gone, slots(&store, "n1").len(), events(&store)), (2, 0, 0));
-        let node = &store.nodes().unwrap()[0];
-        assert_eq!(
-            (node.last_seq, node.cpu_util),
-            (2, Some(6.0)),
-            "the node's state is kept"
-        );
+                .apply_report("n1", &samples(2, 6.0), 2 * SLOT_MS)
+                .unwrap();
+            store.prune(raw_from(SLOT_MS)).unwrap();
+            assert_eq!(store.report_seqs("n1").unwrap(), vec![2], "ledger");
+            assert_eq!(slots(&store, "n1").len(), 1);
+            let events = |store: &Store| -> i64 {
+                store
+                    .conn
+                    .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+                    .unwrap()
+            };
+            assert_eq!(events(&store), 1, "the registration, within retention");
+            // Past retention, the slot and the registration event go too.
+            let gone = store
+                .prune(PruneBefore {
+                    raw_ms: SLOT_MS,
+                    history_ms: 1,
+                    jobs_ms: 0,
+                })
+                .unwrap();
+            assert_eq!((gone, slots(&store, "n1").len(), events(&store)), (2, 0, 0));
+            let node = &store.nodes().unwrap()[0];
+            assert_eq!(
+                (node.last_seq, node.cpu_util),
+                (2, Some(6.0)),
+                "the node's state is kept"
+            );
+        }
     }
 
-    #[test]
-    fn prune_forgets_jobs_that_ended_long_enough_ago_and_only_those() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let ended = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        store.request_cancel(ended, 2_000).unwrap();
-        let waiting = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        let recent = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
-        store.request_cancel(recent, 9_000).unwrap();
-        store
-            .prune(PruneBefore {
-                raw_ms: 0,
-                history_ms: 0,
-                jobs_ms: 5_000,
-            })
-            .unwrap();
-        assert!(
-            store.job(ended).unwrap().is_none(),
-            "ended at 2 s, before 5 s"
-        );
-        assert!(store.job(waiting).unwrap().is_some(), "a queued job stays");
-        assert!(store.job(recent).unwrap().is_some(), "ended at 9 s");
+    on_both_backends! {
+        fn prune_forgets_jobs_that_ended_long_enough_ago_and_only_those(db) {
+            let mut store = db.open();
+            let ended = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+            store.request_cancel(ended, 2_000).unwrap();
+            let waiting = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+            let recent = store.submit(&crate::store::testkit::spec(), 1_000).unwrap();
+            store.request_cancel(recent, 9_000).unwrap();
+            store
+                .prune(PruneBefore {
+                    raw_ms: 0,
+                    history_ms: 0,
+                    jobs_ms: 5_000,
+                })
+                .unwrap();
+            assert!(
+                store.job(ended).unwrap().is_none(),
+                "ended at 2 s, before 5 s"
+            );
+            assert!(store.job(waiting).unwrap().is_some(), "a queued job stays");
+            assert!(store.job(recent).unwrap().is_some(), "ended at 9 s");
+        }
     }
 }

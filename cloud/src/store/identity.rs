@@ -2,7 +2,8 @@
 //! kept) and the node certificates issued against them, by fingerprint, so a
 //! connection's certificate names its node and can be revoked.
 
-use rusqlite::{OptionalExtension, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_runtime::identity::{secret_matches, sha256_hex};
 
@@ -82,12 +83,12 @@ pub struct CertRecord<'a> {
 /// Records a certificate issued to `node_id` (at a join with `token_id`, or
 /// at a renewal).
 fn insert_cert(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Transaction<'_>,
     cert: CertRecord<'_>,
     node_id: &str,
     token_id: &str,
     now_ms: i64,
-) -> rusqlite::Result<usize> {
+) -> db::Result<usize> {
     tx.execute(
         "INSERT INTO node_certs (fingerprint, node_id, token_id, issued_ms, not_after_ms, issuer_sha256)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -454,6 +455,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testkit::on_both_backends;
     use tidemill_runtime::identity::JoinToken;
 
     fn issue(fp: &str) -> CertRecord<'_> {
@@ -464,93 +466,93 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_token_joins_within_its_limits_and_a_node_id_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let t = JoinToken::generate(&"0".repeat(64));
-        store
-            .create_token(&t, "two edges", 0, Some(5_000), Some(2))
-            .unwrap();
-        let listed = store.tokens().unwrap();
-        assert_eq!(
-            (listed[0].id.as_str(), listed[0].uses_left),
-            (t.id.as_str(), Some(2))
-        );
-
-        let bad = store.join(&t.id, "wrong", "e1", issue("f0"), 1).unwrap();
-        assert_eq!(bad, Err(JoinRefusal::BadToken));
-        assert_eq!(
-            store.join(&t.id, &t.secret, "e1", issue("f1"), 1).unwrap(),
-            Ok(())
-        );
-        assert_eq!(
-            store.cert_status("f1").unwrap(),
-            CertStatus::Node("e1".into())
-        );
-        assert_eq!(store.cert_status("f0").unwrap(), CertStatus::Unknown);
-        assert_eq!(
-            store.join(&t.id, &t.secret, "e1", issue("f2"), 2).unwrap(),
-            Err(JoinRefusal::Taken("e1".into()))
-        );
-        assert_eq!(
-            store.join(&t.id, &t.secret, "e2", issue("f3"), 2).unwrap(),
-            Ok(())
-        );
-        assert_eq!(
-            store.join(&t.id, &t.secret, "e3", issue("f4"), 3).unwrap(),
-            Err(JoinRefusal::UsedUp(t.id.clone()))
-        );
-
-        assert_eq!(store.remove_node("e1", 4).unwrap(), 1);
-        assert_eq!(
-            store.cert_status("f1").unwrap(),
-            CertStatus::Revoked("e1".into())
-        );
-
-        let u = JoinToken::generate(&"0".repeat(64));
-        store.create_token(&u, "", 0, Some(5_000), None).unwrap();
-        assert_eq!(
-            store.join(&u.id, &u.secret, "e1", issue("f5"), 5).unwrap(),
-            Ok(())
-        );
-        assert_eq!(
+    on_both_backends! {
+        fn a_token_joins_within_its_limits_and_a_node_id_once(db) {
+            let mut store = db.open();
+            let t = JoinToken::generate(&"0".repeat(64));
             store
-                .join(&u.id, &u.secret, "e4", issue("f6"), 5_000)
-                .unwrap(),
-            Err(JoinRefusal::Expired(u.id.clone()))
-        );
-        assert!(store.revoke_token(&u.id, 6).unwrap());
-        assert!(!store.revoke_token("nope", 6).unwrap());
-        assert_eq!(
-            store.join(&u.id, &u.secret, "e4", issue("f7"), 7).unwrap(),
-            Err(JoinRefusal::Revoked(u.id.clone()))
-        );
+                .create_token(&t, "two edges", 0, Some(5_000), Some(2))
+                .unwrap();
+            let listed = store.tokens().unwrap();
+            assert_eq!(
+                (listed[0].id.as_str(), listed[0].uses_left),
+                (t.id.as_str(), Some(2))
+            );
+
+            let bad = store.join(&t.id, "wrong", "e1", issue("f0"), 1).unwrap();
+            assert_eq!(bad, Err(JoinRefusal::BadToken));
+            assert_eq!(
+                store.join(&t.id, &t.secret, "e1", issue("f1"), 1).unwrap(),
+                Ok(())
+            );
+            assert_eq!(
+                store.cert_status("f1").unwrap(),
+                CertStatus::Node("e1".into())
+            );
+            assert_eq!(store.cert_status("f0").unwrap(), CertStatus::Unknown);
+            assert_eq!(
+                store.join(&t.id, &t.secret, "e1", issue("f2"), 2).unwrap(),
+                Err(JoinRefusal::Taken("e1".into()))
+            );
+            assert_eq!(
+                store.join(&t.id, &t.secret, "e2", issue("f3"), 2).unwrap(),
+                Ok(())
+            );
+            assert_eq!(
+                store.join(&t.id, &t.secret, "e3", issue("f4"), 3).unwrap(),
+                Err(JoinRefusal::UsedUp(t.id.clone()))
+            );
+
+            assert_eq!(store.remove_node("e1", 4).unwrap(), 1);
+            assert_eq!(
+                store.cert_status("f1").unwrap(),
+                CertStatus::Revoked("e1".into())
+            );
+
+            let u = JoinToken::generate(&"0".repeat(64));
+            store.create_token(&u, "", 0, Some(5_000), None).unwrap();
+            assert_eq!(
+                store.join(&u.id, &u.secret, "e1", issue("f5"), 5).unwrap(),
+                Ok(())
+            );
+            assert_eq!(
+                store
+                    .join(&u.id, &u.secret, "e4", issue("f6"), 5_000)
+                    .unwrap(),
+                Err(JoinRefusal::Expired(u.id.clone()))
+            );
+            assert!(store.revoke_token(&u.id, 6).unwrap());
+            assert!(!store.revoke_token("nope", 6).unwrap());
+            assert_eq!(
+                store.join(&u.id, &u.secret, "e4", issue("f7"), 7).unwrap(),
+                Err(JoinRefusal::Revoked(u.id.clone()))
+            );
+        }
     }
 
-    #[test]
-    fn a_renewal_keeps_the_certificate_in_use_and_the_new_one_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        let t = JoinToken::generate(&"0".repeat(64));
-        store.create_token(&t, "", 0, None, None).unwrap();
-        store
-            .join(&t.id, &t.secret, "e1", issue("a"), 1)
-            .unwrap()
-            .unwrap();
-        assert_eq!(store.renew("e1", issue("b"), "a", 2).unwrap(), 0);
-        // A node that lost "b" before storing it renews again over "a".
-        assert_eq!(store.renew("e1", issue("c"), "a", 3).unwrap(), 1);
-        assert_eq!(
-            store.cert_status("b").unwrap(),
-            CertStatus::Revoked("e1".into())
-        );
-        assert_eq!(store.renew("e1", issue("d"), "c", 4).unwrap(), 1);
-        assert_eq!(
-            store.cert_status("c").unwrap(),
-            CertStatus::Node("e1".into())
-        );
-        assert_eq!(store.valid_certs("e1", 5).unwrap(), 2);
-        assert_eq!(store.renewals_since("e1", 2).unwrap(), 2);
+    on_both_backends! {
+        fn a_renewal_keeps_the_certificate_in_use_and_the_new_one_only(db) {
+            let mut store = db.open();
+            let t = JoinToken::generate(&"0".repeat(64));
+            store.create_token(&t, "", 0, None, None).unwrap();
+            store
+                .join(&t.id, &t.secret, "e1", issue("a"), 1)
+                .unwrap()
+                .unwrap();
+            assert_eq!(store.renew("e1", issue("b"), "a", 2).unwrap(), 0);
+            // A node that lost "b" before storing it renews again over "a".
+            assert_eq!(store.renew("e1", issue("c"), "a", 3).unwrap(), 1);
+            assert_eq!(
+                store.cert_status("b").unwrap(),
+                CertStatus::Revoked("e1".into())
+            );
+            assert_eq!(store.renew("e1", issue("d"), "c", 4).unwrap(), 1);
+            assert_eq!(
+                store.cert_status("c").unwrap(),
+                CertStatus::Node("e1".into())
+            );
+            assert_eq!(store.valid_certs("e1", 5).unwrap(), 2);
+            assert_eq!(store.renewals_since("e1", 2).unwrap(), 2);
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! first-fit placements, and moving a job through its states as its tasks
 //! report.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Row, Transaction, params};
 use tidemill_proto::{CheckpointState, NodeForecast, TaskStatus};
 use tidemill_sched::{FirstFitLimits, JobView, NodeView, Plan, Snapshot};
 
@@ -33,9 +34,10 @@ impl Store {
         let names =
             serde_json::to_string(&secret_env.keys().collect::<Vec<_>>()).expect("names serialise");
         let tx = self.conn.transaction().map_err(&err)?;
-        tx.execute(
+        let id: i64 = tx.query_row(
             "INSERT INTO jobs (name, spec, state, reason, deadline_ms, submitted_ms, owner, secret_names)
-             VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4, ?5, ?6)",
+             VALUES (?1, ?2, 'queued', 'waiting for the next scheduling round', ?3, ?4, ?5, ?6)
+             RETURNING id",
             params![
                 spec.name,
                 json,
@@ -44,9 +46,9 @@ impl Store {
                 owner,
                 names
             ],
+            |r| r.get(0),
         )
         .map_err(&err)?;
-        let id = tx.last_insert_rowid();
         secrets::store(&tx, &self.secrets, id, &secret_env).map_err(&err)?;
         event(&tx, now_ms, None, Some(id), "job-submitted", &spec.name).map_err(&err)?;
         tx.commit().map_err(&err)?;
@@ -83,7 +85,7 @@ impl Store {
             .map_err(&err)?;
         let before = before.map_or(i64::MAX, |b| b as i64);
         let rows = stmt
-            .query_map(rusqlite::params![before, i64::from(limit)], job_from_row)
+            .query_map(params![before, i64::from(limit)], job_from_row)
             .map_err(&err)?;
         rows.collect::<Result<_, _>>().map_err(err)
     }
@@ -158,7 +160,7 @@ impl Store {
         let nodes = self
             .conn
             .prepare(
-                "SELECT n.id, n.online AND NOT n.drained, n.cpu_util,
+                "SELECT n.id, n.online = 1 AND n.drained = 0, n.cpu_util,
                         (SELECT COUNT(*) FROM tasks t WHERE t.node_id = n.id AND t.state != 'done')
                  FROM nodes n",
             )
@@ -269,16 +271,11 @@ const JOB_COLUMNS: &str =
     submitted_ms, started_ms, finished_ms, done_iters, attained_s, plan, start_window,
     reported_iters IS NOT NULL, measured_ips, secret_names, checkpoint, last_started_ms FROM jobs";
 
-fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
+fn job_from_row(r: &Row<'_>) -> db::Result<JobRecord> {
     let spec: JobFile = json_column(r, 2)?;
     let state_text: String = r.get(3)?;
-    let state = JobPhase::parse(&state_text).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            3,
-            rusqlite::types::Type::Text,
-            format!("unknown state {state_text}").into(),
-        )
-    })?;
+    let state = JobPhase::parse(&state_text)
+        .ok_or_else(|| db::Error::decode(3, format!("unknown state {state_text}")))?;
     let tail: Vec<String> = json_column(r, 6)?;
     Ok(JobRecord {
         id: r.get::<_, i64>(0)? as u64,
@@ -319,11 +316,7 @@ fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
 /// scheduler reads it (its latest forecast, the slot in progress judged by
 /// its latest sample: [`crate::world::edge_availability`]), as a job started
 /// then records it; `None` when no window does.
-fn start_window(
-    tx: &Transaction<'_>,
-    node_id: &str,
-    t_ms: i64,
-) -> rusqlite::Result<Option<StartWindow>> {
+fn start_window(tx: &Transaction<'_>, node_id: &str, t_ms: i64) -> db::Result<Option<StartWindow>> {
     let row = tx
         .query_row(
             "SELECT n.cpu_util, n.gpu_util, n.last_sample_ms, f.forecast, n.busy_ms
@@ -368,7 +361,7 @@ pub(super) fn apply_task_status(
     node_id: &str,
     s: &TaskStatus,
     now_ms: i64,
-) -> rusqlite::Result<Option<(u64, JobPhase)>> {
+) -> db::Result<Option<(u64, JobPhase)>> {
     let job = s.job_id as i64;
     let task = s.task_id as i64;
     let yielding: Option<bool> = tx
@@ -390,7 +383,9 @@ pub(super) fn apply_task_status(
         |r| r.get(0),
     )?;
     let work_done: bool = tx.query_row(
-        "SELECT COALESCE(reported_iters >= json_extract(spec, '$.work.iterations'), 0)
+        "SELECT CASE WHEN reported_iters
+                     >= CAST(json_extract(spec, '$.work.iterations') AS DOUBLE PRECISION)
+                THEN 1 ELSE 0 END
          FROM jobs WHERE id = ?1",
         [job],
         |r| r.get(0),
@@ -459,7 +454,7 @@ fn record_checkpoint(
     job: i64,
     ck: &CheckpointState,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     let ck = ck.clone().bounded();
     let json = serde_json::to_string(&ck).expect("a checkpoint state serialises");
     tx.execute(
@@ -495,234 +490,235 @@ fn record_checkpoint(
 mod tests {
     use super::*;
     use crate::store::Owed;
+    use crate::store::testkit::on_both_backends;
     use crate::store::testkit::{hello, samples, spec, task};
     use tidemill_proto::TaskEvent;
     use tidemill_sched::{Placement, first_fit};
 
-    #[test]
-    fn a_job_runs_through_its_life() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
-        let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
-        assert_eq!(store.apply_plan(&plan, &policy, 3).unwrap(), 1);
-        assert_eq!(
-            store.apply_plan(&plan, &policy, 3).unwrap(),
-            0,
-            "re-check refuses a second placement"
-        );
-        let owed = store.owed("n1", 29500).unwrap();
-        let [Owed::Assign(a)] = &owed[..] else {
-            panic!("{owed:?}")
-        };
-        store.acknowledged(&owed[0], 0).unwrap();
-        assert!(store.owed("n1", 29500).unwrap().is_empty());
-        store
-            .apply_report(
-                "n1",
-                &task(2, a.task_id, id, TaskEvent::Started { pid: 7 }),
-                4,
-            )
-            .unwrap();
-        let running = store.job(id).unwrap().unwrap();
-        assert_eq!(running.state, JobPhase::Running);
-        assert!(running.started_at.is_some());
-        assert_eq!(running.last_started_at, running.started_at);
-        let exit = TaskEvent::Exited {
-            exit_code: Some(3),
-            signal: None,
-            cancelled: false,
-        };
-        let applied = store
-            .apply_report("n1", &task(3, a.task_id, id, exit), 5)
-            .unwrap();
-        assert_eq!(applied.jobs, vec![(id, JobPhase::Failed)]);
-        let job = store.job(id).unwrap().unwrap();
-        assert_eq!(
-            (job.state, job.exit_code, job.node.as_deref()),
-            (JobPhase::Failed, Some(3), Some("n1"))
-        );
-        assert_eq!(job.output_tail, vec!["hi".to_string()]);
-        assert_eq!(job.reason.as_deref(), Some("exited with code 3"));
+    on_both_backends! {
+        fn a_job_runs_through_its_life(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+            let id = store.submit(&spec(), 2).unwrap();
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+            assert_eq!(store.apply_plan(&plan, &policy, 3).unwrap(), 1);
+            assert_eq!(
+                store.apply_plan(&plan, &policy, 3).unwrap(),
+                0,
+                "re-check refuses a second placement"
+            );
+            let owed = store.owed("n1", 29500).unwrap();
+            let [Owed::Assign(a)] = &owed[..] else {
+                panic!("{owed:?}")
+            };
+            store.acknowledged(&owed[0], 0).unwrap();
+            assert!(store.owed("n1", 29500).unwrap().is_empty());
+            store
+                .apply_report(
+                    "n1",
+                    &task(2, a.task_id, id, TaskEvent::Started { pid: 7 }),
+                    4,
+                )
+                .unwrap();
+            let running = store.job(id).unwrap().unwrap();
+            assert_eq!(running.state, JobPhase::Running);
+            assert!(running.started_at.is_some());
+            assert_eq!(running.last_started_at, running.started_at);
+            let exit = TaskEvent::Exited {
+                exit_code: Some(3),
+                signal: None,
+                cancelled: false,
+            };
+            let applied = store
+                .apply_report("n1", &task(3, a.task_id, id, exit), 5)
+                .unwrap();
+            assert_eq!(applied.jobs, vec![(id, JobPhase::Failed)]);
+            let job = store.job(id).unwrap().unwrap();
+            assert_eq!(
+                (job.state, job.exit_code, job.node.as_deref()),
+                (JobPhase::Failed, Some(3), Some("n1"))
+            );
+            assert_eq!(job.output_tail, vec!["hi".to_string()]);
+            assert_eq!(job.reason.as_deref(), Some("exited with code 3"));
+        }
     }
 
-    /// An end report's checkpoint state lands on the job and in its event
-    /// log; an error line longer than the bound (an edge's bad input) is cut.
-    #[test]
-    fn a_task_that_saved_no_checkpoint_is_recorded_with_its_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
-        let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
-        store.apply_plan(&plan, &policy, 3).unwrap();
-        let owed = store.owed("n1", 29500).unwrap();
-        let [Owed::Assign(a)] = &owed[..] else {
-            panic!("{owed:?}")
-        };
-        let exit = TaskEvent::Exited {
-            exit_code: Some(0),
-            signal: None,
-            cancelled: false,
-        };
-        let mut report = task(2, a.task_id, id, exit);
-        let long = format!(
-            "sh: 1: cannot create /d/job-1/step: Permission denied{}",
-            "!".repeat(4000)
-        );
-        let tidemill_proto::ReportBody::Task(status) = &mut report.body else {
-            unreachable!()
-        };
-        status.checkpoint = Some(CheckpointState {
-            files: 0,
-            bytes: 0,
-            saved_by_task: false,
-            last_error: Some(long.clone()),
-        });
-        store.apply_report("n1", &report, 4).unwrap();
-        let job = store.job(id).unwrap().unwrap();
-        let ck = job.checkpoint.expect("recorded");
-        assert_eq!(
-            ck.last_error.as_deref(),
-            Some(&long[..CheckpointState::MAX_ERROR_LEN])
-        );
-        let detail: String = store
-            .conn
-            .query_row(
-                "SELECT detail FROM events WHERE job_id = ?1 AND kind = 'checkpoint-missing'",
-                [id as i64],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert!(
-            detail.contains("saved no checkpoint") && detail.contains("Permission denied"),
-            "{detail}"
-        );
+    on_both_backends! {
+        /// An end report's checkpoint state lands on the job and in its event
+        /// log; an error line longer than the bound (an edge's bad input) is cut.
+        fn a_task_that_saved_no_checkpoint_is_recorded_with_its_error(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+            let id = store.submit(&spec(), 2).unwrap();
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+            store.apply_plan(&plan, &policy, 3).unwrap();
+            let owed = store.owed("n1", 29500).unwrap();
+            let [Owed::Assign(a)] = &owed[..] else {
+                panic!("{owed:?}")
+            };
+            let exit = TaskEvent::Exited {
+                exit_code: Some(0),
+                signal: None,
+                cancelled: false,
+            };
+            let mut report = task(2, a.task_id, id, exit);
+            let long = format!(
+                "sh: 1: cannot create /d/job-1/step: Permission denied{}",
+                "!".repeat(4000)
+            );
+            let tidemill_proto::ReportBody::Task(status) = &mut report.body else {
+                unreachable!()
+            };
+            status.checkpoint = Some(CheckpointState {
+                files: 0,
+                bytes: 0,
+                saved_by_task: false,
+                last_error: Some(long.clone()),
+            });
+            store.apply_report("n1", &report, 4).unwrap();
+            let job = store.job(id).unwrap().unwrap();
+            let ck = job.checkpoint.expect("recorded");
+            assert_eq!(
+                ck.last_error.as_deref(),
+                Some(&long[..CheckpointState::MAX_ERROR_LEN])
+            );
+            let detail: String = store
+                .conn
+                .query_row(
+                    "SELECT detail FROM events WHERE job_id = ?1 AND kind = 'checkpoint-missing'",
+                    [id as i64],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(
+                detail.contains("saved no checkpoint") && detail.contains("Permission denied"),
+                "{detail}"
+            );
+        }
     }
 
-    #[test]
-    fn a_placement_on_a_node_that_went_offline_since_the_snapshot_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e3"), 0).unwrap();
-        store.apply_report("e3", &samples(1, 5.0), 1).unwrap();
-        let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
-        assert_eq!(plan.placements.len(), 1);
-        store
-            .expire(&std::collections::HashSet::new(), 10, None, 10)
-            .unwrap();
+    on_both_backends! {
+        fn a_placement_on_a_node_that_went_offline_since_the_snapshot_is_refused(db) {
+            let mut store = db.open();
+            store.register(&hello("e3"), 0).unwrap();
+            store.apply_report("e3", &samples(1, 5.0), 1).unwrap();
+            let id = store.submit(&spec(), 2).unwrap();
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+            assert_eq!(plan.placements.len(), 1);
+            store
+                .expire(&std::collections::HashSet::new(), 10, None, 10)
+                .unwrap();
 
-        assert_eq!(store.apply_plan(&plan, &policy, 10).unwrap(), 0);
-        assert!(store.open_tasks(id).is_empty());
-        let job = store.job(id).unwrap().unwrap();
-        assert_eq!(job.state, JobPhase::Queued);
-        assert_eq!(
-            job.reason.as_deref(),
-            Some("not started: node e3 went offline before the plan was applied")
-        );
+            assert_eq!(store.apply_plan(&plan, &policy, 10).unwrap(), 0);
+            assert!(store.open_tasks(id).is_empty());
+            let job = store.job(id).unwrap().unwrap();
+            assert_eq!(job.state, JobPhase::Queued);
+            assert_eq!(
+                job.reason.as_deref(),
+                Some("not started: node e3 went offline before the plan was applied")
+            );
+        }
     }
 
-    #[test]
-    fn placements_past_a_nodes_free_slots_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e1"), 0).unwrap();
-        let ids = [
-            store.submit(&spec(), 1).unwrap(),
-            store.submit(&spec(), 1).unwrap(),
-        ];
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        // A plan that puts both jobs in e1's one slot.
-        let plan = Plan {
-            placements: ids
-                .iter()
-                .map(|&job_id| Placement {
-                    job_id,
-                    node_id: "e1".into(),
-                })
-                .collect(),
-            waiting: Vec::new(),
-        };
+    on_both_backends! {
+        fn placements_past_a_nodes_free_slots_are_refused(db) {
+            let mut store = db.open();
+            store.register(&hello("e1"), 0).unwrap();
+            let ids = [
+                store.submit(&spec(), 1).unwrap(),
+                store.submit(&spec(), 1).unwrap(),
+            ];
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            // A plan that puts both jobs in e1's one slot.
+            let plan = Plan {
+                placements: ids
+                    .iter()
+                    .map(|&job_id| Placement {
+                        job_id,
+                        node_id: "e1".into(),
+                    })
+                    .collect(),
+                waiting: Vec::new(),
+            };
 
-        assert_eq!(store.apply_plan(&plan, &policy, 2).unwrap(), 1);
-        assert_eq!(store.open_tasks(ids[0]), vec![("e1".to_string(), 1)]);
-        assert!(store.open_tasks(ids[1]).is_empty());
-        assert_eq!(
-            store.job(ids[1]).unwrap().unwrap().reason.as_deref(),
-            Some("not started: node e1 has 0 free task slots, the plan wanted 1")
-        );
+            assert_eq!(store.apply_plan(&plan, &policy, 2).unwrap(), 1);
+            assert_eq!(store.open_tasks(ids[0]), vec![("e1".to_string(), 1)]);
+            assert!(store.open_tasks(ids[1]).is_empty());
+            assert_eq!(
+                store.job(ids[1]).unwrap().unwrap().reason.as_deref(),
+                Some("not started: node e1 has 0 free task slots, the plan wanted 1")
+            );
+        }
     }
 
-    #[test]
-    fn cancel_withdraws_undelivered_work_and_stops_delivered_work() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
-        let queued = store.submit(&spec(), 2).unwrap();
-        assert_eq!(
-            store.request_cancel(queued, 3).unwrap().unwrap().state,
-            JobPhase::Cancelled
-        );
-        assert!(store.request_cancel(999, 3).unwrap().is_none());
+    on_both_backends! {
+        fn cancel_withdraws_undelivered_work_and_stops_delivered_work(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+            let queued = store.submit(&spec(), 2).unwrap();
+            assert_eq!(
+                store.request_cancel(queued, 3).unwrap().unwrap().state,
+                JobPhase::Cancelled
+            );
+            assert!(store.request_cancel(999, 3).unwrap().is_none());
 
-        let id = store.submit(&spec(), 4).unwrap();
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        store
-            .apply_plan(
-                &first_fit(&store.snapshot(5, false).unwrap(), &policy),
-                &policy,
-                5,
-            )
-            .unwrap();
-        // Only the nodes owed a command are asked for them.
-        let owed_nodes = |s: &Store| Vec::from_iter(s.owed_nodes().unwrap());
-        assert_eq!(owed_nodes(&store), ["n1"]);
-        let assign = store.owed("n1", 29500).unwrap().remove(0);
-        store.acknowledged(&assign, 0).unwrap();
-        assert!(owed_nodes(&store).is_empty());
-        let job = store.request_cancel(id, 6).unwrap().unwrap();
-        assert_eq!(owed_nodes(&store), ["n1"]);
-        assert_eq!((job.state, job.cancel_requested), (JobPhase::Queued, true));
-        let Owed::Assign(a) = assign else {
-            unreachable!()
-        };
-        assert_eq!(
-            store.owed("n1", 29500).unwrap(),
-            vec![Owed::Cancel(a.task_id)]
-        );
-        store.acknowledged(&Owed::Cancel(a.task_id), 7).unwrap();
-        assert!(owed_nodes(&store).is_empty());
-        let exit = TaskEvent::Exited {
-            exit_code: None,
-            signal: Some(15),
-            cancelled: true,
-        };
-        store
-            .apply_report("n1", &task(2, a.task_id, id, exit), 7)
-            .unwrap();
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Cancelled);
+            let id = store.submit(&spec(), 4).unwrap();
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            store
+                .apply_plan(
+                    &first_fit(&store.snapshot(5, false).unwrap(), &policy),
+                    &policy,
+                    5,
+                )
+                .unwrap();
+            // Only the nodes owed a command are asked for them.
+            let owed_nodes = |s: &Store| Vec::from_iter(s.owed_nodes().unwrap());
+            assert_eq!(owed_nodes(&store), ["n1"]);
+            let assign = store.owed("n1", 29500).unwrap().remove(0);
+            store.acknowledged(&assign, 0).unwrap();
+            assert!(owed_nodes(&store).is_empty());
+            let job = store.request_cancel(id, 6).unwrap().unwrap();
+            assert_eq!(owed_nodes(&store), ["n1"]);
+            assert_eq!((job.state, job.cancel_requested), (JobPhase::Queued, true));
+            let Owed::Assign(a) = assign else {
+                unreachable!()
+            };
+            assert_eq!(
+                store.owed("n1", 29500).unwrap(),
+                vec![Owed::Cancel(a.task_id)]
+            );
+            store.acknowledged(&Owed::Cancel(a.task_id), 7).unwrap();
+            assert!(owed_nodes(&store).is_empty());
+            let exit = TaskEvent::Exited {
+                exit_code: None,
+                signal: Some(15),
+                cancelled: true,
+            };
+            store
+                .apply_report("n1", &task(2, a.task_id, id, exit), 7)
+                .unwrap();
+            assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Cancelled);
+        }
     }
 }

@@ -9,14 +9,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, Row, Transaction, params};
 use tidemill_runtime::secrets::{SecretError, SecretKey};
 use tidemill_runtime::sqlite::{self, DbError};
 
+use tidemill_runtime::config_file::redact_url;
+
+use crate::config::{StoreBackend, StoreConfig};
 use crate::report_checks::ReportBounds;
+use db::{Connection, Query, Row, Transaction, params};
 
 mod capacity;
 mod checkpoints;
+pub mod db;
 mod forecast_cache;
 #[cfg(test)]
 mod growth;
@@ -25,10 +29,13 @@ mod identity;
 mod jobs;
 mod nodes;
 mod outbox;
+#[cfg(test)]
+pub(crate) mod pg_cluster;
 mod priors;
 mod probes;
 mod reports;
 mod schema;
+mod schema_pg;
 mod secrets;
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -54,6 +61,10 @@ pub const DB_FILE: &str = "tidemill.db";
 /// coordinator's CPU).
 const PAGE_CACHE_KIB: i64 = 16 * 1024;
 
+/// Compiled statements SQLite keeps: every statement the store runs, so a
+/// round compiles none.
+const STATEMENT_CACHE: usize = 256;
+
 /// The SQLite application id of the coordinator's database ("TDML").
 const APPLICATION_ID: i32 = 0x5444_4D4C;
 
@@ -72,10 +83,11 @@ pub enum StoreError {
     /// A query failed.
     #[error("database {path}: {source}")]
     Sql {
-        /// The database file.
+        /// The database: SQLite's file, or PostgreSQL's host and database
+        /// (never its password).
         path: PathBuf,
-        /// SQLite's error.
-        source: rusqlite::Error,
+        /// The back end's error.
+        source: db::Error,
     },
     /// The database file left its path (deleted, moved or replaced) after it
     /// was opened: writes would go where no restart reads them.
@@ -90,6 +102,14 @@ pub enum StoreError {
     /// secrets were sealed with.
     #[error(transparent)]
     Secrets(#[from] SecretError),
+    /// Another coordinator holds the PostgreSQL database.
+    #[error(
+        "database {path} is in use by another tidemill-cloud: one coordinator uses a database at a time; stop the other one, or point this one at its own database with [store] url"
+    )]
+    InUse {
+        /// The database, without its password.
+        path: PathBuf,
+    },
     /// A report came from a node that never said hello.
     #[error("node {0:?} sent a report before registering")]
     UnknownNode(String),
@@ -130,23 +150,65 @@ pub struct Store {
     forecasts: forecast_cache::ForecastCache,
 }
 
+/// The PostgreSQL advisory lock a coordinator holds on its database for as
+/// long as its session lasts ("TDML" again), so that a second one pointed at
+/// the same database refuses to start rather than schedule beside it.
+const PG_COORDINATOR_LOCK: i64 = 0x5444_4D4C;
+
+/// Connects to the database `cfg` names and migrates it; the path that
+/// names it in errors (PostgreSQL's URL without its password).
+fn connect(data_dir: &Path, cfg: &StoreConfig) -> Result<(Connection, PathBuf), StoreError> {
+    match cfg.backend {
+        StoreBackend::Sqlite => {
+            let path = data_dir.join(DB_FILE);
+            let conn = sqlite::open(&path, schema::MIGRATIONS)?;
+            conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
+                .map_err(|source| StoreError::Sql {
+                    path: path.clone(),
+                    source: source.into(),
+                })?;
+            conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            Ok((Connection::sqlite(conn), path))
+        }
+        StoreBackend::Postgres => {
+            let path = PathBuf::from(redact_url(&cfg.url));
+            let err = |source| StoreError::Sql {
+                path: path.clone(),
+                source,
+            };
+            let conn = Connection::postgres(&cfg.url, schema_pg::PG_MIGRATIONS).map_err(err)?;
+            let locked: bool = conn
+                .query_row(
+                    "SELECT pg_try_advisory_lock(?1)",
+                    [PG_COORDINATOR_LOCK],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            if !locked {
+                return Err(StoreError::InUse { path });
+            }
+            Ok((conn, path))
+        }
+    }
+}
+
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
 impl Store {
-    /// Opens the database in `data_dir`, creating and migrating it as needed,
-    /// with the secrets key beside it (made on first start).
+    /// Opens the SQLite database in `data_dir`, creating and migrating it as
+    /// needed, with the secrets key beside it (made on first start).
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        let path = data_dir.join(DB_FILE);
-        let mut conn = sqlite::open(&path, schema::MIGRATIONS)?;
-        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
-            .map_err(|source| StoreError::Sql {
-                path: path.clone(),
-                source,
-            })?;
-        let secrets = secrets::load_key(&mut conn, data_dir)?;
-        let file_id = file_id(&path);
+        Self::open_with(data_dir, &StoreConfig::default())
+    }
+
+    /// Opens the database `cfg` names, creating and migrating it as needed,
+    /// with the secrets key in `data_dir` (made on first start).
+    pub fn open_with(data_dir: &Path, cfg: &StoreConfig) -> Result<Self, StoreError> {
+        let (mut conn, path) = connect(data_dir, cfg)?;
+        let secrets = secrets::load_key(&mut conn, &path, data_dir)?;
+        let file_id = conn.as_sqlite_ref().and_then(|_| file_id(&path));
         Ok(Store {
             conn,
             path,
@@ -162,7 +224,7 @@ impl Store {
         self.bounds = bounds;
     }
 
-    fn sql_err(&self) -> impl Fn(rusqlite::Error) -> StoreError + use<> {
+    fn sql_err(&self) -> impl Fn(db::Error) -> StoreError + use<> {
         let path = self.path.clone();
         move |source| StoreError::Sql {
             path: path.clone(),
@@ -187,16 +249,23 @@ impl Store {
     /// header's application id (the same value each time), so that a
     /// read-only or full disk is caught here before it fails a report.
     pub fn probe_write(&mut self) -> Result<(), StoreError> {
-        if file_id(&self.path) != self.file_id {
+        if self.conn.as_sqlite_ref().is_some() && file_id(&self.path) != self.file_id {
             return Err(StoreError::Moved {
                 path: self.path.clone(),
             });
         }
         let err = self.sql_err();
-        self.write(|tx| {
-            tx.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(err)
-        })
+        let Some(conn) = self.conn.as_sqlite() else {
+            return self.write(|tx| {
+                tx.execute("UPDATE tidemill_schema SET version = version", [])
+                    .map(drop)
+                    .map_err(err)
+            });
+        };
+        let tx = conn.transaction().map_err(|e| err(e.into()))?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .and_then(|()| tx.commit())
+            .map_err(|e| err(e.into()))
     }
 
     /// When the first `limit` nodes in id order were last seen, Unix ms, for
@@ -251,21 +320,19 @@ impl Store {
 }
 
 /// Column `i` of a row, a value stored as JSON (or NULL, for an `Option`).
-fn json_column<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+fn json_column<T: serde::de::DeserializeOwned>(r: &Row<'_>, i: usize) -> db::Result<T> {
     let text: Option<String> = r.get(i)?;
-    serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
-    })
+    serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|e| db::Error::decode(i, e))
 }
 
 fn event(
-    tx: &Transaction<'_>,
+    tx: &impl Query,
     t_ms: i64,
     node_id: Option<&str>,
     job_id: Option<i64>,
     kind: &str,
     detail: &str,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     tx.execute(
         "INSERT INTO events (t_ms, node_id, job_id, kind, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![t_ms, node_id, job_id, kind, detail],

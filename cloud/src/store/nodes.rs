@@ -4,8 +4,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{Accelerator, CLOUD_PEER, Capabilities, Hello, NodeForecast};
 use tidemill_sched::LinkClass;
@@ -314,14 +315,8 @@ impl Store {
             .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| {
-                let caps: Capabilities =
-                    serde_json::from_str(&r.get::<_, String>(2)?).map_err(|e| {
-                        rusqlite::Error::FromSqlConversionFailure(
-                            2,
-                            rusqlite::types::Type::Text,
-                            e.into(),
-                        )
-                    })?;
+                let caps: Capabilities = serde_json::from_str(&r.get::<_, String>(2)?)
+                    .map_err(|e| db::Error::decode(2, e))?;
                 let id: String = r.get(0)?;
                 let forecast = match r.get::<_, Option<i64>>(17)? {
                     Some(t) => self.forecasts.get(&id, t, || r.get(10))?.ok(),
@@ -418,7 +413,7 @@ impl Store {
 
 /// Takes `node_id` offline for `why`: the jobs on it are requeued
 /// ([`tidal::lose_node`]) and the event log says why.
-fn go_offline(tx: &Transaction<'_>, node_id: &str, now_ms: i64, why: &str) -> rusqlite::Result<()> {
+fn go_offline(tx: &Transaction<'_>, node_id: &str, now_ms: i64, why: &str) -> db::Result<()> {
     tx.execute("UPDATE nodes SET online = 0 WHERE id = ?1", [node_id])?;
     tidal::lose_node(tx, node_id, now_ms)?;
     event(tx, now_ms, Some(node_id), None, "node-offline", why)
@@ -428,50 +423,51 @@ fn go_offline(tx: &Transaction<'_>, node_id: &str, now_ms: i64, why: &str) -> ru
 mod tests {
     use super::*;
     use crate::store::testkit::hello;
+    use crate::store::testkit::on_both_backends;
 
-    #[test]
-    fn expire_marks_only_disconnected_stale_nodes_offline() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("a"), 0).unwrap();
-        store.register(&hello("b"), 0).unwrap();
-        store.register(&hello("c"), 100).unwrap();
-        let connected: HashSet<String> = ["b".to_string()].into();
-        assert_eq!(
-            store.expire(&connected, 50, None, 200).unwrap(),
-            vec!["a".to_string()]
-        );
-        let online: Vec<bool> = store.nodes().unwrap().iter().map(|n| n.online).collect();
-        assert_eq!(online, vec![false, true, true]);
-        let counts = store.counts().unwrap();
-        assert_eq!((counts.nodes_online, counts.nodes_offline), (2, 1));
-        assert!(store.node_known("a").unwrap() && !store.node_known("zz").unwrap());
-        store.register(&hello("a"), 300).unwrap();
-        assert!(
-            store.nodes().unwrap()[0].online,
-            "online again as soon as it reconnects"
-        );
+    on_both_backends! {
+        fn expire_marks_only_disconnected_stale_nodes_offline(db) {
+            let mut store = db.open();
+            store.register(&hello("a"), 0).unwrap();
+            store.register(&hello("b"), 0).unwrap();
+            store.register(&hello("c"), 100).unwrap();
+            let connected: HashSet<String> = ["b".to_string()].into();
+            assert_eq!(
+                store.expire(&connected, 50, None, 200).unwrap(),
+                vec!["a".to_string()]
+            );
+            let online: Vec<bool> = store.nodes().unwrap().iter().map(|n| n.online).collect();
+            assert_eq!(online, vec![false, true, true]);
+            let counts = store.counts().unwrap();
+            assert_eq!((counts.nodes_online, counts.nodes_offline), (2, 1));
+            assert!(store.node_known("a").unwrap() && !store.node_known("zz").unwrap());
+            store.register(&hello("a"), 300).unwrap();
+            assert!(
+                store.nodes().unwrap()[0].online,
+                "online again as soon as it reconnects"
+            );
+        }
     }
 
-    #[test]
-    fn a_restart_spares_nodes_not_heard_from_since_and_a_stop_is_offline_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("before"), 0).unwrap();
-        store.register(&hello("after"), 1_000).unwrap();
-        // Restarted at 500: "before" is reconnecting, "after" came and went.
-        let none = HashSet::new();
-        assert_eq!(
-            store.expire(&none, 5_000, Some(500), 6_000).unwrap(),
-            vec!["after".to_string()]
-        );
-        assert_eq!(
-            store.expire(&none, 5_000, None, 6_000).unwrap(),
-            vec!["before".to_string()]
-        );
-        store.register(&hello("s"), 7_000).unwrap();
-        assert!(store.stopped("s", 7_001).unwrap());
-        assert!(!store.stopped("s", 7_002).unwrap(), "already offline");
-        assert!(!store.nodes().unwrap().iter().any(|n| n.online));
+    on_both_backends! {
+        fn a_restart_spares_nodes_not_heard_from_since_and_a_stop_is_offline_at_once(db) {
+            let mut store = db.open();
+            store.register(&hello("before"), 0).unwrap();
+            store.register(&hello("after"), 1_000).unwrap();
+            // Restarted at 500: "before" is reconnecting, "after" came and went.
+            let none = HashSet::new();
+            assert_eq!(
+                store.expire(&none, 5_000, Some(500), 6_000).unwrap(),
+                vec!["after".to_string()]
+            );
+            assert_eq!(
+                store.expire(&none, 5_000, None, 6_000).unwrap(),
+                vec!["before".to_string()]
+            );
+            store.register(&hello("s"), 7_000).unwrap();
+            assert!(store.stopped("s", 7_001).unwrap());
+            assert!(!store.stopped("s", 7_002).unwrap(), "already offline");
+            assert!(!store.nodes().unwrap().iter().any(|n| n.online));
+        }
     }
 }

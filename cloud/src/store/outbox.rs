@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use rusqlite::params;
+use super::db::{Query, params};
 use tidemill_proto::TaskAssignment;
 
 use super::{Store, StoreError, secrets};

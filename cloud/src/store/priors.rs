@@ -8,7 +8,8 @@
 //! on at least [`DEFAULT_PRIOR_BLEND_H`] hours of history count, so a prior
 //! never rests on another prior.
 
-use rusqlite::{OptionalExtension, params};
+use super::db;
+use super::db::{OptionalExtension, Query, params};
 use tidemill_forecast::{DEFAULT_PRIOR_BLEND_H, NodeForecast, Prior, PriorSource};
 use tidemill_proto::Capabilities;
 
@@ -152,7 +153,7 @@ impl Store {
     }
 
     /// Node ids a query returns, in its order.
-    fn ids(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<String>, StoreError> {
+    fn ids(&self, sql: &str, args: impl db::Params) -> Result<Vec<String>, StoreError> {
         let err = self.sql_err();
         let mut stmt = self.conn.prepare(sql).map_err(&err)?;
         let rows = stmt.query_map(args, |r| r.get(0)).map_err(&err)?;

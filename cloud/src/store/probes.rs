@@ -4,6 +4,7 @@
 
 use tidemill_proto::CLOUD_PEER;
 
+use super::db::Query;
 use super::{Store, StoreError};
 
 /// Probe traffic one node has carried, as prober and as responder, in UDP
@@ -30,7 +31,7 @@ impl Store {
                      SELECT to_node AS other, t_ms FROM links WHERE from_node = ?1 AND to_node != ?2
                      UNION ALL
                      SELECT from_node, t_ms FROM links WHERE to_node = ?1
-                 ) GROUP BY other ORDER BY other",
+                 ) AS l GROUP BY other ORDER BY other",
             )
             .map_err(&err)?;
         let rows = stmt
@@ -52,7 +53,7 @@ impl Store {
                      SELECT from_node AS node, probe_sent AS sent, probe_received AS received FROM links
                      UNION ALL
                      SELECT to_node, probe_received, probe_sent FROM links WHERE to_node != ?1
-                 ) GROUP BY node ORDER BY node",
+                 ) AS l GROUP BY node ORDER BY node",
             )
             .map_err(&err)?;
         let rows = stmt
@@ -70,6 +71,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::on_both_backends;
     use tidemill_proto::{LinkSample, Report, ReportBody};
 
     use super::*;
@@ -95,52 +97,52 @@ mod tests {
         }
     }
 
-    #[test]
-    fn probe_bytes_add_up_per_node_as_prober_and_responder_and_count_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        for n in ["a", "b", "c"] {
-            store.register(&hello(n), 0).unwrap();
+    on_both_backends! {
+        fn probe_bytes_add_up_per_node_as_prober_and_responder_and_count_once(db) {
+            let mut store = db.open();
+            for n in ["a", "b", "c"] {
+                store.register(&hello(n), 0).unwrap();
+            }
+            let first = links(1, &[("cloud", 10, 30_000, 3_000), ("b", 10, 40_000, 6_000)]);
+            store.apply_report("a", &first, 10).unwrap();
+            // Resent after a reconnect: already stored, not counted again.
+            store.apply_report("a", &first, 11).unwrap();
+            // A passive sample costs nothing and adds nothing.
+            store
+                .apply_report("a", &links(2, &[("cloud", 20, 0, 0)]), 20)
+                .unwrap();
+            store
+                .apply_report("c", &links(1, &[("b", 30, 45_000, 7_000)]), 30)
+                .unwrap();
+            assert_eq!(
+                store.probe_bytes().unwrap(),
+                vec![
+                    ProbeBytes {
+                        node_id: "a".into(),
+                        sent: 70_000,
+                        received: 9_000
+                    },
+                    ProbeBytes {
+                        node_id: "b".into(),
+                        sent: 13_000,
+                        received: 85_000
+                    },
+                    ProbeBytes {
+                        node_id: "c".into(),
+                        sent: 45_000,
+                        received: 7_000
+                    },
+                ]
+            );
+            // b's links to a and c were measured by them; the cloud link is not an edge's.
+            assert_eq!(
+                store.edge_links_of("b").unwrap(),
+                vec![("a".to_string(), 10), ("c".to_string(), 30)]
+            );
+            assert_eq!(
+                store.edge_links_of("a").unwrap(),
+                vec![("b".to_string(), 10)]
+            );
         }
-        let first = links(1, &[("cloud", 10, 30_000, 3_000), ("b", 10, 40_000, 6_000)]);
-        store.apply_report("a", &first, 10).unwrap();
-        // Resent after a reconnect: already stored, not counted again.
-        store.apply_report("a", &first, 11).unwrap();
-        // A passive sample costs nothing and adds nothing.
-        store
-            .apply_report("a", &links(2, &[("cloud", 20, 0, 0)]), 20)
-            .unwrap();
-        store
-            .apply_report("c", &links(1, &[("b", 30, 45_000, 7_000)]), 30)
-            .unwrap();
-        assert_eq!(
-            store.probe_bytes().unwrap(),
-            vec![
-                ProbeBytes {
-                    node_id: "a".into(),
-                    sent: 70_000,
-                    received: 9_000
-                },
-                ProbeBytes {
-                    node_id: "b".into(),
-                    sent: 13_000,
-                    received: 85_000
-                },
-                ProbeBytes {
-                    node_id: "c".into(),
-                    sent: 45_000,
-                    received: 7_000
-                },
-            ]
-        );
-        // b's links to a and c were measured by them; the cloud link is not an edge's.
-        assert_eq!(
-            store.edge_links_of("b").unwrap(),
-            vec![("a".to_string(), 10), ("c".to_string(), 30)]
-        );
-        assert_eq!(
-            store.edge_links_of("a").unwrap(),
-            vec![("b".to_string(), 10)]
-        );
     }
 }

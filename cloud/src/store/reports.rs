@@ -8,7 +8,8 @@
 //! several nodes may share one transaction (`crate::group_commit`), each
 //! under its own savepoint.
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use tidemill_proto::{Report, ReportBody};
 
 use super::jobs::apply_task_status;
@@ -149,7 +150,7 @@ fn apply_batch(
     tx: &Transaction<'_>,
     b: &Batch<'_>,
     bounds: &ReportBounds,
-    err: &impl Fn(rusqlite::Error) -> StoreError,
+    err: &impl Fn(db::Error) -> StoreError,
 ) -> Result<Applied, StoreError> {
     let (node_id, now_ms) = (b.node_id, b.now_ms);
     let last: Option<i64> = tx
@@ -239,7 +240,7 @@ fn apply_body(
     node_id: &str,
     report: &Report,
     mut c: Checked<'_>,
-) -> rusqlite::Result<(ReportKind, Option<(u64, JobPhase)>)> {
+) -> db::Result<(ReportKind, Option<(u64, JobPhase)>)> {
     let (seq, now_ms) = (report.seq, c.now_ms);
     match &report.body {
         ReportBody::Samples(samples) => {
@@ -358,76 +359,77 @@ fn apply_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testkit::on_both_backends;
     use crate::store::testkit::{hello, samples};
 
-    #[test]
-    fn reports_apply_once_and_survive_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.register(&hello("n1"), 0).unwrap(), 0);
-        assert_eq!(
-            store.apply_report("n1", &samples(1, 20.0), 1).unwrap().ack,
-            1
-        );
-        let dup = store.apply_report("n1", &samples(1, 99.0), 2).unwrap();
-        assert_eq!(
-            dup,
-            Applied {
-                ack: 1,
-                stored: vec![],
-                duplicates: 1,
-                jobs: vec![],
-                dropped: vec![]
-            }
-        );
-        // A batch that overlaps what is stored applies only the new reports, in order.
-        let batch = [samples(1, 99.0), samples(2, 30.0), samples(3, 40.0)];
-        let applied = store.apply_reports("n1", &batch[..2], 3).unwrap();
-        assert_eq!((applied.ack, applied.duplicates), (2, 1));
-        assert_eq!(applied.stored, vec![(2, ReportKind::Samples)]);
-        drop(store);
-        let mut store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.register(&hello("n1"), 4).unwrap(), 2);
-        assert_eq!(store.report_seqs("n1").unwrap(), vec![1, 2]);
-        assert_eq!(store.apply_reports("n1", &batch, 5).unwrap().ack, 3);
-        let node = &store.nodes().unwrap()[0];
-        assert_eq!(
-            (node.last_seq, node.cpu_util, node.cpu_cores),
-            (3, Some(40.0), 8)
-        );
-        assert!(matches!(
-            store.apply_report("ghost", &samples(1, 0.0), 5),
-            Err(StoreError::UnknownNode(_))
-        ));
+    on_both_backends! {
+        fn reports_apply_once_and_survive_reopen(db) {
+            let mut store = db.open();
+            assert_eq!(store.register(&hello("n1"), 0).unwrap(), 0);
+            assert_eq!(
+                store.apply_report("n1", &samples(1, 20.0), 1).unwrap().ack,
+                1
+            );
+            let dup = store.apply_report("n1", &samples(1, 99.0), 2).unwrap();
+            assert_eq!(
+                dup,
+                Applied {
+                    ack: 1,
+                    stored: vec![],
+                    duplicates: 1,
+                    jobs: vec![],
+                    dropped: vec![]
+                }
+            );
+            // A batch that overlaps what is stored applies only the new reports, in order.
+            let batch = [samples(1, 99.0), samples(2, 30.0), samples(3, 40.0)];
+            let applied = store.apply_reports("n1", &batch[..2], 3).unwrap();
+            assert_eq!((applied.ack, applied.duplicates), (2, 1));
+            assert_eq!(applied.stored, vec![(2, ReportKind::Samples)]);
+            drop(store);
+            let mut store = db.open();
+            assert_eq!(store.register(&hello("n1"), 4).unwrap(), 2);
+            assert_eq!(store.report_seqs("n1").unwrap(), vec![1, 2]);
+            assert_eq!(store.apply_reports("n1", &batch, 5).unwrap().ack, 3);
+            let node = &store.nodes().unwrap()[0];
+            assert_eq!(
+                (node.last_seq, node.cpu_util, node.cpu_cores),
+                (3, Some(40.0), 8)
+            );
+            assert!(matches!(
+                store.apply_report("ghost", &samples(1, 0.0), 5),
+                Err(StoreError::UnknownNode(_))
+            ));
+        }
     }
 
-    /// Samples judged by the threshold of the node's latest forecast
-    /// (30 %): the last one at or over it is when the node was last busy.
-    /// Before any forecast there is no threshold to judge by.
-    #[test]
-    fn the_last_busy_sample_is_kept_by_the_forecasts_threshold() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        let busy_ms = |store: &Store| store.nodes().unwrap()[0].busy_ms;
-        store.apply_report("n1", &samples(1, 90.0), 1_000).unwrap();
-        assert_eq!(busy_ms(&store), None);
-        let forecast = Report {
-            seq: 2,
-            body: ReportBody::Forecast(Box::new(crate::world::tests::forecast(&[Some(10.0)]))),
-        };
-        store.apply_report("n1", &forecast, 1_000_000).unwrap();
-        store
-            .apply_report("n1", &samples(3, 30.0), 1_000_000)
-            .unwrap();
-        assert_eq!(busy_ms(&store), Some(3_000), "at the threshold is busy");
-        store
-            .apply_report("n1", &samples(4, 29.0), 1_000_000)
-            .unwrap();
-        assert_eq!(busy_ms(&store), Some(3_000), "an idle sample keeps it");
-        store
-            .apply_report("n1", &samples(5, 80.0), 1_000_000)
-            .unwrap();
-        assert_eq!(busy_ms(&store), Some(5_000));
+    on_both_backends! {
+        /// Samples judged by the threshold of the node's latest forecast
+        /// (30 %): the last one at or over it is when the node was last busy.
+        /// Before any forecast there is no threshold to judge by.
+        fn the_last_busy_sample_is_kept_by_the_forecasts_threshold(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            let busy_ms = |store: &Store| store.nodes().unwrap()[0].busy_ms;
+            store.apply_report("n1", &samples(1, 90.0), 1_000).unwrap();
+            assert_eq!(busy_ms(&store), None);
+            let forecast = Report {
+                seq: 2,
+                body: ReportBody::Forecast(Box::new(crate::world::tests::forecast(&[Some(10.0)]))),
+            };
+            store.apply_report("n1", &forecast, 1_000_000).unwrap();
+            store
+                .apply_report("n1", &samples(3, 30.0), 1_000_000)
+                .unwrap();
+            assert_eq!(busy_ms(&store), Some(3_000), "at the threshold is busy");
+            store
+                .apply_report("n1", &samples(4, 29.0), 1_000_000)
+                .unwrap();
+            assert_eq!(busy_ms(&store), Some(3_000), "an idle sample keeps it");
+            store
+                .apply_report("n1", &samples(5, 80.0), 1_000_000)
+                .unwrap();
+            assert_eq!(busy_ms(&store), Some(5_000));
+        }
     }
 }

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{Connection, Transaction, params};
 use tidemill_runtime::secrets::{self, SecretError, SecretKey};
 use tidemill_runtime::sqlite;
 
+use super::db::{self, Connection, Handle, Query, params};
 use super::{Store, StoreError};
+use crate::config::StoreConfig;
 
 /// What a lost key costs the coordinator, and the way on.
 const LOST: &str = "if no backup has it, the secrets of those jobs are lost: start once with `tidemill-cloud serve --forget-lost-secrets`, which cancels them, and submit them again";
@@ -25,11 +26,11 @@ fn row(id: i64) -> String {
 
 /// Seals `secrets` into job `id`'s row; nothing is stored for none.
 pub(super) fn store(
-    tx: &Transaction<'_>,
+    tx: &impl Query,
     key: &SecretKey,
     id: i64,
     secrets: &SecretEnv,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     if secrets.is_empty() {
         return Ok(());
     }
@@ -60,10 +61,13 @@ pub(super) fn open(
 /// `data_dir`, proves that every sealed row opens with it, so a lost or
 /// replaced key stops the start with the jobs it strands named, and seals
 /// the plain-text secrets a database from before encryption still holds.
-pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretKey, StoreError> {
-    let db = data_dir.join(super::DB_FILE);
+pub(super) fn load_key(
+    conn: &mut Connection,
+    db: &Path,
+    data_dir: &Path,
+) -> Result<SecretKey, StoreError> {
     let err = |source| StoreError::Sql {
-        path: db.clone(),
+        path: db.to_path_buf(),
         source,
     };
     let sealed = sealed_rows(conn).map_err(err)?;
@@ -73,12 +77,14 @@ pub(super) fn load_key(conn: &mut Connection, data_dir: &Path) -> Result<SecretK
     for (id, blob) in &sealed {
         open(&key, *id, Some(blob))?;
     }
-    seal_plain(conn, &key).map_err(err)?;
+    if let Some(conn) = conn.as_sqlite() {
+        seal_plain(conn, &key).map_err(|e| err(e.into()))?;
+    }
     Ok(key)
 }
 
 /// Every job holding sealed secrets, as (job id, sealed blob), by id.
-fn sealed_rows(conn: &Connection) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+fn sealed_rows(conn: &Connection) -> db::Result<Vec<(i64, Vec<u8>)>> {
     conn.prepare("SELECT id, secret_env FROM jobs WHERE secret_env IS NOT NULL ORDER BY id")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect()
@@ -92,14 +98,14 @@ impl Store {
     /// Returns the store and the jobs cancelled.
     pub fn open_forgetting_lost_secrets(
         data_dir: &Path,
+        cfg: &StoreConfig,
         now_ms: i64,
     ) -> Result<(Store, Vec<u64>), StoreError> {
-        let db = data_dir.join(super::DB_FILE);
+        let (mut conn, db) = super::connect(data_dir, cfg)?;
         let err = |source| StoreError::Sql {
             path: db.clone(),
             source,
         };
-        let mut conn = sqlite::open(&db, super::schema::MIGRATIONS)?;
         let key = SecretKey::load_or_create(data_dir, "", LOST)?;
         let lost: Vec<i64> = sealed_rows(&conn)
             .map_err(err)?
@@ -114,7 +120,7 @@ impl Store {
         }
         tx.commit().map_err(err)?;
         drop(conn);
-        let mut store = Store::open(data_dir)?;
+        let mut store = Store::open_with(data_dir, cfg)?;
         let reason = format!(
             "its secrets were lost with {} (serve --forget-lost-secrets): submit it again",
             key.path().display()
@@ -138,8 +144,9 @@ impl Store {
 
 /// Moves the secrets an older build kept in the spec's JSON into the sealed
 /// column (jobs still live) or drops them (jobs ended), with freed pages
-/// zeroed and the WAL emptied, so no plain copy stays on disk.
-fn seal_plain(conn: &mut Connection, key: &SecretKey) -> rusqlite::Result<()> {
+/// zeroed and the WAL emptied, so no plain copy stays on disk. Only SQLite
+/// databases are that old.
+fn seal_plain(conn: &mut rusqlite::Connection, key: &SecretKey) -> rusqlite::Result<()> {
     let plain: Vec<(i64, bool, String)> = conn
         .prepare(
             "SELECT id, state IN ('succeeded', 'failed', 'cancelled', 'rejected'),
@@ -159,7 +166,8 @@ fn seal_plain(conn: &mut Connection, key: &SecretKey) -> rusqlite::Result<()> {
                 [id],
             )?;
             if !ended {
-                store(tx, key, *id, &secrets)?;
+                store(&Handle::Sqlite(tx), key, *id, &secrets)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
             }
         }
         Ok(())
@@ -173,6 +181,7 @@ fn seal_plain(conn: &mut Connection, key: &SecretKey) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::{TestDb, on_both_backends};
     use std::os::unix::fs::MetadataExt;
 
     use tidemill_proto::TaskEvent;
@@ -193,8 +202,8 @@ mod tests {
     }
 
     /// A store with node n1 idle and `jobs` secret-bearing jobs submitted.
-    fn store_with_jobs(dir: &Path, jobs: usize) -> (Store, Vec<u64>) {
-        let mut store = Store::open(dir).unwrap();
+    fn store_with_jobs(db: &TestDb, jobs: usize) -> (Store, Vec<u64>) {
+        let mut store = db.open();
         store.register(&hello("n1"), 0).unwrap();
         store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
         let ids = (0..jobs)
@@ -249,8 +258,9 @@ mod tests {
 
     #[test]
     fn secrets_are_sealed_at_rest_and_opened_for_the_assignment() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, ids) = store_with_jobs(dir.path(), 1);
+        let db = TestDb::sqlite();
+        let dir = &db.dir;
+        let (mut store, ids) = store_with_jobs(&db, 1);
         let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(
@@ -266,97 +276,97 @@ mod tests {
         assert_dispatched_with_secret(&mut store);
     }
 
-    #[test]
-    fn a_sealed_blob_moved_to_another_job_does_not_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, ids) = store_with_jobs(dir.path(), 2);
-        store
-            .conn
-            .execute(
-                "UPDATE jobs SET secret_env = (SELECT secret_env FROM jobs WHERE id = ?1) WHERE id = ?2",
-                [ids[0] as i64, ids[1] as i64],
-            )
-            .unwrap();
-        let err = dispatch(&mut store).unwrap_err().to_string();
-        assert!(
-            err.contains(&format!("job {}", ids[1])) && err.contains(KEY_FILE),
-            "{err}"
-        );
-        drop(store);
-        let err = Store::open(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.contains(&format!("job {}", ids[1])) && err.contains("restore"),
-            "{err}"
-        );
+    on_both_backends! {
+        fn a_sealed_blob_moved_to_another_job_does_not_open(db) {
+            let (mut store, ids) = store_with_jobs(&db, 2);
+            store
+                .conn
+                .execute(
+                    "UPDATE jobs SET secret_env = (SELECT secret_env FROM jobs WHERE id = ?1) WHERE id = ?2",
+                    [ids[0] as i64, ids[1] as i64],
+                )
+                .unwrap();
+            let err = dispatch(&mut store).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("job {}", ids[1])) && err.contains(KEY_FILE),
+                "{err}"
+            );
+            drop(store);
+            let err = db.try_open().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("job {}", ids[1])) && err.contains("restore"),
+                "{err}"
+            );
+        }
     }
 
-    #[test]
-    fn secrets_are_purged_when_the_job_ends_and_kept_through_a_yield() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, ids) = store_with_jobs(dir.path(), 2);
-        let owed = dispatch(&mut store).unwrap();
-        let [Owed::Assign(a), Owed::Assign(_)] = &owed[..] else {
-            panic!("{owed:?}")
-        };
-        for o in &owed {
-            store.acknowledged(o, 3).unwrap();
-        }
-        store
-            .apply_report(
-                "n1",
-                &task(2, a.task_id, ids[0], TaskEvent::Started { pid: 7 }),
-                4,
-            )
-            .unwrap();
-        // A yield hands the job back to the queue: it still needs its secrets.
-        store
-            .conn
-            .execute(
-                "UPDATE tasks SET yield_requested = 1 WHERE id = ?1",
-                [a.task_id as i64],
-            )
-            .unwrap();
-        let stopped = TaskEvent::Exited {
-            exit_code: None,
-            signal: Some(15),
-            cancelled: true,
-        };
-        store
-            .apply_report("n1", &task(3, a.task_id, ids[0], stopped), 5)
-            .unwrap();
-        assert_eq!(store.job(ids[0]).unwrap().unwrap().state, JobPhase::Queued);
-        assert!(
-            sealed(&store, ids[0]).is_some(),
-            "a yielded job keeps its secrets"
-        );
+    on_both_backends! {
+        fn secrets_are_purged_when_the_job_ends_and_kept_through_a_yield(db) {
+            let (mut store, ids) = store_with_jobs(&db, 2);
+            let owed = dispatch(&mut store).unwrap();
+            let [Owed::Assign(a), Owed::Assign(_)] = &owed[..] else {
+                panic!("{owed:?}")
+            };
+            for o in &owed {
+                store.acknowledged(o, 3).unwrap();
+            }
+            store
+                .apply_report(
+                    "n1",
+                    &task(2, a.task_id, ids[0], TaskEvent::Started { pid: 7 }),
+                    4,
+                )
+                .unwrap();
+            // A yield hands the job back to the queue: it still needs its secrets.
+            store
+                .conn
+                .execute(
+                    "UPDATE tasks SET yield_requested = 1 WHERE id = ?1",
+                    [a.task_id as i64],
+                )
+                .unwrap();
+            let stopped = TaskEvent::Exited {
+                exit_code: None,
+                signal: Some(15),
+                cancelled: true,
+            };
+            store
+                .apply_report("n1", &task(3, a.task_id, ids[0], stopped), 5)
+                .unwrap();
+            assert_eq!(store.job(ids[0]).unwrap().unwrap().state, JobPhase::Queued);
+            assert!(
+                sealed(&store, ids[0]).is_some(),
+                "a yielded job keeps its secrets"
+            );
 
-        store.request_cancel(ids[0], 6).unwrap();
-        assert_eq!(
-            store.job(ids[0]).unwrap().unwrap().state,
-            JobPhase::Cancelled
-        );
-        assert_eq!(sealed(&store, ids[0]), None, "purged on cancel");
-        let Owed::Assign(b) = &owed[1] else {
-            unreachable!()
-        };
-        let exit = TaskEvent::Exited {
-            exit_code: Some(0),
-            signal: None,
-            cancelled: false,
-        };
-        store
-            .apply_report("n1", &task(4, b.task_id, ids[1], exit), 7)
-            .unwrap();
-        assert_eq!(
-            store.job(ids[1]).unwrap().unwrap().state,
-            JobPhase::Succeeded
-        );
-        assert_eq!(sealed(&store, ids[1]), None, "purged on success");
-        assert_eq!(
-            store.job(ids[1]).unwrap().unwrap().secret_env,
-            vec!["HF_TOKEN"],
-            "the names stay listed"
-        );
+            store.request_cancel(ids[0], 6).unwrap();
+            assert_eq!(
+                store.job(ids[0]).unwrap().unwrap().state,
+                JobPhase::Cancelled
+            );
+            assert_eq!(sealed(&store, ids[0]), None, "purged on cancel");
+            let Owed::Assign(b) = &owed[1] else {
+                unreachable!()
+            };
+            let exit = TaskEvent::Exited {
+                exit_code: Some(0),
+                signal: None,
+                cancelled: false,
+            };
+            store
+                .apply_report("n1", &task(4, b.task_id, ids[1], exit), 7)
+                .unwrap();
+            assert_eq!(
+                store.job(ids[1]).unwrap().unwrap().state,
+                JobPhase::Succeeded
+            );
+            assert_eq!(sealed(&store, ids[1]), None, "purged on success");
+            assert_eq!(
+                store.job(ids[1]).unwrap().unwrap().secret_env,
+                vec!["HF_TOKEN"],
+                "the names stay listed"
+            );
+        }
     }
 
     #[test]
@@ -376,7 +386,7 @@ mod tests {
             for state in ["queued", "succeeded"] {
                 conn.execute(
                     "INSERT INTO jobs (name, spec, state, deadline_ms, submitted_ms) VALUES ('j', ?1, ?2, 0, 0)",
-                    params![json, state],
+                    rusqlite::params![json, state],
                 )
                 .unwrap();
             }
@@ -396,39 +406,39 @@ mod tests {
         assert_dispatched_with_secret(&mut store);
     }
 
-    #[test]
-    fn a_lost_key_stops_the_start_until_its_jobs_are_given_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, ids) = store_with_jobs(dir.path(), 2);
-        drop(store);
-        std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
-        let err = Store::open(dir.path()).unwrap_err().to_string();
-        let key = dir.path().join(KEY_FILE).display().to_string();
-        assert!(
-            err.contains(&key)
-                && err.contains(&format!("jobs {}, {}", ids[0], ids[1]))
-                && err.contains("restore the file from the backup"),
-            "{err}"
-        );
-        assert!(
-            !dir.path().join(KEY_FILE).exists(),
-            "no new key over sealed rows"
-        );
-        assert!(err.contains("--forget-lost-secrets"), "{err}");
+    on_both_backends! {
+        fn a_lost_key_stops_the_start_until_its_jobs_are_given_up(db) {
+            let (store, ids) = store_with_jobs(&db, 2);
+            drop(store);
+            std::fs::remove_file(db.dir.path().join(KEY_FILE)).unwrap();
+            let err = db.try_open().unwrap_err().to_string();
+            let key = db.dir.path().join(KEY_FILE).display().to_string();
+            assert!(
+                err.contains(&key)
+                    && err.contains(&format!("jobs {}, {}", ids[0], ids[1]))
+                    && err.contains("restore the file from the backup"),
+                "{err}"
+            );
+            assert!(
+                !db.dir.path().join(KEY_FILE).exists(),
+                "no new key over sealed rows"
+            );
+            assert!(err.contains("--forget-lost-secrets"), "{err}");
 
-        // With no backup, the operator gives those jobs up and goes on.
-        let (mut store, lost) = Store::open_forgetting_lost_secrets(dir.path(), 9).unwrap();
-        assert_eq!(lost, ids);
-        for id in ids {
-            let job = store.job(id).unwrap().unwrap();
-            assert_eq!(job.state, JobPhase::Cancelled);
-            assert!(job.reason.unwrap().contains("submit it again"));
-            assert_eq!(sealed(&store, id), None);
+            // With no backup, the operator gives those jobs up and goes on.
+            let (mut store, lost) = Store::open_forgetting_lost_secrets(db.dir.path(), &db.cfg, 9).unwrap();
+            assert_eq!(lost, ids);
+            for id in ids {
+                let job = store.job(id).unwrap().unwrap();
+                assert_eq!(job.state, JobPhase::Cancelled);
+                assert!(job.reason.unwrap().contains("submit it again"));
+                assert_eq!(sealed(&store, id), None);
+            }
+            let mode = std::fs::metadata(db.dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "a new key");
+            store.submit(&secret_spec(), 10).unwrap();
+            drop(store);
+            db.open();
         }
-        let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o600, "a new key");
-        store.submit(&secret_spec(), 10).unwrap();
-        drop(store);
-        Store::open(dir.path()).unwrap();
     }
 }

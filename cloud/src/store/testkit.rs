@@ -7,8 +7,78 @@ use tidemill_proto::{
 };
 use tidemill_sched::{Action, Assignment, Explanation, JobDecision, Shape, Verdict};
 
+use super::db::Query;
 use super::{Applied, Store, StoreError};
+use crate::config::{StoreBackend, StoreConfig};
 use crate::job::JobFile;
+
+/// A database for one test, on either back end: the data dir (the secrets
+/// key) and the store's settings, so that a test can open it again.
+pub(crate) struct TestDb {
+    /// The data dir.
+    pub(crate) dir: tempfile::TempDir,
+    /// The store's settings.
+    pub(crate) cfg: StoreConfig,
+}
+
+impl TestDb {
+    /// A fresh SQLite database.
+    pub(crate) fn sqlite() -> Self {
+        TestDb {
+            dir: tempfile::tempdir().unwrap(),
+            cfg: StoreConfig::default(),
+        }
+    }
+
+    /// A fresh database on the throwaway PostgreSQL cluster; `None` (the
+    /// test then passes, SKIPPED printed) where PostgreSQL is not installed.
+    pub(crate) fn postgres() -> Option<Self> {
+        Some(TestDb {
+            dir: tempfile::tempdir().unwrap(),
+            cfg: StoreConfig {
+                backend: StoreBackend::Postgres,
+                url: super::pg_cluster::database()?,
+            },
+        })
+    }
+
+    /// Opens (again) the store on this database.
+    pub(crate) fn open(&self) -> Store {
+        self.try_open().unwrap()
+    }
+
+    /// [`TestDb::open`], for a test of why it fails.
+    pub(crate) fn try_open(&self) -> Result<Store, StoreError> {
+        Store::open_with(self.dir.path(), &self.cfg)
+    }
+}
+
+/// Store tests that run unchanged on both back ends: each `fn name(db)`
+/// becomes `name::sqlite` and `name::postgres`, with `db` a [`TestDb`].
+macro_rules! on_both_backends {
+    ($($(#[$attr:meta])* fn $name:ident($db:ident) $body:block)*) => {$(
+        $(#[$attr])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn run($db: $crate::store::testkit::TestDb) $body
+
+            #[test]
+            fn sqlite() {
+                run($crate::store::testkit::TestDb::sqlite());
+            }
+
+            #[test]
+            fn postgres() {
+                if let Some(db) = $crate::store::testkit::TestDb::postgres() {
+                    run(db);
+                }
+            }
+        }
+    )*};
+}
+pub(crate) use on_both_backends;
 
 impl Store {
     /// Applies one report; see [`Store::apply_reports`].

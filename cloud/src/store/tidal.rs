@@ -13,7 +13,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use tidemill_proto::NodeForecast;
 use tidemill_sched::{Action, Admission, Assignment, RoundPlan, Segment};
 
@@ -139,13 +140,7 @@ impl Store {
             .query_map([], |r| {
                 let node: String = r.get(0)?;
                 let f = self.forecasts.get(&node, r.get(1)?, || r.get(2))?;
-                let f = f.map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        2,
-                        rusqlite::types::Type::Text,
-                        e.into(),
-                    )
-                })?;
+                let f = f.map_err(|e| db::Error::decode(2, e))?;
                 Ok((node, f))
             })
             .map_err(&err)?;
@@ -248,12 +243,7 @@ impl Store {
 /// deadline) is cancelled on its nodes: left running, its tasks would hold
 /// devices for a job that is over, out of every drain's reach. Returns what
 /// was done.
-fn turn_away(
-    tx: &Transaction<'_>,
-    job: i64,
-    reason: &str,
-    now_ms: i64,
-) -> rusqlite::Result<String> {
+fn turn_away(tx: &Transaction<'_>, job: i64, reason: &str, now_ms: i64) -> db::Result<String> {
     let started: bool = tx.query_row(
         "SELECT started_ms IS NOT NULL FROM jobs WHERE id = ?1",
         [job],
@@ -281,7 +271,7 @@ fn turn_away(
 /// cannot go on, so those tasks are to stop (they are cancelled if the node
 /// comes back), the jobs' other ranks too, and each job is queued to resume
 /// from its checkpoint, on that node once it is back or elsewhere.
-pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rusqlite::Result<()> {
+pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> db::Result<()> {
     let jobs = jobs_on(tx, node_id)?;
     let t = lifecycle::on_node_lost(node_id);
     for job in jobs {
@@ -301,7 +291,7 @@ pub(super) fn lose_node(tx: &Transaction<'_>, node_id: &str, now_ms: i64) -> rus
 }
 
 /// The live jobs with an open task on `node_id`.
-fn jobs_on(tx: &Transaction<'_>, node_id: &str) -> rusqlite::Result<Vec<i64>> {
+fn jobs_on(tx: &Transaction<'_>, node_id: &str) -> db::Result<Vec<i64>> {
     tx.prepare(
         "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id
          WHERE t.node_id = ?1 AND t.state != 'done' AND j.state IN ('queued', 'running')",
@@ -318,7 +308,7 @@ pub(super) fn move_off(
     node_id: &str,
     now_ms: i64,
     why: &str,
-) -> rusqlite::Result<Vec<i64>> {
+) -> db::Result<Vec<i64>> {
     let jobs = jobs_on(tx, node_id)?;
     for &job in &jobs {
         if let Some(what) = checkpoint(tx, job, why)? {
@@ -337,7 +327,7 @@ pub(super) fn move_off(
 
 /// Asks every open task of `job` to checkpoint and stop; tasks its node has
 /// not received are withdrawn at once. Returns how many were newly asked.
-pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<usize> {
+pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> db::Result<usize> {
     tx.execute(
         "UPDATE tasks SET state = 'done' WHERE job_id = ?1 AND state = 'assigned' AND dispatched = 0",
         [job],
@@ -351,7 +341,7 @@ pub(super) fn stop_tasks(tx: &Transaction<'_>, job: i64) -> rusqlite::Result<usi
 /// Asks `job`'s tasks to checkpoint and stop so that it can follow the plan
 /// (`reason`) elsewhere or later; returns what was done, or `None` when every
 /// task was already asked.
-fn checkpoint(tx: &Transaction<'_>, job: i64, reason: &str) -> rusqlite::Result<Option<String>> {
+fn checkpoint(tx: &Transaction<'_>, job: i64, reason: &str) -> db::Result<Option<String>> {
     let n = stop_tasks(tx, job)?;
     tx.execute(
         "UPDATE jobs SET reason = ?2 WHERE id = ?1",
@@ -370,7 +360,7 @@ fn start(
     addrs: &Addresses,
     now_ms: i64,
     reason: &str,
-) -> rusqlite::Result<Option<String>> {
+) -> db::Result<Option<String>> {
     let Some(master) = on.first().and_then(|a| addrs.get(&a.node_id)) else {
         return Ok(None);
     };
@@ -409,7 +399,7 @@ fn start(
 /// Credits job `job` with the iterations it did from its last credit up to
 /// `now_ms` at its placement's measured rate, else its predicted one,
 /// counting only time after its staging ended.
-pub(super) fn settle_progress(tx: &Transaction<'_>, job: i64, now_ms: i64) -> rusqlite::Result<()> {
+pub(super) fn settle_progress(tx: &Transaction<'_>, job: i64, now_ms: i64) -> db::Result<()> {
     tx.execute(
         "UPDATE jobs SET
             done_iters = done_iters + COALESCE(measured_ips, rate_ips, 0)
@@ -463,7 +453,7 @@ pub(super) fn report_progress(
     node_id: &str,
     p: &tidemill_proto::TaskProgress,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> db::Result<()> {
     let job = p.job_id as i64;
     let task: Option<(i64, bool)> = tx
         .query_row(
@@ -533,6 +523,7 @@ pub(super) fn report_progress(
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::{TestDb, on_both_backends};
     use std::collections::HashSet;
 
     use tidemill_sched::Verdict;
@@ -579,10 +570,10 @@ mod tests {
         }
     }
 
-    /// A store under `dir` with a job of 1000 iterations started on `e1`,
+    /// A store on `db` with a job of 1000 iterations started on `e1`,
     /// its plan predicting 0.1 it/s; returns the store, the job and its task.
-    fn running_job(dir: &std::path::Path) -> (Store, u64, u64) {
-        let mut store = Store::open(dir).unwrap();
+    fn running_job(db: &crate::store::testkit::TestDb) -> (Store, u64, u64) {
+        let mut store = db.open();
         store.register(&hello("e1"), 0).unwrap();
         let job_file = JobFile::from_toml(
             "name = \"j\"\ncommand = [\"true\"]\ndeadline = \"2030-01-01T00:00:00Z\"\n\
@@ -619,85 +610,85 @@ mod tests {
         (store, job, task)
     }
 
-    #[test]
-    fn reported_progress_replaces_the_estimate_and_corrects_the_rate() {
-        use crate::job::ProgressSource;
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, job, task) = running_job(dir.path());
-        store.advance_progress(100_005).unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert!(
-            (shown.done_iters - 10.0).abs() < 1e-9,
-            "estimated: {shown:?}"
-        );
-        assert_eq!(shown.progress, ProgressSource::Estimated);
+    on_both_backends! {
+        fn reported_progress_replaces_the_estimate_and_corrects_the_rate(db) {
+            use crate::job::ProgressSource;
+            let (mut store, job, task) = running_job(&db);
+            store.advance_progress(100_005).unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert!(
+                (shown.done_iters - 10.0).abs() < 1e-9,
+                "estimated: {shown:?}"
+            );
+            assert_eq!(shown.progress, ProgressSource::Estimated);
 
-        // The job says 5, not the 10 estimated: the first report is the rate's base.
-        store
-            .apply_report("e1", &progress(2, task, job, 100_000, 5), 100_005)
-            .unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert_eq!(
-            (shown.done_iters, shown.progress),
-            (5.0, ProgressSource::Reported)
-        );
-        assert_eq!(shown.measured_ips, None);
-        // 30 more in 600 s of the edge's clock: 0.5 × 30/600 + 0.5 × 0.1 = 0.075 it/s.
-        store
-            .apply_report("e1", &progress(3, task, job, 700_000, 35), 700_005)
-            .unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert_eq!(shown.done_iters, 35.0);
-        assert!(
-            (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
-            "{shown:?}"
-        );
-        // Until the next report the estimate goes on at the measured rate.
-        store.advance_progress(800_005).unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert!((shown.done_iters - 42.5).abs() < 1e-9, "{shown:?}");
-        // A task restarted from an older checkpoint does not take the count back.
-        store
-            .apply_report("e1", &progress(4, task, job, 810_000, 20), 810_005)
-            .unwrap();
-        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
-        let planned = store.planned_jobs(810_005).unwrap();
-        assert_eq!(planned[0].predicted_ips, Some(0.1));
-        assert!((planned[0].measured_ips.unwrap() - 0.075).abs() < 1e-12);
-        // A report of a task the coordinator never assigned changes nothing.
-        store
-            .apply_report("e1", &progress(5, task + 1, job, 900_000, 999), 900_005)
-            .unwrap();
-        assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
-        // A task asked to stop measures nothing, though its count stands.
-        ask_to_stop(&store, job);
-        store
-            .apply_report("e1", &progress(6, task, job, 1_400_000, 45), 1_400_005)
-            .unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert_eq!(shown.done_iters, 45.0);
-        assert!(
-            (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
-            "{shown:?}"
-        );
-        // A new placement measures afresh.
-        store
-            .conn
-            .execute(
-                "UPDATE tasks SET state = 'done' WHERE job_id = ?1",
-                [job as i64],
-            )
-            .unwrap();
-        store
-            .apply_round(
-                &RoundPlan {
-                    now_ms: 900_010,
-                    decisions: vec![start_on(job, &[("e1", 1)])],
-                },
-                &addrs(&["e1"]),
-            )
-            .unwrap();
-        assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+            // The job says 5, not the 10 estimated: the first report is the rate's base.
+            store
+                .apply_report("e1", &progress(2, task, job, 100_000, 5), 100_005)
+                .unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert_eq!(
+                (shown.done_iters, shown.progress),
+                (5.0, ProgressSource::Reported)
+            );
+            assert_eq!(shown.measured_ips, None);
+            // 30 more in 600 s of the edge's clock: 0.5 × 30/600 + 0.5 × 0.1 = 0.075 it/s.
+            store
+                .apply_report("e1", &progress(3, task, job, 700_000, 35), 700_005)
+                .unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert_eq!(shown.done_iters, 35.0);
+            assert!(
+                (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
+                "{shown:?}"
+            );
+            // Until the next report the estimate goes on at the measured rate.
+            store.advance_progress(800_005).unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert!((shown.done_iters - 42.5).abs() < 1e-9, "{shown:?}");
+            // A task restarted from an older checkpoint does not take the count back.
+            store
+                .apply_report("e1", &progress(4, task, job, 810_000, 20), 810_005)
+                .unwrap();
+            assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
+            let planned = store.planned_jobs(810_005).unwrap();
+            assert_eq!(planned[0].predicted_ips, Some(0.1));
+            assert!((planned[0].measured_ips.unwrap() - 0.075).abs() < 1e-12);
+            // A report of a task the coordinator never assigned changes nothing.
+            store
+                .apply_report("e1", &progress(5, task + 1, job, 900_000, 999), 900_005)
+                .unwrap();
+            assert_eq!(store.job(job).unwrap().unwrap().done_iters, 35.0);
+            // A task asked to stop measures nothing, though its count stands.
+            ask_to_stop(&store, job);
+            store
+                .apply_report("e1", &progress(6, task, job, 1_400_000, 45), 1_400_005)
+                .unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert_eq!(shown.done_iters, 45.0);
+            assert!(
+                (shown.measured_ips.unwrap() - 0.075).abs() < 1e-12,
+                "{shown:?}"
+            );
+            // A new placement measures afresh.
+            store
+                .conn
+                .execute(
+                    "UPDATE tasks SET state = 'done' WHERE job_id = ?1",
+                    [job as i64],
+                )
+                .unwrap();
+            store
+                .apply_round(
+                    &RoundPlan {
+                        now_ms: 900_010,
+                        decisions: vec![start_on(job, &[("e1", 1)])],
+                    },
+                    &addrs(&["e1"]),
+                )
+                .unwrap();
+            assert_eq!(store.job(job).unwrap().unwrap().measured_ips, None);
+        }
     }
 
     /// Marks `job`'s tasks as asked to checkpoint and stop, as a round does.
@@ -736,237 +727,237 @@ mod tests {
     #[test]
     fn a_job_that_finished_its_work_as_it_was_asked_to_stop_succeeds_and_is_not_resumed() {
         use crate::job::JobPhase;
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, job, task) = running_job(dir.path());
+        let db = TestDb::sqlite();
+        let (mut store, job, task) = running_job(&db);
         let shown = stopped_after(&mut store, job, task, 1000);
         assert_eq!(shown.state, JobPhase::Succeeded, "{:?}", shown.reason);
         assert!(store.planned_jobs(100_020).unwrap().is_empty());
         // Short of its iterations, the same exit is the checkpoint asked for.
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, job, task) = running_job(dir.path());
+        let db = TestDb::sqlite();
+        let (mut store, job, task) = running_job(&db);
         let shown = stopped_after(&mut store, job, task, 600);
         assert_eq!(shown.state, JobPhase::Queued, "{:?}", shown.reason);
     }
 
-    #[test]
-    fn an_ended_job_counts_what_it_reported_not_the_estimate_since() {
-        use crate::job::{JobPhase, ProgressSource};
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, job, task) = running_job(dir.path());
-        store
-            .apply_report("e1", &progress(2, task, job, 100_000, 60), 100_005)
-            .unwrap();
-        // The estimate goes on past the last report (0.1 it/s for 100 s).
-        store.advance_progress(200_005).unwrap();
-        assert!((store.job(job).unwrap().unwrap().done_iters - 70.0).abs() < 1e-9);
-        let exit = tidemill_proto::TaskEvent::Exited {
-            exit_code: Some(0),
-            signal: None,
-            cancelled: false,
-        };
-        let ended = crate::store::testkit::task(3, task, job, exit);
-        store.apply_report("e1", &ended, 200_010).unwrap();
-        let shown = store.job(job).unwrap().unwrap();
-        assert_eq!(
-            (shown.state, shown.done_iters, shown.progress),
-            (JobPhase::Succeeded, 60.0, ProgressSource::Reported)
-        );
-    }
-
-    #[test]
-    fn a_job_turned_away_after_it_started_has_its_tasks_cancelled() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e1"), 0).unwrap();
-        let never_ran = store.submit(&spec(), 1).unwrap();
-        let ran = store.submit(&spec(), 1).unwrap();
-        let started = RoundPlan {
-            now_ms: 2,
-            decisions: vec![start_on(ran, &[("e1", 1)])],
-        };
-        store.apply_round(&started, &addrs(&["e1"])).unwrap();
-        let owed = store.owed("e1", 29500).unwrap();
-        let [crate::store::Owed::Assign(a)] = owed.as_slice() else {
-            panic!("one assignment: {owed:?}")
-        };
-        store.acknowledged(&owed[0], 0).unwrap();
-        let task = a.task_id;
-        let running = crate::store::testkit::task(
-            1,
-            task,
-            ran,
-            tidemill_proto::TaskEvent::Started { pid: 7 },
-        );
-        store.apply_report("e1", &running, 5).unwrap();
-
-        let reject = |job| {
-            let mut d = start_on(job, &[]);
-            d.verdict = Verdict::Rejected;
-            d.action = Action::Reject;
-            d.explanation.reason = "too slow".into();
-            d
-        };
-        let done = store
-            .apply_round(
-                &RoundPlan {
-                    now_ms: 10,
-                    decisions: vec![reject(never_ran), reject(ran)],
-                },
-                &addrs(&["e1"]),
-            )
-            .unwrap();
-        assert_eq!(
-            done,
-            vec![
-                (never_ran, "rejected".to_string()),
-                (ran, "rejected; cancelling its tasks".to_string())
-            ]
-        );
-        assert_eq!(reason(&store, never_ran), "rejected at admission: too slow");
-        assert_eq!(
-            reason(&store, ran),
-            "turned away after it started, its tasks cancelled: too slow"
-        );
-        assert_eq!(
-            store.owed("e1", 29500).unwrap(),
-            vec![crate::store::Owed::Cancel(task)]
-        );
-        // The task's exit leaves the job rejected.
-        let exited = crate::store::testkit::task(
-            2,
-            task,
-            ran,
-            tidemill_proto::TaskEvent::Exited {
+    on_both_backends! {
+        fn an_ended_job_counts_what_it_reported_not_the_estimate_since(db) {
+            use crate::job::{JobPhase, ProgressSource};
+            let (mut store, job, task) = running_job(&db);
+            store
+                .apply_report("e1", &progress(2, task, job, 100_000, 60), 100_005)
+                .unwrap();
+            // The estimate goes on past the last report (0.1 it/s for 100 s).
+            store.advance_progress(200_005).unwrap();
+            assert!((store.job(job).unwrap().unwrap().done_iters - 70.0).abs() < 1e-9);
+            let exit = tidemill_proto::TaskEvent::Exited {
                 exit_code: Some(0),
                 signal: None,
-                cancelled: true,
-            },
-        );
-        store.apply_report("e1", &exited, 20).unwrap();
-        let shown = store.job(ran).unwrap().unwrap();
-        assert_eq!(shown.state, crate::job::JobPhase::Rejected, "{shown:?}");
-        assert!(store.open_tasks(ran).is_empty());
+                cancelled: false,
+            };
+            let ended = crate::store::testkit::task(3, task, job, exit);
+            store.apply_report("e1", &ended, 200_010).unwrap();
+            let shown = store.job(job).unwrap().unwrap();
+            assert_eq!(
+                (shown.state, shown.done_iters, shown.progress),
+                (JobPhase::Succeeded, 60.0, ProgressSource::Reported)
+            );
+        }
     }
 
-    #[test]
-    fn a_start_on_a_node_that_went_offline_since_the_snapshot_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e1"), 0).unwrap();
-        store.register(&hello("e3"), 0).unwrap();
-        let job = store.submit(&spec(), 1).unwrap();
-        let plan = RoundPlan {
-            now_ms: 20,
-            decisions: vec![start_on(job, &[("e1", 1), ("e3", 1)])],
-        };
-        // e3 falls silent after the plan was made, before it is applied.
-        let gone = store
-            .expire(&HashSet::from(["e1".to_string()]), 10, None, 20)
-            .unwrap();
-        assert_eq!(gone, vec!["e3".to_string()]);
+    on_both_backends! {
+        fn a_job_turned_away_after_it_started_has_its_tasks_cancelled(db) {
+            let mut store = db.open();
+            store.register(&hello("e1"), 0).unwrap();
+            let never_ran = store.submit(&spec(), 1).unwrap();
+            let ran = store.submit(&spec(), 1).unwrap();
+            let started = RoundPlan {
+                now_ms: 2,
+                decisions: vec![start_on(ran, &[("e1", 1)])],
+            };
+            store.apply_round(&started, &addrs(&["e1"])).unwrap();
+            let owed = store.owed("e1", 29500).unwrap();
+            let [crate::store::Owed::Assign(a)] = owed.as_slice() else {
+                panic!("one assignment: {owed:?}")
+            };
+            store.acknowledged(&owed[0], 0).unwrap();
+            let task = a.task_id;
+            let running = crate::store::testkit::task(
+                1,
+                task,
+                ran,
+                tidemill_proto::TaskEvent::Started { pid: 7 },
+            );
+            store.apply_report("e1", &running, 5).unwrap();
 
-        let done = store.apply_round(&plan, &addrs(&["e1", "e3"])).unwrap();
-        assert!(done.is_empty(), "{done:?}");
-        assert!(
-            store.open_tasks(job).is_empty(),
-            "no rank starts, not even on e1"
-        );
-        assert_eq!(
-            reason(&store, job),
-            "not started: node e3 went offline before the plan was applied"
-        );
-        assert_eq!(
-            store.job(job).unwrap().unwrap().state,
-            crate::job::JobPhase::Queued
-        );
+            let reject = |job| {
+                let mut d = start_on(job, &[]);
+                d.verdict = Verdict::Rejected;
+                d.action = Action::Reject;
+                d.explanation.reason = "too slow".into();
+                d
+            };
+            let done = store
+                .apply_round(
+                    &RoundPlan {
+                        now_ms: 10,
+                        decisions: vec![reject(never_ran), reject(ran)],
+                    },
+                    &addrs(&["e1"]),
+                )
+                .unwrap();
+            assert_eq!(
+                done,
+                vec![
+                    (never_ran, "rejected".to_string()),
+                    (ran, "rejected; cancelling its tasks".to_string())
+                ]
+            );
+            assert_eq!(reason(&store, never_ran), "rejected at admission: too slow");
+            assert_eq!(
+                reason(&store, ran),
+                "turned away after it started, its tasks cancelled: too slow"
+            );
+            assert_eq!(
+                store.owed("e1", 29500).unwrap(),
+                vec![crate::store::Owed::Cancel(task)]
+            );
+            // The task's exit leaves the job rejected.
+            let exited = crate::store::testkit::task(
+                2,
+                task,
+                ran,
+                tidemill_proto::TaskEvent::Exited {
+                    exit_code: Some(0),
+                    signal: None,
+                    cancelled: true,
+                },
+            );
+            store.apply_report("e1", &exited, 20).unwrap();
+            let shown = store.job(ran).unwrap().unwrap();
+            assert_eq!(shown.state, crate::job::JobPhase::Rejected, "{shown:?}");
+            assert!(store.open_tasks(ran).is_empty());
+        }
     }
 
-    #[test]
-    fn two_starts_wanting_the_last_device_start_only_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello_with_gpus("e1", 2), 0).unwrap();
-        let first = store.submit(&spec(), 1).unwrap();
-        let second = store.submit(&spec(), 1).unwrap();
-        let third = store.submit(&spec(), 1).unwrap();
-        let a = addrs(&["e1"]);
-        let earlier = RoundPlan {
-            now_ms: 2,
-            decisions: vec![start_on(first, &[("e1", 1)])],
-        };
-        store.apply_round(&earlier, &a).unwrap();
-        // Planned on a snapshot from before `first` took one of e1's two devices.
-        let plan = RoundPlan {
-            now_ms: 3,
-            decisions: vec![
-                start_on(second, &[("e1", 1)]),
-                start_on(third, &[("e1", 1)]),
-            ],
-        };
+    on_both_backends! {
+        fn a_start_on_a_node_that_went_offline_since_the_snapshot_is_refused(db) {
+            let mut store = db.open();
+            store.register(&hello("e1"), 0).unwrap();
+            store.register(&hello("e3"), 0).unwrap();
+            let job = store.submit(&spec(), 1).unwrap();
+            let plan = RoundPlan {
+                now_ms: 20,
+                decisions: vec![start_on(job, &[("e1", 1), ("e3", 1)])],
+            };
+            // e3 falls silent after the plan was made, before it is applied.
+            let gone = store
+                .expire(&HashSet::from(["e1".to_string()]), 10, None, 20)
+                .unwrap();
+            assert_eq!(gone, vec!["e3".to_string()]);
 
-        let done = store.apply_round(&plan, &a).unwrap();
-        assert_eq!(done, vec![(second, "started on e1".to_string())]);
-        assert_eq!(store.open_tasks(second), vec![("e1".to_string(), 1)]);
-        assert!(store.open_tasks(third).is_empty());
-        assert_eq!(
-            reason(&store, third),
-            "not started: node e1 has 0 free devices, the plan wanted 1"
-        );
+            let done = store.apply_round(&plan, &addrs(&["e1", "e3"])).unwrap();
+            assert!(done.is_empty(), "{done:?}");
+            assert!(
+                store.open_tasks(job).is_empty(),
+                "no rank starts, not even on e1"
+            );
+            assert_eq!(
+                reason(&store, job),
+                "not started: node e3 went offline before the plan was applied"
+            );
+            assert_eq!(
+                store.job(job).unwrap().unwrap().state,
+                crate::job::JobPhase::Queued
+            );
+        }
     }
 
-    #[test]
-    fn a_multi_node_start_that_fits_creates_one_task_per_node() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello_with_gpus("e1", 2), 0).unwrap();
-        store.register(&hello("e2"), 0).unwrap();
-        let job = store.submit(&spec(), 1).unwrap();
-        let plan = RoundPlan {
-            now_ms: 2,
-            decisions: vec![start_on(job, &[("e1", 2), ("e2", 1)])],
-        };
+    on_both_backends! {
+        fn two_starts_wanting_the_last_device_start_only_one(db) {
+            let mut store = db.open();
+            store.register(&hello_with_gpus("e1", 2), 0).unwrap();
+            let first = store.submit(&spec(), 1).unwrap();
+            let second = store.submit(&spec(), 1).unwrap();
+            let third = store.submit(&spec(), 1).unwrap();
+            let a = addrs(&["e1"]);
+            let earlier = RoundPlan {
+                now_ms: 2,
+                decisions: vec![start_on(first, &[("e1", 1)])],
+            };
+            store.apply_round(&earlier, &a).unwrap();
+            // Planned on a snapshot from before `first` took one of e1's two devices.
+            let plan = RoundPlan {
+                now_ms: 3,
+                decisions: vec![
+                    start_on(second, &[("e1", 1)]),
+                    start_on(third, &[("e1", 1)]),
+                ],
+            };
 
-        let done = store.apply_round(&plan, &addrs(&["e1", "e2"])).unwrap();
-        assert_eq!(done, vec![(job, "started on e1, e2".to_string())]);
-        assert_eq!(
-            store.open_tasks(job),
-            vec![("e1".to_string(), 2), ("e2".to_string(), 1)]
-        );
+            let done = store.apply_round(&plan, &a).unwrap();
+            assert_eq!(done, vec![(second, "started on e1".to_string())]);
+            assert_eq!(store.open_tasks(second), vec![("e1".to_string(), 1)]);
+            assert!(store.open_tasks(third).is_empty());
+            assert_eq!(
+                reason(&store, third),
+                "not started: node e1 has 0 free devices, the plan wanted 1"
+            );
+        }
     }
 
-    #[test]
-    fn a_move_to_an_unknown_node_leaves_the_job_running() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("e1"), 0).unwrap();
-        let job = store.submit(&spec(), 1).unwrap();
-        let a = addrs(&["e1"]);
-        let started = RoundPlan {
-            now_ms: 2,
-            decisions: vec![start_on(job, &[("e1", 1)])],
-        };
-        store.apply_round(&started, &a).unwrap();
-        let mut moved = start_on(job, &[]);
-        moved.action = Action::Migrate {
-            from: vec![Assignment {
-                node_id: "e1".into(),
-                workers: 1,
-            }],
-            to: vec![Assignment {
-                node_id: "e9".into(),
-                workers: 1,
-            }],
-        };
-        let plan = RoundPlan {
-            now_ms: 3,
-            decisions: vec![moved],
-        };
+    on_both_backends! {
+        fn a_multi_node_start_that_fits_creates_one_task_per_node(db) {
+            let mut store = db.open();
+            store.register(&hello_with_gpus("e1", 2), 0).unwrap();
+            store.register(&hello("e2"), 0).unwrap();
+            let job = store.submit(&spec(), 1).unwrap();
+            let plan = RoundPlan {
+                now_ms: 2,
+                decisions: vec![start_on(job, &[("e1", 2), ("e2", 1)])],
+            };
 
-        assert!(store.apply_round(&plan, &a).unwrap().is_empty());
-        assert_eq!(store.open_tasks(job), vec![("e1".to_string(), 1)]);
-        assert_eq!(
-            reason(&store, job),
-            "not moved: node e9 is not known to the coordinator; it keeps running where it is"
-        );
+            let done = store.apply_round(&plan, &addrs(&["e1", "e2"])).unwrap();
+            assert_eq!(done, vec![(job, "started on e1, e2".to_string())]);
+            assert_eq!(
+                store.open_tasks(job),
+                vec![("e1".to_string(), 2), ("e2".to_string(), 1)]
+            );
+        }
+    }
+
+    on_both_backends! {
+        fn a_move_to_an_unknown_node_leaves_the_job_running(db) {
+            let mut store = db.open();
+            store.register(&hello("e1"), 0).unwrap();
+            let job = store.submit(&spec(), 1).unwrap();
+            let a = addrs(&["e1"]);
+            let started = RoundPlan {
+                now_ms: 2,
+                decisions: vec![start_on(job, &[("e1", 1)])],
+            };
+            store.apply_round(&started, &a).unwrap();
+            let mut moved = start_on(job, &[]);
+            moved.action = Action::Migrate {
+                from: vec![Assignment {
+                    node_id: "e1".into(),
+                    workers: 1,
+                }],
+                to: vec![Assignment {
+                    node_id: "e9".into(),
+                    workers: 1,
+                }],
+            };
+            let plan = RoundPlan {
+                now_ms: 3,
+                decisions: vec![moved],
+            };
+
+            assert!(store.apply_round(&plan, &a).unwrap().is_empty());
+            assert_eq!(store.open_tasks(job), vec![("e1".to_string(), 1)]);
+            assert_eq!(
+                reason(&store, job),
+                "not moved: node e9 is not known to the coordinator; it keeps running where it is"
+            );
+        }
     }
 }

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::db;
+use super::db::{OptionalExtension, Query, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tidemill_proto::{Capabilities, Hello};
 use tidemill_sched::Constraints;
@@ -288,7 +289,7 @@ impl Store {
 }
 
 /// The labels of `node_id`, or `None` for an unknown node.
-fn labels_of(tx: &Transaction<'_>, node_id: &str) -> rusqlite::Result<Option<BTreeSet<String>>> {
+fn labels_of(tx: &Transaction<'_>, node_id: &str) -> db::Result<Option<BTreeSet<String>>> {
     let json: Option<String> = tx
         .query_row("SELECT labels FROM nodes WHERE id = ?1", [node_id], |r| {
             r.get(0)
@@ -304,7 +305,7 @@ fn take_back(
     (task, job, node): (i64, i64, &str),
     cordon_after: u32,
     now_ms: i64,
-) -> rusqlite::Result<Option<String>> {
+) -> db::Result<Option<String>> {
     tx.execute(
         "UPDATE tasks SET state = 'done', taken_back = 1 WHERE id = ?1",
         [task],
@@ -340,6 +341,7 @@ fn take_back(
 
 #[cfg(test)]
 mod tests {
+    use crate::store::testkit::on_both_backends;
     use tidemill_proto::TaskEvent;
     use tidemill_sched::{FirstFitLimits, first_fit};
 
@@ -348,83 +350,83 @@ mod tests {
     use crate::store::Owed;
     use crate::store::testkit::{hello, hello_with_gpus, samples, spec, task};
 
-    #[test]
-    fn a_larger_claim_waits_for_an_admin_and_a_smaller_one_is_welcome() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.hello(&hello_with_gpus("n", 1), 0).unwrap(), Ok(0));
-        let refused = store
-            .hello(&hello_with_gpus("n", 8), 1)
-            .unwrap()
-            .unwrap_err();
-        assert!(
-            refused.to_string().contains("accept-capabilities n"),
-            "{refused}"
-        );
-        let node = &store.nodes().unwrap()[0];
-        assert_eq!(node.accelerators.len(), 1);
-        assert_eq!(
-            node.trust
-                .refused_claim
-                .as_ref()
+    on_both_backends! {
+        fn a_larger_claim_waits_for_an_admin_and_a_smaller_one_is_welcome(db) {
+            let mut store = db.open();
+            assert_eq!(store.hello(&hello_with_gpus("n", 1), 0).unwrap(), Ok(0));
+            let refused = store
+                .hello(&hello_with_gpus("n", 8), 1)
                 .unwrap()
-                .accelerators
-                .len(),
-            8
-        );
-        assert!(store.hello(&hello("n"), 2).unwrap().is_ok(), "a GPU failed");
-        assert!(matches!(
-            store.accept_capabilities("n", 3).unwrap(),
-            Acceptance::Accepted { .. }
-        ));
-        assert!(store.hello(&hello_with_gpus("n", 8), 4).unwrap().is_ok());
-        assert_eq!(
-            store.accept_capabilities("n", 5).unwrap(),
-            Acceptance::NothingPending
-        );
-        assert_eq!(
-            store.accept_capabilities("x", 5).unwrap(),
-            Acceptance::UnknownNode
-        );
+                .unwrap_err();
+            assert!(
+                refused.to_string().contains("accept-capabilities n"),
+                "{refused}"
+            );
+            let node = &store.nodes().unwrap()[0];
+            assert_eq!(node.accelerators.len(), 1);
+            assert_eq!(
+                node.trust
+                    .refused_claim
+                    .as_ref()
+                    .unwrap()
+                    .accelerators
+                    .len(),
+                8
+            );
+            assert!(store.hello(&hello("n"), 2).unwrap().is_ok(), "a GPU failed");
+            assert!(matches!(
+                store.accept_capabilities("n", 3).unwrap(),
+                Acceptance::Accepted { .. }
+            ));
+            assert!(store.hello(&hello_with_gpus("n", 8), 4).unwrap().is_ok());
+            assert_eq!(
+                store.accept_capabilities("n", 5).unwrap(),
+                Acceptance::NothingPending
+            );
+            assert_eq!(
+                store.accept_capabilities("x", 5).unwrap(),
+                Acceptance::UnknownNode
+            );
+        }
     }
 
-    #[test]
-    fn an_unstarted_task_is_taken_back_cancelled_and_its_node_cordoned() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.register(&hello("n1"), 0).unwrap();
-        store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
-        let id = store.submit(&spec(), 2).unwrap();
-        let policy = FirstFitLimits {
-            idle_cpu_threshold_pct: 30.0,
-            max_tasks_per_node: 1,
-        };
-        let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
-        store.apply_plan(&plan, &policy, 3).unwrap();
-        let owed = store.owed("n1", 29500).unwrap();
-        let [Owed::Assign(a)] = &owed[..] else {
-            panic!("{owed:?}")
-        };
-        store.acknowledged(&owed[0], 10).unwrap();
-        assert!(
-            store.take_back_unstarted(10, 1, 20).unwrap().is_empty(),
-            "in time"
-        );
-        let back = store.take_back_unstarted(11, 1, 20).unwrap();
-        assert_eq!((back[0].job_id, back[0].task_id), (id, a.task_id));
-        assert!(back[0].cordoned.as_ref().unwrap().contains("uncordon n1"));
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Queued);
-        assert_eq!(
-            store.owed("n1", 29500).unwrap(),
-            vec![Owed::Cancel(a.task_id)]
-        );
-        let node = &store.nodes().unwrap()[0];
-        assert!(node.drained && node.trust.unstarted == 1);
-        // A late start of the task taken back changes nothing.
-        let late = task(2, a.task_id, id, TaskEvent::Started { pid: 7 });
-        store.apply_report("n1", &late, 30).unwrap();
-        assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Queued);
-        assert!(store.uncordon("n1", 40).unwrap());
-        assert!(store.nodes().unwrap()[0].trust.cordon_reason.is_none());
+    on_both_backends! {
+        fn an_unstarted_task_is_taken_back_cancelled_and_its_node_cordoned(db) {
+            let mut store = db.open();
+            store.register(&hello("n1"), 0).unwrap();
+            store.apply_report("n1", &samples(1, 5.0), 1).unwrap();
+            let id = store.submit(&spec(), 2).unwrap();
+            let policy = FirstFitLimits {
+                idle_cpu_threshold_pct: 30.0,
+                max_tasks_per_node: 1,
+            };
+            let plan = first_fit(&store.snapshot(3, false).unwrap(), &policy);
+            store.apply_plan(&plan, &policy, 3).unwrap();
+            let owed = store.owed("n1", 29500).unwrap();
+            let [Owed::Assign(a)] = &owed[..] else {
+                panic!("{owed:?}")
+            };
+            store.acknowledged(&owed[0], 10).unwrap();
+            assert!(
+                store.take_back_unstarted(10, 1, 20).unwrap().is_empty(),
+                "in time"
+            );
+            let back = store.take_back_unstarted(11, 1, 20).unwrap();
+            assert_eq!((back[0].job_id, back[0].task_id), (id, a.task_id));
+            assert!(back[0].cordoned.as_ref().unwrap().contains("uncordon n1"));
+            assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Queued);
+            assert_eq!(
+                store.owed("n1", 29500).unwrap(),
+                vec![Owed::Cancel(a.task_id)]
+            );
+            let node = &store.nodes().unwrap()[0];
+            assert!(node.drained && node.trust.unstarted == 1);
+            // A late start of the task taken back changes nothing.
+            let late = task(2, a.task_id, id, TaskEvent::Started { pid: 7 });
+            store.apply_report("n1", &late, 30).unwrap();
+            assert_eq!(store.job(id).unwrap().unwrap().state, JobPhase::Queued);
+            assert!(store.uncordon("n1", 40).unwrap());
+            assert!(store.nodes().unwrap()[0].trust.cordon_reason.is_none());
+        }
     }
 }

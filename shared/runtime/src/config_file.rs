@@ -289,12 +289,36 @@ fn env_names(schema: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// `url` with the password of its user info (`scheme://user:password@…`)
+/// replaced by `<redacted>`: a database URL may carry one.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:<redacted>{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
 /// Replaces the values of secret keys (`token`, `*_token`, `*secret*`,
-/// `*password*`) with `<redacted>`, so an effective config can be shown.
+/// `*password*`) with `<redacted>`, and the password in a `url` or `*_url`,
+/// so an effective config can be shown.
 pub fn redact(table: &mut toml::Table) {
     for (k, v) in table.iter_mut() {
         match v {
             toml::Value::Table(inner) => redact(inner),
+            toml::Value::String(s) if k == "url" || k.ends_with("_url") => *s = redact_url(s),
             toml::Value::String(s)
                 if !s.is_empty()
                     && (k == "token"
@@ -452,6 +476,23 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.count, 3);
+    }
+
+    #[test]
+    fn a_urls_password_is_redacted_and_the_rest_kept() {
+        assert_eq!(
+            redact_url("postgres://tm:s3cr@t@db.example:5432/tidemill?sslmode=require"),
+            "postgres://tm:<redacted>@db.example:5432/tidemill?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://tm@db/x"), "postgres://tm@db/x");
+        assert_eq!(redact_url("postgres://db/x?a=b@c"), "postgres://db/x?a=b@c");
+        let mut table: toml::Table =
+            toml::from_str("[store]\nurl = \"postgres://u:pw@h/d\"").unwrap();
+        redact(&mut table);
+        assert_eq!(
+            table["store"]["url"].as_str(),
+            Some("postgres://u:<redacted>@h/d")
+        );
     }
 
     #[test]

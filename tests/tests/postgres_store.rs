@@ -1,0 +1,94 @@
+//! The coordinator on PostgreSQL (`[store] backend = "postgres"`): a job
+//! runs through an edge with no SQLite file made, the state survives a
+//! `kill -9` of the coordinator, a second coordinator on the same database
+//! is refused, and the database's password reaches no log line. Says
+//! SKIPPED where PostgreSQL is not installed (`.ci/run` installs it).
+
+mod support;
+
+#[path = "../../cloud/src/store/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::process::Command;
+
+use support::{CLOUD, Coordinator, PATIENCE, Proc, start_edge};
+
+/// The coordinator of `dir` on the PostgreSQL database at `url`.
+fn on_postgres(dir: &std::path::Path, url: &str) -> Coordinator {
+    Coordinator::new(dir)
+        .with_env("TIDEMILL_STORE__BACKEND", "postgres")
+        .with_env("TIDEMILL_STORE__URL", url)
+}
+
+/// Waits until job `id` ended, and asserts that it succeeded.
+fn succeeded(coord: &Coordinator, cloud: &Proc, id: u64) {
+    cloud.wait_until("the job to end", 1, PATIENCE, |l| {
+        l.contains(&format!("job_id={id} ")) && l.contains("state=succeeded")
+    });
+    assert_eq!(coord.job(id)["state"], "succeeded", "{:#}", coord.job(id));
+}
+
+/// The password of a `postgres://user:password@host/db` URL.
+fn password(url: &str) -> &str {
+    let auth = &url["postgres://".len()..url.rfind('@').unwrap()];
+    &auth[auth.find(':').unwrap() + 1..]
+}
+
+#[test]
+fn a_coordinator_on_postgres_runs_jobs_keeps_them_through_a_crash_and_refuses_a_second() {
+    let Some(url) = pg_cluster::database() else {
+        return;
+    };
+    let dir = support::tempdir();
+    let coord = on_postgres(dir.path(), &url);
+    let mut cloud = coord.start();
+    let _edge = start_edge(&coord, dir.path(), "e1", None);
+    let id = coord.submit(
+        dir.path(),
+        "hello",
+        &["sh", "-c", "echo hello from postgres"],
+    );
+    succeeded(&coord, &cloud, id);
+    assert!(
+        !coord.data_dir.join("tidemill.db").exists(),
+        "the state went to SQLite"
+    );
+
+    // A second coordinator (its own data dir) on the same database.
+    let other = support::tempdir();
+    let second = on_postgres(other.path(), &url);
+    let mut refused = Proc::spawn("second tidemill-cloud", second.command(&[], &[]));
+    assert!(!refused.wait_exit(PATIENCE).success());
+    let err = refused.log().join("\n");
+    assert!(err.contains("in use by another tidemill-cloud"), "{err}");
+    assert!(!err.contains(password(&url)), "the password in: {err}");
+
+    // A crash loses nothing that was committed.
+    cloud.kill9();
+    let cloud = coord.start();
+    assert_eq!(coord.job(id)["state"], "succeeded");
+    let next = coord.submit(dir.path(), "again", &["true"]);
+    assert!(
+        next > id,
+        "job ids go on after the restart: {next} after {id}"
+    );
+    succeeded(&coord, &cloud, next);
+    let log = cloud.log().join("\n");
+    assert!(!log.contains(password(&url)), "the password in the log");
+}
+
+#[test]
+fn a_postgres_store_without_a_url_is_refused_with_the_fix() {
+    let dir = support::tempdir();
+    let mut cmd = Command::new(CLOUD);
+    cmd.args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .env("TIDEMILL_STORE__BACKEND", "postgres");
+    let mut refused = Proc::spawn("tidemill-cloud", cmd);
+    assert!(!refused.wait_exit(PATIENCE).success());
+    let err = refused.log().join("\n");
+    assert!(
+        err.contains("store.url") && err.contains("TIDEMILL_STORE__URL"),
+        "{err}"
+    );
+}
