@@ -560,7 +560,7 @@ async fn rotate_ca(
 /// 503 says why not.
 async fn readyz(State(c): State<Arc<Coordinator>>) -> Response {
     match c.not_ready() {
-        None => "ok\n".into_response(),
+        None => format!("ok: {}\n", c.leadership.describe()).into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {why}\n"),

@@ -82,16 +82,46 @@ pub struct CloudConfig {
 }
 
 /// Where the coordinator's durable state lives (`[store]`).
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// Which database.
-    #[serde(default)]
     pub backend: StoreBackend,
     /// PostgreSQL's connection URL (`backend = "postgres"`); it may hold a
     /// password, so it is redacted wherever the config is shown.
-    #[serde(default)]
     pub url: String,
+    /// This replica's name among those sharing the database; empty: the
+    /// host's name and the data dir's path.
+    pub replica: String,
+    /// Seconds the leading replica's lease on the scheduling rounds lasts
+    /// unless renewed.
+    pub lease_secs: f64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: StoreBackend::Sqlite,
+            url: String::new(),
+            replica: String::new(),
+            lease_secs: 6.0,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// This replica's name ([`StoreConfig::replica`]), stable across its
+    /// restarts, so that a restarted leader renews its own lease at once.
+    pub fn replica_name(&self, data_dir: &Path) -> String {
+        if !self.replica.is_empty() {
+            return self.replica.clone();
+        }
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into());
+        format!("{host}:{}", data_dir.display())
+    }
 }
 
 /// The store's database: embedded, or a server replicas can share.
@@ -339,6 +369,13 @@ impl CloudConfig {
     /// Checks values that TOML types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, value: String, rule| Err(ConfigError::Invalid { key, value, rule });
+        if !(self.store.lease_secs >= 1.0 && self.store.lease_secs.is_finite()) {
+            return invalid(
+                "store.lease_secs",
+                self.store.lease_secs.to_string(),
+                "must be at least 1: the leader renews its lease three times a lease, and a shorter one would pass to another replica between renewals",
+            );
+        }
         if self.store.backend == StoreBackend::Postgres
             && !(self.store.url.starts_with("postgres://")
                 || self.store.url.starts_with("postgresql://"))

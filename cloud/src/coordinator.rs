@@ -43,6 +43,8 @@ pub struct Coordinator {
     probing: Mutex<probing::Pending>,
     /// Wakes the scheduling loop early.
     pub wake: Notify,
+    /// Whether this replica runs the scheduling rounds.
+    pub leadership: crate::leadership::Leadership,
     /// The configuration in force.
     pub cfg: CloudConfig,
     /// The coordinator's clock for plans, forecasts and records (accelerated in demos); network timeouts use the wall clock.
@@ -97,6 +99,10 @@ impl Coordinator {
             greeting: Mutex::new(HashMap::new()),
             probing: Mutex::new(probing::Pending::new()),
             wake: Notify::new(),
+            leadership: crate::leadership::Leadership::new(
+                cfg.store.replica_name(&cfg.data_dir),
+                std::time::Duration::from_secs_f64(cfg.store.lease_secs),
+            ),
             admission: Admission::new(&cfg.quic),
             report_budget: ReportBudget::new(
                 cfg.ingest.reports_per_hour,
@@ -121,7 +127,16 @@ impl Coordinator {
         probe_port: Option<u16>,
         cert_sha256: &str,
     ) {
-        let probe_addr = probe_port.map(|port| SocketAddr::new(conn.remote_address().ip(), port));
+        let ip = conn.remote_address().ip();
+        if let Err(e) = self
+            .store
+            .lock()
+            .unwrap()
+            .set_address(node_id, &ip.to_string())
+        {
+            tracing::error!(node_id = %node_id, error = %e, "cannot record where the edge connected from");
+        }
+        let probe_addr = probe_port.map(|port| SocketAddr::new(ip, port));
         let session = Session {
             conn,
             probe_addr,
@@ -289,17 +304,6 @@ impl Coordinator {
             coord: self,
             node_id: node_id.to_string(),
         }
-    }
-
-    /// The address each connected node connected from, by node id: where a
-    /// distributed job's rank 0 on it can be reached.
-    pub fn addresses(&self) -> HashMap<String, String> {
-        self.sessions
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, s)| (k.clone(), s.conn.remote_address().ip().to_string()))
-            .collect()
     }
 
     /// The live connections, for dispatch.

@@ -24,6 +24,7 @@ pub mod group_commit;
 pub mod http;
 pub mod ingest;
 pub mod job;
+pub mod leadership;
 pub mod lifecycle;
 pub mod local_admin;
 pub mod metrics;

@@ -11,7 +11,7 @@ use tidemill_sched::{FirstFitLimits, first_fit};
 
 use crate::coordinator::Coordinator;
 use crate::dispatch::deliver;
-use crate::store::{NodeRecord, PruneBefore, Store, StoreError};
+use crate::store::{Fence, NodeRecord, PruneBefore, Store, StoreError};
 use crate::world;
 
 /// A round woken early by a change waits at least this many times the last
@@ -44,24 +44,45 @@ pub async fn run(coord: Arc<Coordinator>) {
 /// due, so that upkeep never delays a decision's commands.
 pub async fn round(coord: &Arc<Coordinator>) -> Result<(), StoreError> {
     let now = coord.clock.now_ms();
-    decide(coord, now)?;
+    let fence = coord.leadership.fence();
+    if let Some(fence) = &fence {
+        fenced(coord, fence, |store| decide(coord, store, now))?;
+    }
     let delivered = deliver_owed(coord).await;
-    prune_if_due(coord, now)?;
+    if let Some(fence) = &fence {
+        fenced(coord, fence, |store| prune_if_due(coord, store, now))?;
+    }
     delivered
+}
+
+/// Runs `f` on the store with every write fenced by this replica's lease;
+/// a refused write means the lease passed on, and this replica follows.
+fn fenced(
+    coord: &Coordinator,
+    fence: &Fence,
+    f: impl FnOnce(&mut Store) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut store = coord.store.lock().unwrap();
+    store.set_fence(Some(fence.clone()));
+    let out = f(&mut store);
+    store.set_fence(None);
+    if let Err(e @ StoreError::Deposed { .. }) = &out {
+        coord.leadership.deposed(e.to_string());
+    }
+    out
 }
 
 /// Marks silent nodes offline, takes back unstarted work, and plans: jobs
 /// with `[work]` with the chosen policy, the others first-fit.
-fn decide(coord: &Coordinator, now: i64) -> Result<(), StoreError> {
+fn decide(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
     let cutoff = now - coord.cfg.offline_after().as_millis() as i64;
     let in_grace = now < coord.started_ms + coord.cfg.restart_grace().as_millis() as i64;
     let spare_before = in_grace.then_some(coord.started_ms);
-    let mut store = coord.store.lock().unwrap();
     for node_id in store.expire(&coord.connected(), cutoff, spare_before, now)? {
         tracing::warn!(node_id = %node_id, "node offline: disconnected past the grace period");
     }
-    take_back_unstarted(coord, &mut store, now)?;
-    planned_round(coord, &mut store, now)?;
+    take_back_unstarted(coord, store, now)?;
+    planned_round(coord, store, now)?;
     let snapshot = store.snapshot(now, true)?;
     let policy = FirstFitLimits {
         idle_cpu_threshold_pct: coord.cfg.scheduler.idle_cpu_threshold_pct,
@@ -98,11 +119,10 @@ async fn deliver_owed(coord: &Arc<Coordinator>) -> Result<(), StoreError> {
 }
 
 /// Drops history past its retention, once an hour.
-fn prune_if_due(coord: &Coordinator, now: i64) -> Result<(), StoreError> {
+fn prune_if_due(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(), StoreError> {
     if !coord.prune_due(now) {
         return Ok(());
     }
-    let mut store = coord.store.lock().unwrap();
     let hours_ago = |h: u64| now - h as i64 * 3_600_000;
     let gone = store.prune(PruneBefore {
         raw_ms: hours_ago(coord.cfg.raw_hours()),
@@ -168,7 +188,7 @@ fn planned_round(coord: &Coordinator, store: &mut Store, now: i64) -> Result<(),
         return Ok(());
     };
     drop(driver);
-    for (job_id, what) in store.apply_round(&plan, &coord.addresses())? {
+    for (job_id, what) in store.apply_round(&plan, &store.addresses()?)? {
         let reason = plan
             .decision(job_id)
             .map_or("", |d| d.explanation.reason.as_str());

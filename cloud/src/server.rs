@@ -173,6 +173,7 @@ pub async fn start(cfg: CloudConfig, clock: SharedClock) -> Result<Server, Cloud
     let _ = coordinator.endpoint.set(endpoint.clone());
     let mut tasks = JoinSet::new();
     tasks.spawn(ingest::accept_loop(endpoint.clone(), coordinator.clone()));
+    tasks.spawn(crate::leadership::run(coordinator.clone()));
     tasks.spawn(round::run(coordinator.clone()));
     let app = api::router(coordinator.clone());
     let limits = crate::http::Limits {

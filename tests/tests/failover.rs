@@ -1,23 +1,45 @@
-//! Edges fail over (issue 33): an edge whose `coordinator` lists a dead
-//! address before the real one moves on at once, without backing off, and
-//! connects and reports to the second.
+//! Failing over (issue 33). Edges: one whose `coordinator` lists a dead
+//! address before the real one moves on at once, without backing off.
+//! Replicas: two coordinators on one PostgreSQL, one leading the rounds; a
+//! `kill -9` of the leader hands the lease to the other within 10 s, the
+//! edges move to it, scheduling goes on, and nothing is lost or assigned
+//! twice; a leader paused past its lease (cut off from the database)
+//! stops assigning and follows when it resumes.
 
 mod support;
 
-use std::process::Command;
+#[path = "../../cloud/src/store/pg_cluster.rs"]
+mod pg_cluster;
 
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use support::{Coordinator, EDGE, PATIENCE, Proc, checkpoint_root, free_port};
 
-#[test]
-fn an_edge_moves_past_a_dead_address_to_the_next_at_once() {
-    let dir = support::tempdir();
-    let coord = Coordinator::new(dir.path());
-    let quic = coord.quic.to_string();
-    let cloud = coord.start();
-    let data = dir.path().join("edge-f1");
-    // Joins go to the first address, so this node joins before the list.
+/// Sends `sig` to `proc`.
+fn signal(proc: &Proc, sig: Signal) {
+    kill(Pid::from_raw(proc.pid() as i32), sig).unwrap();
+}
+
+/// Joins `node` through `coord` at `join_at`, then runs it against
+/// `addresses` in order (replaying `replay`'s series for `node`, if
+/// given), with a short keep-alive so that a dead
+/// coordinator is noticed within 2 s, and a backoff longer than any test,
+/// so that only a move to the next address can reconnect it in time.
+fn edge_on(
+    coord: &Coordinator,
+    dir: &Path,
+    node: &str,
+    join_at: &str,
+    addresses: &[String],
+    replay: Option<&Path>,
+) -> Proc {
+    let data = dir.join(format!("edge-{node}"));
     let joined = Command::new(EDGE)
-        .args(["join", "--coordinator", &quic, "--node-id", "f1"])
+        .args(["join", "--coordinator", join_at, "--node-id", node])
         .args(["--token", coord.token()])
         .arg("--data-dir")
         .arg(&data)
@@ -28,25 +50,42 @@ fn an_edge_moves_past_a_dead_address_to_the_next_at_once() {
         "{}",
         String::from_utf8_lossy(&joined.stderr)
     );
-
-    let dead = format!("127.0.0.1:{}", free_port());
     let mut cmd = Command::new(EDGE);
-    cmd.args(["run", "--coordinator", &format!("{dead},{quic}")])
-        .args(["--node-id", "f1", "--sample-interval", "0.2"])
+    cmd.args(["run", "--coordinator", &addresses.join(",")])
+        .args(["--node-id", node, "--sample-interval", "0.2"])
         .arg("--data-dir")
         .arg(&data)
-        .env(
-            "TIDEMILL_TASKS__CHECKPOINT_DIR",
-            checkpoint_root(dir.path()),
-        )
-        // The dead address fails within the 2 s handshake timeout; a backoff
-        // would wait 60 s or more, past the patience below.
+        .env("TIDEMILL_TASKS__CHECKPOINT_DIR", checkpoint_root(dir))
         .env("TIDEMILL_LINK__KEEP_ALIVE_SECS", "1")
         .env("TIDEMILL_LINK__IDLE_TIMEOUT_SECS", "2")
         .env("TIDEMILL_LINK__RECONNECT_MIN_MS", "120000")
         .env("TIDEMILL_LINK__RECONNECT_MAX_SECS", "300")
         .env("RUST_LOG", "info");
-    let edge = Proc::spawn("f1", cmd);
+    if let Some(trace) = replay {
+        cmd.arg("--replay")
+            .arg(trace)
+            .args(["--replay-node", node, "--speed", "1"]);
+    }
+    Proc::spawn(node, cmd)
+}
+
+#[test]
+fn an_edge_moves_past_a_dead_address_to_the_next_at_once() {
+    let dir = support::tempdir();
+    let coord = Coordinator::new(dir.path());
+    let quic = coord.quic.to_string();
+    let cloud = coord.start();
+    // The dead address fails within the 2 s handshake timeout; a backoff
+    // would wait 120 s or more, past the patience below.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let edge = edge_on(
+        &coord,
+        dir.path(),
+        "f1",
+        &quic,
+        &[dead.clone(), quic.clone()],
+        None,
+    );
 
     edge.wait_until("a move past the dead address", 1, PATIENCE, |l| {
         l.contains("trying the next address")
@@ -60,4 +99,187 @@ fn an_edge_moves_past_a_dead_address_to_the_next_at_once() {
     });
     let f1 = coord.node("f1");
     assert_eq!(f1["online"], true, "{f1}");
+}
+
+/// The files that make a replica the same coordinator to its edges and its
+/// operators: the CA, the server identity, the stateless-reset key, the
+/// secrets key and the admin token (docs/operations.md, "Running replicas
+/// on PostgreSQL").
+const SHARED_FILES: &[&str] = &[
+    "ca.pem",
+    "ca-key.pem",
+    "server.pem",
+    "server-key.pem",
+    "quic-reset-key",
+    "secrets.key",
+    "admin-token",
+];
+
+/// A replica of the coordinator on the database at `url`, data under `dir`.
+fn replica(dir: &Path, url: &str) -> Coordinator {
+    Coordinator::new(dir)
+        .with_env("TIDEMILL_STORE__BACKEND", "postgres")
+        .with_env("TIDEMILL_STORE__URL", url)
+}
+
+/// Rows of `sql` on the database at `url`, through psql, as lines of
+/// `|`-separated columns.
+fn psql(url: &str, sql: &str) -> Vec<String> {
+    let out = Command::new("psql")
+        .args([url, "-At", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until job `id` ended on `coord`, and asserts that it succeeded.
+fn succeeded(coord: &Coordinator, id: u64) {
+    let deadline = Instant::now() + support::cluster::JOB_PATIENCE;
+    loop {
+        let job = coord.job(id);
+        if ["succeeded", "failed", "cancelled"].contains(&job["state"].as_str().unwrap()) {
+            assert_eq!(job["state"], "succeeded", "{job:#}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "job {id} did not end: {job:#}");
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
+    let Some(url) = pg_cluster::database() else {
+        return;
+    };
+    let dir = support::tempdir();
+    let a = replica(&dir.path().join("a"), &url);
+    let mut cloud_a = a.start();
+    cloud_a.wait_for(
+        "leading: this replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    // Adding a replica: the first one's shared files, then serve.
+    let b = replica(&dir.path().join("b"), &url);
+    std::fs::create_dir_all(&b.data_dir).unwrap();
+    for f in SHARED_FILES {
+        std::fs::copy(a.data_dir.join(f), b.data_dir.join(f)).unwrap();
+    }
+    let cloud_b = b.start();
+    cloud_b.wait_for(
+        "following: another replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    assert!(
+        b.http_get("/readyz").contains("follows"),
+        "{}",
+        b.http_get("/readyz")
+    );
+
+    let addresses = [a.quic.to_string(), b.quic.to_string()];
+    let nodes = ["r1", "r2", "r3"];
+    let trace = support::cluster::write_idle_trace(dir.path(), &nodes);
+    let _edges: Vec<Proc> = nodes
+        .iter()
+        .map(|n| edge_on(&a, dir.path(), n, &addresses[0], &addresses, Some(&trace)))
+        .collect();
+    cloud_a.wait_for("edge connected", 3, PATIENCE);
+    let long: Vec<u64> = (0..3)
+        .map(|i| a.submit(dir.path(), &format!("long{i}"), &["sleep", "6"]))
+        .collect();
+    let queued = a.submit(dir.path(), "queued", &["true"]);
+    cloud_a.wait_until("a job running", 1, PATIENCE, |l| {
+        l.contains("state=running")
+    });
+
+    let killed = Instant::now();
+    cloud_a.kill9();
+    cloud_b.wait_for(
+        "leading: this replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    let led = killed.elapsed();
+    eprintln!(
+        "replica b led {:.1} s after the leader was killed",
+        led.as_secs_f64()
+    );
+    assert!(led < Duration::from_secs(10), "took {led:?}");
+    cloud_b.wait_for("edge connected", 3, Duration::from_secs(35));
+    let moved = killed.elapsed();
+    eprintln!(
+        "every edge on replica b {:.1} s after the kill",
+        moved.as_secs_f64()
+    );
+    assert!(
+        b.http_get("/readyz").contains("leads"),
+        "{}",
+        b.http_get("/readyz")
+    );
+
+    // Replica a comes back and follows. Then b, the leader, is cut off from
+    // the database (paused past its lease): a leads, and b, resumed, stops
+    // assigning and follows.
+    let cloud_a = a.start();
+    cloud_a.wait_for(
+        "following: another replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    let paused = Instant::now();
+    signal(&cloud_b, Signal::SIGSTOP);
+    cloud_a.wait_for(
+        "leading: this replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    let led = paused.elapsed();
+    eprintln!(
+        "replica a led {:.1} s after the leader was paused",
+        led.as_secs_f64()
+    );
+    assert!(led < Duration::from_secs(10), "took {led:?}");
+    signal(&cloud_b, Signal::SIGCONT);
+    cloud_b.wait_until("the resumed replica to follow", 1, PATIENCE, |l| {
+        l.contains("following: another replica") && l.contains("epoch=3")
+    });
+    cloud_a.wait_for("edge connected", 3, Duration::from_secs(35));
+
+    // Scheduling goes on: what was running and queued ends, and a new job runs.
+    let after = a.submit(dir.path(), "after", &["true"]);
+    for id in long.iter().chain([&queued, &after]) {
+        succeeded(&a, *id);
+    }
+    // No job was assigned twice: each ran as exactly one task.
+    let tasks = psql(
+        &url,
+        "SELECT job_id, COUNT(*) FROM tasks GROUP BY job_id ORDER BY job_id",
+    );
+    assert_eq!(tasks.len(), 5, "{tasks:?}");
+    assert!(tasks.iter().all(|t| t.ends_with("|1")), "{tasks:?}");
+    // No acknowledged report is lost: each node's ledger runs 1, 2, 3, …
+    for node in ["r1", "r2", "r3"] {
+        let seqs: Vec<u64> = psql(
+            &url,
+            &format!("SELECT seq FROM reports WHERE node_id = '{node}' ORDER BY seq"),
+        )
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert!(!seqs.is_empty());
+        assert!(
+            seqs.iter().enumerate().all(|(i, s)| *s == i as u64 + 1),
+            "{node}: {seqs:?}"
+        );
+    }
 }

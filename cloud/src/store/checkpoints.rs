@@ -48,7 +48,7 @@ fn allowed(
 ) -> db::Result<bool> {
     tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.id = t.job_id
-            WHERE t.node_id = ?1 AND t.job_id = ?2 AND (?3 IS NULL OR t.id = ?3)
+            WHERE t.node_id = ?1 AND t.job_id = ?2 AND (CAST(?3 AS BIGINT) IS NULL OR t.id = ?3)
               AND j.state IN ('queued', 'running'))",
         params![node_id, job_id as i64, task_id.map(|t| t as i64)],
         |r| r.get(0),

@@ -256,7 +256,7 @@ impl Store {
             }
             for w in &plan.waiting {
                 tx.execute(
-                    "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS NOT ?2",
+                    "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS DISTINCT FROM ?2",
                     params![w.job_id as i64, w.reason],
                 )
                 .map_err(&err)?;

@@ -27,6 +27,7 @@ mod growth;
 mod history;
 mod identity;
 mod jobs;
+mod lease;
 mod nodes;
 mod outbox;
 #[cfg(test)]
@@ -45,6 +46,7 @@ mod trust;
 pub use checkpoints::TransferRecord;
 pub use history::PruneBefore;
 pub use identity::{ApiTokenRecord, CertRecord, CertStatus, JoinRefusal, TokenRecord};
+pub use lease::{Fence, Lead};
 pub use nodes::{ForecastView, IdleWindowView, LinkRecord, NodeRecord, devices};
 pub use outbox::Owed;
 pub use probes::ProbeBytes;
@@ -102,13 +104,14 @@ pub enum StoreError {
     /// secrets were sealed with.
     #[error(transparent)]
     Secrets(#[from] SecretError),
-    /// Another coordinator holds the PostgreSQL database.
+    /// This replica's lease passed to another replica: the round's writes
+    /// were refused, and it follows from now on.
     #[error(
-        "database {path} is in use by another tidemill-cloud: one coordinator uses a database at a time; stop the other one, or point this one at its own database with [store] url"
+        "this replica's lease on the scheduling rounds (epoch {epoch}) has passed to another replica, so the round's writes were refused; it follows the new leader"
     )]
-    InUse {
-        /// The database, without its password.
-        path: PathBuf,
+    Deposed {
+        /// The epoch it held.
+        epoch: i64,
     },
     /// A report came from a node that never said hello.
     #[error("node {0:?} sent a report before registering")]
@@ -148,12 +151,10 @@ pub struct Store {
     bounds: ReportBounds,
     /// Forecasts parsed by earlier rounds.
     forecasts: forecast_cache::ForecastCache,
+    /// The lease every write is fenced by while this replica applies a
+    /// round's plan ([`Store::set_fence`]).
+    fence: Option<Fence>,
 }
-
-/// The PostgreSQL advisory lock a coordinator holds on its database for as
-/// long as its session lasts ("TDML" again), so that a second one pointed at
-/// the same database refuses to start rather than schedule beside it.
-const PG_COORDINATOR_LOCK: i64 = 0x5444_4D4C;
 
 /// Connects to the database `cfg` names and migrates it; the path that
 /// names it in errors (PostgreSQL's URL without its password).
@@ -177,16 +178,6 @@ fn connect(data_dir: &Path, cfg: &StoreConfig) -> Result<(Connection, PathBuf), 
                 source,
             };
             let conn = Connection::postgres(&cfg.url, schema_pg::PG_MIGRATIONS).map_err(err)?;
-            let locked: bool = conn
-                .query_row(
-                    "SELECT pg_try_advisory_lock(?1)",
-                    [PG_COORDINATOR_LOCK],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            if !locked {
-                return Err(StoreError::InUse { path });
-            }
             Ok((conn, path))
         }
     }
@@ -216,6 +207,7 @@ impl Store {
             secrets,
             bounds: ReportBounds::default(),
             forecasts: Default::default(),
+            fence: None,
         })
     }
 
@@ -238,6 +230,9 @@ impl Store {
     ) -> Result<T, StoreError> {
         let err = self.sql_err();
         let tx = self.conn.transaction().map_err(&err)?;
+        if let Some(fence) = &self.fence {
+            lease::check(&tx, fence)?;
+        }
         let out = f(&tx)?;
         tx.commit().map_err(&err)?;
         Ok(out)

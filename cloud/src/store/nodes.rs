@@ -183,6 +183,34 @@ impl Store {
         })
     }
 
+    /// Records the address `node_id`'s edge connected from, where a
+    /// distributed job's rank 0 on it is reached: the replica holding its
+    /// session writes it, and the leading replica reads it
+    /// ([`Store::addresses`]).
+    pub fn set_address(&mut self, node_id: &str, address: &str) -> Result<(), StoreError> {
+        let err = self.sql_err();
+        self.conn
+            .execute(
+                "UPDATE nodes SET address = ?2 WHERE id = ?1",
+                params![node_id, address],
+            )
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// The address of each online node, by node id ([`Store::set_address`]).
+    pub fn addresses(&self) -> Result<super::Addresses, StoreError> {
+        let err = self.sql_err();
+        let rows = self
+            .conn
+            .prepare_cached(
+                "SELECT id, address FROM nodes WHERE online = 1 AND address IS NOT NULL",
+            )
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?))))
+            .map_err(&err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+
     /// Notes when a node was last heard from, for the offline grace period.
     pub fn touch(&mut self, node_id: &str, now_ms: i64) -> Result<(), StoreError> {
         let err = self.sql_err();

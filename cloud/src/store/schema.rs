@@ -263,4 +263,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX forecasts_by_issue ON forecasts (issued_ms);
 ",
+    // The address each node's edge last connected from, written by the
+    // replica holding its session, so that the leading replica can start
+    // rank 0 there; and the lease of the replica that runs the scheduling
+    // rounds, with its epoch, the fencing token of its writes
+    // (store::lease).
+    "
+    ALTER TABLE nodes ADD COLUMN address TEXT;
+    CREATE TABLE leader_lease (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        holder TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL
+    );
+",
 ];

@@ -7,9 +7,9 @@
 //! NOT NULLs, defaults, indexes and triggers), with the types mapped:
 //! INTEGER to BIGINT, REAL to DOUBLE PRECISION, BLOB to BYTEA, and
 //! `INTEGER PRIMARY KEY AUTOINCREMENT` to an identity column (which, like
-//! AUTOINCREMENT, never hands out an id twice). Unlike SQLite, which the
-//! store opens without `PRAGMA foreign_keys`, PostgreSQL enforces the
-//! REFERENCES clauses.
+//! AUTOINCREMENT, never hands out an id twice). Both enforce the REFERENCES
+//! clauses (SQLite is opened with `PRAGMA foreign_keys = ON`). Each later
+//! version is the same step as one of SQLite's, from its migration 20 on.
 //!
 //! It also creates the few SQLite functions the store's SQL calls, so that
 //! one SQL text serves both back ends:
@@ -30,7 +30,8 @@
 
 /// The migrations, oldest first; a database records how many it has applied,
 /// so new ones are only ever appended.
-pub(super) const PG_MIGRATIONS: &[&str] = &[r#"
+pub(super) const PG_MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE nodes (
         id TEXT PRIMARY KEY,
         capabilities TEXT NOT NULL,
@@ -250,4 +251,16 @@ pub(super) const PG_MIGRATIONS: &[&str] = &[r#"
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT LEAST(a, b) $$;
     CREATE FUNCTION min(a double precision, b double precision) RETURNS double precision
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT LEAST(a, b) $$;
-"#];
+"#,
+    // As SQLite's migration 20 (store::schema): nodes' addresses and the
+    // leader's lease.
+    r#"
+    ALTER TABLE nodes ADD COLUMN address TEXT;
+    CREATE TABLE leader_lease (
+        id BIGINT PRIMARY KEY CHECK (id = 1),
+        holder TEXT NOT NULL,
+        epoch BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL
+    );
+"#,
+];

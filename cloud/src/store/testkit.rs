@@ -38,6 +38,7 @@ impl TestDb {
             cfg: StoreConfig {
                 backend: StoreBackend::Postgres,
                 url: super::pg_cluster::database()?,
+                ..StoreConfig::default()
             },
         })
     }

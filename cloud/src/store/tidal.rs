@@ -221,7 +221,7 @@ impl Store {
                     Action::Pause if open > 0 => checkpoint(tx, job, reason).map_err(&err)?,
                     _ => {
                         tx.execute(
-                            "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS NOT ?2",
+                            "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued' AND reason IS DISTINCT FROM ?2",
                             params![job, reason],
                         )
                         .map_err(&err)?;

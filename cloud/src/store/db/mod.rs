@@ -314,7 +314,8 @@ pub struct Connection {
 
 enum Backend {
     Sqlite(rusqlite::Connection),
-    Postgres(pg::Client),
+    /// The client, and the URL to connect again with.
+    Postgres(pg::Client, String),
 }
 
 impl std::fmt::Debug for Connection {
@@ -336,7 +337,7 @@ impl Connection {
         let client = pg::Client::connect(url)?;
         client.migrate(migrations)?;
         Ok(Connection {
-            backend: Backend::Postgres(client),
+            backend: Backend::Postgres(client, url.to_string()),
         })
     }
 
@@ -344,7 +345,7 @@ impl Connection {
     pub fn as_sqlite_ref(&self) -> Option<&rusqlite::Connection> {
         match &self.backend {
             Backend::Sqlite(c) => Some(c),
-            Backend::Postgres(_) => None,
+            Backend::Postgres(..) => None,
         }
     }
 
@@ -352,17 +353,25 @@ impl Connection {
     pub fn as_sqlite(&mut self) -> Option<&mut rusqlite::Connection> {
         match &mut self.backend {
             Backend::Sqlite(c) => Some(c),
-            Backend::Postgres(_) => None,
+            Backend::Postgres(..) => None,
         }
     }
 
     /// Begins a transaction, committed by [`Transaction::commit`] and rolled
-    /// back when dropped without.
+    /// back when dropped without. On PostgreSQL a connection that no longer
+    /// takes a `BEGIN` (the server restarted, failed over, or ended the
+    /// session) is replaced by a new one first: between transactions, so
+    /// that no transaction's statements are split across two sessions.
     pub fn transaction(&mut self) -> Result<Transaction<'_>> {
         let backend = match &mut self.backend {
             Backend::Sqlite(c) => TxBackend::Sqlite(c.transaction()?),
-            Backend::Postgres(c) => {
-                c.batch("BEGIN")?;
+            Backend::Postgres(c, url) => {
+                if let Err(lost) = c.batch("BEGIN") {
+                    tracing::warn!(error = %lost, "PostgreSQL refused a BEGIN; connecting again");
+                    *c = pg::Client::connect(url)?;
+                    c.batch("BEGIN")?;
+                    tracing::info!("connected to PostgreSQL again");
+                }
                 TxBackend::Postgres(PgTx {
                     client: c,
                     open: true,
@@ -377,7 +386,7 @@ impl Query for Connection {
     fn handle(&self) -> Handle<'_> {
         match &self.backend {
             Backend::Sqlite(c) => Handle::Sqlite(c),
-            Backend::Postgres(c) => Handle::Postgres(c),
+            Backend::Postgres(c, _) => Handle::Postgres(c),
         }
     }
 }
@@ -427,5 +436,43 @@ impl Query for Transaction<'_> {
             TxBackend::Sqlite(tx) => Handle::Sqlite(tx),
             TxBackend::Postgres(tx) => Handle::Postgres(tx.client),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session the server ended (a restart, a failover, an operator's
+    /// `pg_terminate_backend`) is replaced at the next transaction.
+    #[test]
+    fn a_lost_postgres_session_is_replaced_at_the_next_transaction() {
+        let Some(url) = crate::store::pg_cluster::database() else {
+            return;
+        };
+        let mut conn = Connection::postgres(&url, &[]).unwrap();
+        let pid: i64 = conn
+            .query_row("SELECT pg_backend_pid()", [], |r| r.get(0))
+            .unwrap();
+        let other = Connection::postgres(&url, &[]).unwrap();
+        let ended: bool = other
+            .query_row(
+                "SELECT pg_terminate_backend(CAST(?1 AS INTEGER))",
+                [pid],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(ended);
+        assert!(
+            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
+                .is_err(),
+            "the session is gone"
+        );
+        let tx = conn.transaction().unwrap();
+        let again: i64 = tx
+            .query_row("SELECT pg_backend_pid()", [], |r| r.get(0))
+            .unwrap();
+        tx.commit().unwrap();
+        assert_ne!(again, pid, "a new session");
     }
 }
