@@ -45,6 +45,9 @@ pub struct Coordinator {
     pub wake: Notify,
     /// Whether this replica runs the scheduling rounds.
     pub leadership: crate::leadership::Leadership,
+    /// The session that wakes this replica when its edges are owed a
+    /// command.
+    pub owed_listener: crate::owed_listener::OwedListener,
     /// The configuration in force.
     pub cfg: CloudConfig,
     /// The coordinator's clock for plans, forecasts and records (accelerated in demos); network timeouts use the wall clock.
@@ -99,6 +102,7 @@ impl Coordinator {
             greeting: Mutex::new(HashMap::new()),
             probing: Mutex::new(probing::Pending::new()),
             wake: Notify::new(),
+            owed_listener: Default::default(),
             leadership: crate::leadership::Leadership::new(
                 cfg.store.replica_name(&cfg.data_dir),
                 std::time::Duration::from_secs_f64(cfg.store.lease_secs),

@@ -96,6 +96,9 @@ pub fn run(cfg: &CloudConfig, source: &str) -> Report {
 /// the database: SQLite run as root could leave root-owned journal files
 /// that the coordinator's user cannot open.
 fn store(report: &mut Report, cfg: &CloudConfig) {
+    if cfg.store.backend == crate::config::StoreBackend::Postgres {
+        return postgres_store(report, cfg);
+    }
     let path = cfg.data_dir.join(crate::store::DB_FILE);
     let meta = match std::fs::metadata(&path) {
         Ok(meta) => meta,
@@ -134,6 +137,50 @@ fn store(report: &mut Report, cfg: &CloudConfig) {
             "store",
             format!("{}: {e}", path.display()),
             "check the file's owner and the disk; restore the data dir from backup if the database is damaged",
+        ),
+    }
+}
+
+/// The PostgreSQL database answers, holds a schema this build knows, and
+/// takes a write transaction; says which replica leads.
+fn postgres_store(report: &mut Report, cfg: &CloudConfig) {
+    use crate::store::db::{Connection, Query};
+    let shown = tidemill_runtime::config_file::redact_url(&cfg.store.url);
+    let checked = Connection::postgres_as_is(&cfg.store.url).and_then(|mut conn| {
+        let version: i64 =
+            conn.query_row("SELECT version FROM tidemill_schema", [], |r| r.get(0))?;
+        let leader: Option<(String, i64)> = conn
+            .query_row(
+                "SELECT holder, epoch FROM leader_lease WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .ok();
+        conn.transaction()?.commit()?;
+        Ok((version, leader))
+    });
+    match checked {
+        Ok((version, _)) if version as usize > crate::store::PG_SCHEMA_VERSION => report.fail(
+            "store",
+            format!(
+                "PostgreSQL at {shown} has schema version {version}, newer than the {} this build knows",
+                crate::store::PG_SCHEMA_VERSION
+            ),
+            "run a newer tidemill-cloud, or restore a backup",
+        ),
+        Ok((version, leader)) => {
+            let leads = leader.map_or("no replica has led yet".to_string(), |(who, epoch)| {
+                format!("replica {who} holds the lease (epoch {epoch})")
+            });
+            report.ok(
+                "store",
+                format!("PostgreSQL at {shown} answers and takes writes (schema {version}); {leads}"),
+            );
+        }
+        Err(e) => report.fail(
+            "store",
+            format!("PostgreSQL at {shown}: {e}"),
+            "check [store] url (or TIDEMILL_STORE__URL), that the database runs and this host may reach it, and its password; start a coordinator once to create the schema",
         ),
     }
 }

@@ -28,6 +28,7 @@ pub mod leadership;
 pub mod lifecycle;
 pub mod local_admin;
 pub mod metrics;
+pub mod owed_listener;
 pub mod probing;
 pub mod rendezvous;
 pub mod report_checks;

@@ -43,6 +43,7 @@ pub async fn run(coord: Arc<Coordinator>) {
 /// One round: decide, deliver the commands owed, then prune history if
 /// due, so that upkeep never delays a decision's commands.
 pub async fn round(coord: &Arc<Coordinator>) -> Result<(), StoreError> {
+    crate::owed_listener::OwedListener::ensure(coord);
     let now = coord.clock.now_ms();
     let fence = coord.leadership.fence();
     if let Some(fence) = &fence {

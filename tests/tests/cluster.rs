@@ -5,9 +5,7 @@ use std::time::Instant;
 
 mod support;
 
-use support::{
-    Coordinator, PATIENCE, host_cores_and_memory, start_edge, stored_report_seqs, write_trace,
-};
+use support::{Coordinator, PATIENCE, host_cores_and_memory, start_edge, write_trace};
 
 const NODES: [&str; 3] = ["host", "r1", "r2"];
 
@@ -133,7 +131,7 @@ fn a_coordinator_killed_mid_run_loses_no_report_and_no_job_state() {
             },
         );
     }
-    for (node, last, seqs) in stored_report_seqs(&coord.data_dir) {
+    for (node, last, seqs) in coord.stored_report_seqs() {
         let expected: Vec<u64> = (1..=last).collect();
         assert_eq!(
             seqs, expected,

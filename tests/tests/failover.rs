@@ -8,9 +8,6 @@
 
 mod support;
 
-#[path = "../../cloud/src/store/pg_cluster.rs"]
-mod pg_cluster;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -122,23 +119,18 @@ fn replica(dir: &Path, url: &str) -> Coordinator {
         .with_env("TIDEMILL_STORE__URL", url)
 }
 
-/// Rows of `sql` on the database at `url`, through psql, as lines of
-/// `|`-separated columns.
-fn psql(url: &str, sql: &str) -> Vec<String> {
-    let out = Command::new("psql")
-        .args([url, "-At", "-c", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+/// `/readyz` once it answers 200 (a replica is ready after its first
+/// round), polled for at most [`PATIENCE`].
+fn readyz(coord: &Coordinator) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = coord.http_get("/readyz");
+        if answer.starts_with("HTTP/1.1 200") {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "never ready: {answer}");
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
 }
 
 /// Waits until job `id` ended on `coord`, and asserts that it succeeded.
@@ -157,7 +149,7 @@ fn succeeded(coord: &Coordinator, id: u64) {
 
 #[test]
 fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
-    let Some(url) = pg_cluster::database() else {
+    let Some(url) = support::pg_cluster::database() else {
         return;
     };
     let dir = support::tempdir();
@@ -180,11 +172,8 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
         1,
         PATIENCE,
     );
-    assert!(
-        b.http_get("/readyz").contains("follows"),
-        "{}",
-        b.http_get("/readyz")
-    );
+    let ready = readyz(&b);
+    assert!(ready.contains("follows"), "{ready}");
 
     let addresses = [a.quic.to_string(), b.quic.to_string()];
     let nodes = ["r1", "r2", "r3"];
@@ -221,11 +210,8 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
         "every edge on replica b {:.1} s after the kill",
         moved.as_secs_f64()
     );
-    assert!(
-        b.http_get("/readyz").contains("leads"),
-        "{}",
-        b.http_get("/readyz")
-    );
+    let ready = readyz(&b);
+    assert!(ready.contains("leads"), "{ready}");
 
     // Replica a comes back and follows. Then b, the leader, is cut off from
     // the database (paused past its lease): a leads, and b, resumed, stops
@@ -261,7 +247,7 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
         succeeded(&a, *id);
     }
     // No job was assigned twice: each ran as exactly one task.
-    let tasks = psql(
+    let tasks = support::psql(
         &url,
         "SELECT job_id, COUNT(*) FROM tasks GROUP BY job_id ORDER BY job_id",
     );
@@ -269,7 +255,7 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
     assert!(tasks.iter().all(|t| t.ends_with("|1")), "{tasks:?}");
     // No acknowledged report is lost: each node's ledger runs 1, 2, 3, …
     for node in ["r1", "r2", "r3"] {
-        let seqs: Vec<u64> = psql(
+        let seqs: Vec<u64> = support::psql(
             &url,
             &format!("SELECT seq FROM reports WHERE node_id = '{node}' ORDER BY seq"),
         )
@@ -282,4 +268,54 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
             "{node}: {seqs:?}"
         );
     }
+}
+
+/// A command for an edge held by a follower reaches it through the
+/// database: the leader's assignment raises a notification that wakes the
+/// follower, whose own round timer (10 minutes here) would be far too late.
+#[test]
+fn a_follower_delivers_the_leaders_assignment_to_its_edge_when_notified() {
+    let Some(url) = support::pg_cluster::database() else {
+        return;
+    };
+    let dir = support::tempdir();
+    let a = replica(&dir.path().join("a"), &url);
+    let cloud_a = a.start();
+    cloud_a.wait_for(
+        "leading: this replica runs the scheduling rounds",
+        1,
+        PATIENCE,
+    );
+    let b = replica(&dir.path().join("b"), &url).with_env("TIDEMILL_ROUND_INTERVAL_SECS", "600");
+    std::fs::create_dir_all(&b.data_dir).unwrap();
+    for f in SHARED_FILES {
+        std::fs::copy(a.data_dir.join(f), b.data_dir.join(f)).unwrap();
+    }
+    let cloud_b = b.start();
+    cloud_b.wait_for("listening for commands owed", 1, PATIENCE);
+    let trace = support::cluster::write_idle_trace(dir.path(), &["n1"]);
+    let only_b = [b.quic.to_string()];
+    let _edge = edge_on(
+        &a,
+        dir.path(),
+        "n1",
+        &a.quic.to_string(),
+        &only_b,
+        Some(&trace),
+    );
+    cloud_b.wait_until("a report from n1", 1, PATIENCE, |l| {
+        l.contains("report stored") && l.contains("n1")
+    });
+    let id = a.submit(dir.path(), "via-b", &["true"]);
+    cloud_b.wait_until("the assignment delivered by b", 1, PATIENCE, |l| {
+        l.contains("command delivered") && l.contains("node_id=n1")
+    });
+    succeeded(&a, id);
+    assert!(
+        !cloud_a
+            .log()
+            .iter()
+            .any(|l| l.contains("command delivered")),
+        "the leader holds no session of n1"
+    );
 }

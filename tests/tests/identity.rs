@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use rustls::pki_types::pem::PemObject;
-use support::{Coordinator, EDGE, PATIENCE, Proc, start_edge, stored_report_seqs, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, start_edge, write_trace};
 use tidemill_cloud::client::Client;
 
 /// Runs `tidemill-edge args…` to its end; returns whether it succeeded and
@@ -220,7 +220,8 @@ fn an_impostor_cannot_take_a_node_id() {
     let forecast_after = coord.cli(&["forecast", "e1", "--json"]);
     let method = |f: &str| serde_json::from_str::<serde_json::Value>(f).unwrap()["method"].clone();
     assert_eq!(method(&forecast_before), method(&forecast_after));
-    let (_, last, seqs) = stored_report_seqs(&coord.data_dir)
+    let (_, last, seqs) = coord
+        .stored_report_seqs()
         .into_iter()
         .find(|(id, ..)| id == "e1")
         .unwrap();

@@ -6,9 +6,6 @@
 
 mod support;
 
-#[path = "../../cloud/src/store/pg_cluster.rs"]
-mod pg_cluster;
-
 use std::process::Command;
 
 use support::{CLOUD, Coordinator, PATIENCE, Proc, start_edge};
@@ -36,7 +33,7 @@ fn password(url: &str) -> &str {
 
 #[test]
 fn a_coordinator_on_postgres_runs_jobs_and_keeps_them_through_a_crash() {
-    let Some(url) = pg_cluster::database() else {
+    let Some(url) = support::pg_cluster::database() else {
         return;
     };
     let dir = support::tempdir();
@@ -60,6 +57,27 @@ fn a_coordinator_on_postgres_runs_jobs_and_keeps_them_through_a_crash() {
         "{ready}"
     );
     assert!(!ready.contains(password(&url)), "the password in: {ready}");
+
+    // doctor checks the database, not a SQLite file, and shows no password.
+    let doctor = Command::new(CLOUD)
+        .args(["doctor", "--config"])
+        .arg(coord.data_dir.join("cloud.toml"))
+        .env("TIDEMILL_STORE__BACKEND", "postgres")
+        .env("TIDEMILL_STORE__URL", &url)
+        .env("TIDEMILL_DATA_DIR", &coord.data_dir)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&doctor.stdout).into_owned()
+        + &String::from_utf8_lossy(&doctor.stderr);
+    assert!(
+        report.contains("answers and takes writes (schema 3)")
+            && report.contains("holds the lease (epoch 1)"),
+        "{report}"
+    );
+    assert!(
+        !report.contains(password(&url)),
+        "the password in: {report}"
+    );
 
     // A crash loses nothing that was committed.
     cloud.kill9();

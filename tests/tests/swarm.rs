@@ -6,7 +6,7 @@ mod support;
 
 use std::sync::atomic::Ordering;
 
-use support::{Coordinator, PATIENCE, stored_report_seqs};
+use support::{Coordinator, PATIENCE};
 use tidemill_sim::swarm::{self, Args};
 
 const EDGES: usize = 20;
@@ -49,7 +49,7 @@ fn a_swarm_survives_a_coordinator_crash_without_losing_a_report() {
         seen += 1;
         cloud.wait_until("another stored report", seen, PATIENCE, stored);
     }
-    let nodes = stored_report_seqs(&coord.data_dir);
+    let nodes = coord.stored_report_seqs();
     assert_eq!(nodes.len(), EDGES, "{nodes:?}");
     for (id, last, seqs) in nodes {
         let expected: Vec<u64> = (1..=last).collect();

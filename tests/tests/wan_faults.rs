@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Coordinator, EDGE, PATIENCE, Proc, rss_kib, stored_report_seqs, write_trace};
+use support::{Coordinator, EDGE, PATIENCE, Proc, rss_kib, write_trace};
 use tidemill_sim::wan::impair::PathSwitch;
 use tidemill_sim::wan::relay::Relay;
 use tidemill_sim::wan::scenario::{Flap, Impairment, PathSpec};
@@ -123,7 +123,8 @@ fn journaled(dir: &Path, node: &str) -> u64 {
 /// Asserts that the coordinator stored every report of `node` from 1 to at
 /// least `upto`, with no gap, and logged no gap.
 fn no_report_lost(coord: &Coordinator, cloud: &Proc, node: &str, upto: u64) {
-    let (_, last, seqs) = stored_report_seqs(&coord.data_dir)
+    let (_, last, seqs) = coord
+        .stored_report_seqs()
         .into_iter()
         .find(|(id, ..)| id == node)
         .unwrap_or_else(|| panic!("no reports from {node}"));

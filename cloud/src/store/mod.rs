@@ -54,6 +54,9 @@ pub use reports::{Applied, Batch, ReportKind};
 pub use tidal::{Addresses, PlannedJob};
 pub use trust::{Acceptance, ClaimRefusal, NodeTrust, TakenBack};
 
+/// The PostgreSQL schema version this build migrates to.
+pub const PG_SCHEMA_VERSION: usize = schema_pg::PG_MIGRATIONS.len();
+
 /// The database file inside the data dir.
 pub const DB_FILE: &str = "tidemill.db";
 

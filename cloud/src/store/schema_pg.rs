@@ -8,8 +8,9 @@
 //! INTEGER to BIGINT, REAL to DOUBLE PRECISION, BLOB to BYTEA, and
 //! `INTEGER PRIMARY KEY AUTOINCREMENT` to an identity column (which, like
 //! AUTOINCREMENT, never hands out an id twice). Both enforce the REFERENCES
-//! clauses (SQLite is opened with `PRAGMA foreign_keys = ON`). Each later
-//! version is the same step as one of SQLite's, from its migration 20 on.
+//! clauses (SQLite is opened with `PRAGMA foreign_keys = ON`). Later
+//! versions repeat SQLite's later steps, or add what only PostgreSQL has
+//! (the notifications replicas wake on); each says which.
 //!
 //! It also creates the few SQLite functions the store's SQL calls, so that
 //! one SQL text serves both back ends:
@@ -262,5 +263,20 @@ pub(super) const PG_MIGRATIONS: &[&str] = &[
         epoch BIGINT NOT NULL,
         expires_ms BIGINT NOT NULL
     );
+"#,
+    // PostgreSQL only: a NOTIFY on `tidemill_owed` whenever a write may
+    // change what edges are owed (store::outbox), so that the replica
+    // holding an edge's session delivers at once (crate::owed_listener).
+    r#"
+    CREATE FUNCTION tidemill_notify_owed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('tidemill_owed', '');
+        RETURN NULL;
+    END;
+    $$;
+    CREATE TRIGGER tasks_notify_owed AFTER INSERT OR UPDATE ON tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION tidemill_notify_owed();
+    CREATE TRIGGER jobs_notify_owed AFTER UPDATE OF cancel_requested ON jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION tidemill_notify_owed();
 "#,
 ];

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+#[path = "../../../cloud/src/store/pg_cluster.rs"]
+pub mod pg_cluster;
 pub mod process;
 pub mod rogue;
 pub mod trainer;
@@ -50,10 +52,23 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// Addresses on free loopback ports, data under `dir`.
+    /// Addresses on free loopback ports, data under `dir`. With
+    /// `TIDEMILL_TEST_STORE=postgres` in the environment, its store is a
+    /// fresh database on the throwaway PostgreSQL cluster, so that the
+    /// whole suite can be run against that back end.
     pub fn new(dir: &Path) -> Self {
         let quic: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        Coordinator::at(quic, dir)
+        let coord = Coordinator::at(quic, dir);
+        match std::env::var("TIDEMILL_TEST_STORE").as_deref() {
+            Ok("postgres") => {
+                let url =
+                    pg_cluster::database().expect("TIDEMILL_TEST_STORE=postgres needs PostgreSQL");
+                coord
+                    .with_env("TIDEMILL_STORE__BACKEND", "postgres")
+                    .with_env("TIDEMILL_STORE__URL", &url)
+            }
+            _ => coord,
+        }
     }
 
     /// Edges at `quic`, the API on a free loopback port, data under `dir`.
@@ -192,6 +207,12 @@ impl Coordinator {
     /// The coordinator's event log for job `id`, oldest first: the reasons a
     /// job had, even those a later round replaced.
     pub fn job_events(&self, id: u64) -> Vec<String> {
+        if let Some(url) = self.postgres_url() {
+            return psql(
+                &url,
+                &format!("SELECT detail FROM events WHERE job_id = {id} ORDER BY id"),
+            );
+        }
         let db = rusqlite::Connection::open(self.data_dir.join("tidemill.db")).unwrap();
         db.prepare("SELECT detail FROM events WHERE job_id = ?1 ORDER BY id")
             .unwrap()
@@ -199,6 +220,39 @@ impl Coordinator {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap()
+    }
+
+    /// The PostgreSQL database its store is on, if it is on one.
+    pub fn postgres_url(&self) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == "TIDEMILL_STORE__URL")
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The report sequence numbers stored for each node, as
+    /// [`stored_report_seqs`] reads them, on either back end (on
+    /// PostgreSQL in one statement, so one snapshot).
+    pub fn stored_report_seqs(&self) -> Vec<(String, u64, Vec<u64>)> {
+        let Some(url) = self.postgres_url() else {
+            return stored_report_seqs(&self.data_dir);
+        };
+        let rows = psql(
+            &url,
+            "SELECT n.id, n.last_seq, r.seq FROM nodes n LEFT JOIN reports r ON r.node_id = n.id
+             ORDER BY n.id, r.seq",
+        );
+        let mut out: Vec<(String, u64, Vec<u64>)> = Vec::new();
+        for row in rows {
+            let cols: Vec<&str> = row.split('|').collect();
+            if out.last().is_none_or(|(id, _, _)| id != cols[0]) {
+                out.push((cols[0].to_string(), cols[1].parse().unwrap(), Vec::new()));
+            }
+            if let Ok(seq) = cols[2].parse() {
+                out.last_mut().unwrap().2.push(seq);
+            }
+        }
+        out
     }
 
     /// The CA certificate of the coordinator.
@@ -417,6 +471,25 @@ pub fn host_cores_and_memory() -> (u64, u64) {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("MemTotal in /proc/meminfo");
     (cores, kib * 1024)
+}
+
+/// Rows of `sql` on the PostgreSQL database at `url`, through psql, each as
+/// its `|`-separated columns.
+pub fn psql(url: &str, sql: &str) -> Vec<String> {
+    let out = Command::new("psql")
+        .args([url, "-At", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The report sequence numbers stored for each node, read from the coordinator's

@@ -307,6 +307,36 @@ impl Query for Handle<'_> {
     }
 }
 
+/// A PostgreSQL session that listens on a channel: each `NOTIFY` on it
+/// calls the function it was started with, on the session's own thread.
+pub struct Listener {
+    client: pg::Client,
+}
+
+impl Listener {
+    /// Connects to `url` and listens on `channel` (an SQL identifier).
+    pub fn start(
+        url: &str,
+        channel: &str,
+        on_notice: impl Fn() + Send + Sync + 'static,
+    ) -> Result<Self> {
+        let client = pg::Client::connect_with(url, Some(std::sync::Arc::new(on_notice)))?;
+        client.batch(&format!("LISTEN {channel}"))?;
+        Ok(Listener { client })
+    }
+
+    /// Whether the session still stands (else nothing more is heard).
+    pub fn alive(&self) -> bool {
+        self.client.alive()
+    }
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Listener(alive: {})", self.alive())
+    }
+}
+
 /// A connection to the store's database.
 pub struct Connection {
     backend: Backend,
@@ -334,10 +364,17 @@ impl Connection {
 
     /// Connects to PostgreSQL at `url` and applies the `migrations` it lacks.
     pub fn postgres(url: &str, migrations: &[&str]) -> Result<Self> {
-        let client = pg::Client::connect(url)?;
-        client.migrate(migrations)?;
+        let conn = Self::postgres_as_is(url)?;
+        if let Backend::Postgres(client, _) = &conn.backend {
+            client.migrate(migrations)?;
+        }
+        Ok(conn)
+    }
+
+    /// Connects to PostgreSQL at `url` and changes nothing (`doctor`).
+    pub fn postgres_as_is(url: &str) -> Result<Self> {
         Ok(Connection {
-            backend: Backend::Postgres(client, url.to_string()),
+            backend: Backend::Postgres(pg::Client::connect(url)?, url.to_string()),
         })
     }
 

@@ -28,13 +28,14 @@
 mod wire;
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Config, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Config, NoTls, Statement};
 
 use super::{Error, Result, Value, ValueRef};
 use wire::{Param, describe, from_driver, translate};
@@ -65,6 +66,8 @@ const MIGRATION_LOCK: i64 = 0x7469_6465_6d69_6c6c;
 /// A connection to PostgreSQL, served by a thread of its own.
 pub struct Client {
     requests: UnboundedSender<Request>,
+    /// Cleared when the connection ends.
+    alive: Arc<AtomicBool>,
 }
 
 enum Op {
@@ -103,15 +106,23 @@ impl Client {
     /// Connects to the database at `url` (the module documentation lists
     /// the options), waiting at most [`ANSWER_WAIT`].
     pub(super) fn connect(url: &str) -> Result<Client> {
+        Self::connect_with(url, None)
+    }
+
+    /// [`Client::connect`], passing each notification the connection
+    /// receives (after a `LISTEN`) to `on_notice`.
+    pub(super) fn connect_with(url: &str, on_notice: Option<OnNotice>) -> Result<Client> {
         let config = configure(url)?;
         let (requests, inbox) = unbounded_channel();
         let (ready, connected) = mpsc::sync_channel(1);
+        let alive = Arc::new(AtomicBool::new(true));
+        let watched = alive.clone();
         std::thread::Builder::new()
             .name("tidemill-pg".into())
-            .spawn(move || drive(config, inbox, ready))
+            .spawn(move || drive(config, inbox, ready, on_notice, watched))
             .map_err(|e| error(None, format!("cannot start the connection's thread: {e}")))?;
         match connected.recv_timeout(ANSWER_WAIT) {
-            Ok(outcome) => outcome.map(|()| Client { requests }),
+            Ok(outcome) => outcome.map(|()| Client { requests, alive }),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(error(
                 None,
                 format!("no connection within {} s", ANSWER_WAIT.as_secs()),
@@ -197,6 +208,11 @@ impl Client {
         self.call(Op::Query, sql, params).map(|o| o.rows)
     }
 
+    /// Whether the connection still stands.
+    pub(super) fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
     /// Runs statements with no parameters, separated by `;`.
     pub(super) fn batch(&self, sql: &str) -> Result<()> {
         self.call(Op::Batch, sql, &[]).map(|_| ())
@@ -262,20 +278,50 @@ fn tls_config() -> Result<rustls::ClientConfig> {
 }
 
 /// Connects, and spawns the connection's task on the current runtime.
-async fn open(config: &Config) -> Result<tokio_postgres::Client> {
-    async fn watch(connection: impl Future<Output = Result<(), tokio_postgres::Error>>) {
-        if let Err(e) = connection.await {
-            tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));
+/// Called for each `NOTIFY` on a channel the connection listens on.
+pub(super) type OnNotice = Arc<dyn Fn() + Send + Sync>;
+
+/// Connects, and spawns the task that drives the connection on the current
+/// runtime: it passes each notification to `on_notice`, and clears `alive`
+/// when the connection ends.
+async fn open(
+    config: &Config,
+    on_notice: Option<OnNotice>,
+    alive: Arc<AtomicBool>,
+) -> Result<tokio_postgres::Client> {
+    async fn watch<S, T>(
+        mut connection: tokio_postgres::Connection<S, T>,
+        on_notice: Option<OnNotice>,
+        alive: Arc<AtomicBool>,
+    ) where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(_))) => {
+                    if let Some(on) = &on_notice {
+                        on();
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));
+                    break;
+                }
+                None => break,
+            }
         }
+        alive.store(false, Ordering::Relaxed);
     }
     let client = if config.get_ssl_mode() == SslMode::Disable {
         let (client, connection) = config.connect(NoTls).await.map_err(from_driver)?;
-        tokio::spawn(watch(connection));
+        tokio::spawn(watch(connection, on_notice, alive));
         client
     } else {
         let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config()?);
         let (client, connection) = config.connect(tls).await.map_err(from_driver)?;
-        tokio::spawn(watch(connection));
+        tokio::spawn(watch(connection, on_notice, alive));
         client
     };
     Ok(client)
@@ -287,6 +333,8 @@ fn drive(
     config: Config,
     mut inbox: UnboundedReceiver<Request>,
     ready: mpsc::SyncSender<Result<()>>,
+    on_notice: Option<OnNotice>,
+    alive: Arc<AtomicBool>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -302,7 +350,8 @@ fn drive(
         }
     };
     runtime.block_on(async move {
-        let client = match tokio::time::timeout(STATEMENT_LIMIT, open(&config)).await {
+        let opened = open(&config, on_notice, alive);
+        let client = match tokio::time::timeout(STATEMENT_LIMIT, opened).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
                 let _ = ready.send(Err(e));
