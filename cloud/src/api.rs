@@ -24,8 +24,8 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/livez", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/readyz", get(crate::api_ops::readyz))
+        .route("/metrics", get(crate::api_ops::metrics))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{id}/forecast", get(node_forecast))
         .route("/v1/links", get(links))
@@ -56,6 +56,7 @@ pub fn router(coord: Arc<Coordinator>) -> Router {
         .route("/v1/api-tokens/{id}/revoke", post(revoke_api_token))
         .route("/v1/ca", get(ca_status))
         .route("/v1/ca/rotate", post(rotate_ca))
+        .route("/v1/leadership/step-down", post(crate::api_ops::step_down))
         .layer(axum::middleware::from_fn_with_state(
             coord.clone(),
             crate::auth::authenticate,
@@ -554,31 +555,4 @@ async fn rotate_ca(
             };
             Failure(status, e.to_string())
         })
-}
-
-/// Ready when the store answers and a scheduling round finished recently; a
-/// 503 says why not.
-async fn readyz(State(c): State<Arc<Coordinator>>) -> Response {
-    match c.not_ready() {
-        None => format!("ok: {}\n", c.leadership.describe()).into_response(),
-        Some(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {why}\n"),
-        )
-            .into_response(),
-    }
-}
-
-/// Prometheus text exposition (format 0.0.4) of [`crate::metrics`].
-async fn metrics(State(c): State<Arc<Coordinator>>) -> Result<Response, Failure> {
-    let connected = c.connected().len();
-    let text = c.metrics.scrape(&c.store.lock().unwrap(), connected)?;
-    Ok((
-        [(
-            axum::http::header::CONTENT_TYPE,
-            tidemill_runtime::metrics::CONTENT_TYPE,
-        )],
-        text,
-    )
-        .into_response())
 }

@@ -142,7 +142,7 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Result<Option<&str>, Bad
 /// The scope a request needs: `None` for the health check, which anyone may
 /// read.
 fn needed(method: &Method, path: &str) -> Option<Scope> {
-    let admin_paths = ["/v1/tokens", "/v1/api-tokens", "/v1/ca"];
+    let admin_paths = ["/v1/tokens", "/v1/api-tokens", "/v1/ca", "/v1/leadership"];
     if ["/healthz", "/livez", "/readyz"].contains(&path) {
         None
     } else if admin_paths.iter().any(|p| path.starts_with(p))
@@ -246,6 +246,10 @@ mod tests {
         );
         assert_eq!(
             needed(&Method::POST, "/v1/nodes/e1/drain"),
+            Some(Scope::Admin)
+        );
+        assert_eq!(
+            needed(&Method::POST, "/v1/leadership/step-down"),
             Some(Scope::Admin)
         );
         assert_eq!(

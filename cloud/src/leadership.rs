@@ -43,6 +43,8 @@ pub struct Leadership {
     replica: String,
     lease: Duration,
     role: Mutex<Role>,
+    /// Until when this replica stands aside after stepping down.
+    aside_until: Mutex<Option<Instant>>,
 }
 
 impl Leadership {
@@ -54,6 +56,7 @@ impl Leadership {
             role: Mutex::new(Role::Unsure {
                 why: "it has not asked the database for the lease yet".into(),
             }),
+            aside_until: Mutex::new(None),
         }
     }
 
@@ -61,6 +64,19 @@ impl Leadership {
     /// change of role.
     pub fn renew(&self, store: &Mutex<Store>) {
         let asked = Instant::now();
+        let aside = self.aside_until.lock().unwrap().is_some_and(|t| asked < t);
+        if aside {
+            let role = match store.lock().unwrap().leader() {
+                Ok(Some((holder, epoch))) => Role::Follower { holder, epoch },
+                Ok(None) => Role::Unsure {
+                    why: "it stepped down, and stands aside for a lease".into(),
+                },
+                Err(e) => Role::Unsure {
+                    why: format!("the database did not answer: {e}"),
+                },
+            };
+            return self.set(role);
+        }
         let answer = store
             .lock()
             .unwrap()
@@ -76,6 +92,27 @@ impl Leadership {
             },
         };
         self.set(role);
+    }
+
+    /// Gives the lease up if this replica holds it, and stands aside for a
+    /// lease so that another replica takes it (an operator's step-down,
+    /// before maintenance). The epoch given up; `None` when it did not lead.
+    pub fn step_down(&self, store: &Mutex<Store>) -> Result<Option<i64>, crate::store::StoreError> {
+        let Some(fence) = self.fence() else {
+            return Ok(None);
+        };
+        *self.aside_until.lock().unwrap() = Some(Instant::now() + self.lease);
+        self.set(Role::Unsure {
+            why: "it stepped down, and stands aside for a lease".into(),
+        });
+        store.lock().unwrap().resign(&fence)?;
+        tracing::info!(replica = %self.replica, epoch = fence.epoch, "stepped down: another replica takes the lease");
+        Ok(Some(fence.epoch))
+    }
+
+    /// This replica's name.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     /// Records that the lease was lost (a fenced write was refused).

@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod api_ops;
 pub mod api_trust;
 pub mod auth;
 pub mod budget;

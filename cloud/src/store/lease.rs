@@ -91,6 +91,42 @@ impl Store {
         answer
     }
 
+    /// Gives up `fence`'s lease at once (an operator's step-down), so that
+    /// another replica takes it at its next renewal; `false` when `fence`
+    /// no longer held it.
+    pub fn resign(&mut self, fence: &Fence) -> Result<bool, StoreError> {
+        let err = self.sql_err();
+        let now = now_sql(self.conn.dialect());
+        let gone = self
+            .conn
+            .execute(
+                &format!(
+                    "UPDATE leader_lease SET expires_ms = {now} - 1
+                     WHERE id = 1 AND holder = ?1 AND epoch = ?2"
+                ),
+                super::db::params![fence.replica, fence.epoch],
+            )
+            .map_err(err)?;
+        Ok(gone == 1)
+    }
+
+    /// Who holds the lease, without asking for it; `None` when nobody has
+    /// or it has expired.
+    pub fn leader(&self) -> Result<Option<(String, i64)>, StoreError> {
+        let err = self.sql_err();
+        let now = now_sql(self.conn.dialect());
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT holder, epoch FROM leader_lease WHERE id = 1 AND expires_ms >= {now}"
+                ),
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(err)
+    }
+
     /// Fences this store's writes by `fence` (a round's, while this
     /// replica leads), or lifts the fence (`None`).
     pub fn set_fence(&mut self, fence: Option<Fence>) {
