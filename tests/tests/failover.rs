@@ -98,6 +98,17 @@ fn an_edge_moves_past_a_dead_address_to_the_next_at_once() {
     assert_eq!(f1["online"], true, "{f1}");
 }
 
+/// What a replica logs when it takes the lease, and when another holds it.
+const LEADING: &str = "leading: this replica runs the scheduling rounds";
+const FOLLOWING: &str = "following: another replica runs the scheduling rounds";
+
+/// Starts replica `a` and waits until it leads.
+fn start_leading(a: &Coordinator) -> Proc {
+    let cloud = a.start();
+    cloud.wait_for(LEADING, 1, PATIENCE);
+    cloud
+}
+
 /// The files that make a replica the same coordinator to its edges and its
 /// operators: the CA, the server identity, the stateless-reset key, the
 /// secrets key and the admin token (docs/operations.md, "Running replicas
@@ -164,19 +175,10 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
     };
     let dir = support::tempdir();
     let a = replica(&dir.path().join("a"), &url);
-    let mut cloud_a = a.start();
-    cloud_a.wait_for(
-        "leading: this replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    let mut cloud_a = start_leading(&a);
     let b = replica(&dir.path().join("b"), &url);
     let cloud_b = start_beside(&a, &b);
-    cloud_b.wait_for(
-        "following: another replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    cloud_b.wait_for(FOLLOWING, 1, PATIENCE);
     let ready = readyz(&b);
     assert!(ready.contains("follows"), "{ready}");
 
@@ -198,11 +200,7 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
 
     let killed = Instant::now();
     cloud_a.kill9();
-    cloud_b.wait_for(
-        "leading: this replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    cloud_b.wait_for(LEADING, 1, PATIENCE);
     let led = killed.elapsed();
     eprintln!(
         "replica b led {:.1} s after the leader was killed",
@@ -222,18 +220,10 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
     // the database (paused past its lease): a leads, and b, resumed, stops
     // assigning and follows.
     let cloud_a = a.start();
-    cloud_a.wait_for(
-        "following: another replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    cloud_a.wait_for(FOLLOWING, 1, PATIENCE);
     let paused = Instant::now();
     signal(&cloud_b, Signal::SIGSTOP);
-    cloud_a.wait_for(
-        "leading: this replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    cloud_a.wait_for(LEADING, 1, PATIENCE);
     let led = paused.elapsed();
     eprintln!(
         "replica a led {:.1} s after the leader was paused",
@@ -285,12 +275,7 @@ fn a_follower_delivers_the_leaders_assignment_to_its_edge_when_notified() {
     };
     let dir = support::tempdir();
     let a = replica(&dir.path().join("a"), &url);
-    let cloud_a = a.start();
-    cloud_a.wait_for(
-        "leading: this replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    let cloud_a = start_leading(&a);
     let b = replica(&dir.path().join("b"), &url).with_env("TIDEMILL_ROUND_INTERVAL_SECS", "600");
     let cloud_b = start_beside(&a, &b);
     cloud_b.wait_for("listening for commands owed", 1, PATIENCE);
@@ -332,12 +317,7 @@ fn twenty_leader_changes_lose_no_job_and_assign_none_twice() {
     };
     let dir = support::tempdir();
     let a = replica(&dir.path().join("a"), &url).with_env("TIDEMILL_STORE__LEASE_SECS", "2");
-    let cloud_a = a.start();
-    cloud_a.wait_for(
-        "leading: this replica runs the scheduling rounds",
-        1,
-        PATIENCE,
-    );
+    let cloud_a = start_leading(&a);
     let b = replica(&dir.path().join("b"), &url).with_env("TIDEMILL_STORE__LEASE_SECS", "2");
     let cloud_b = start_beside(&a, &b);
     let addresses = [a.quic.to_string(), b.quic.to_string()];
@@ -363,11 +343,7 @@ fn twenty_leader_changes_lose_no_job_and_assign_none_twice() {
                 .request("POST", "/v1/leadership/step-down", Some(&admin), b"");
         assert_eq!(status, 200, "change {change}: {body}");
         led[next] += 1;
-        replicas[next].1.wait_for(
-            "leading: this replica runs the scheduling rounds",
-            led[next],
-            PATIENCE,
-        );
+        replicas[next].1.wait_for(LEADING, led[next], PATIENCE);
     }
     let took = started.elapsed();
     eprintln!("20 leader changes in {:.1} s", took.as_secs_f64());

@@ -2,20 +2,22 @@
 //! check that runs by default (it writes 1 209 600 samples). Run it with
 //!
 //! ```sh
-//! cargo test -p tidemill-cloud --lib store::growth -- --ignored --nocapture
+//! cargo test -p tidemill-cloud --lib store::growth -- --ignored --nocapture --test-threads 1
 //! ```
 //!
 //! It fills a store through the same calls the coordinator makes (register,
 //! apply_reports, the hourly prune) with edges reporting at `configs/edge.toml`'s
 //! defaults, once keeping raw samples for the whole run (as before
-//! `raw_sample_hours`) and once for 48 h, and prints the pages in use per
-//! edge at the end of each day, by table.
+//! `raw_sample_hours`) and once for 48 h, and prints the bytes in use per
+//! edge at the end of each day, by table: on SQLite and on PostgreSQL (a
+//! throwaway cluster; SKIPPED without one).
 
 use std::collections::BTreeMap;
 
 use tidemill_proto::{LinkSample, Report, ReportBody, Sample};
 
-use super::testkit::hello;
+use super::db::Query;
+use super::testkit::{TestDb, hello};
 use super::{PruneBefore, Store};
 
 /// Edges reporting.
@@ -86,13 +88,36 @@ fn hour(edge: usize, from_ms: i64, seq: &mut u64) -> Vec<Report> {
     out
 }
 
+/// Bytes in use, in all and by table: on PostgreSQL each table's size with
+/// its indexes and TOAST after a `VACUUM FULL` (which returns the space
+/// deleted rows held), on SQLite [`sqlite_in_use`].
+fn in_use(store: &Store) -> Day {
+    if store.conn.as_sqlite_ref().is_some() {
+        return sqlite_in_use(store);
+    }
+    store.conn.execute_batch("VACUUM FULL").unwrap();
+    let tables: BTreeMap<String, i64> = store
+        .conn
+        .prepare(
+            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relkind = 'r'",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    Day {
+        total: tables.values().sum(),
+        tables,
+    }
+}
+
 /// Pages in use (the file's pages less its free list, after a WAL
 /// checkpoint), in bytes, in all and by table or index.
-fn in_use(store: &Store) -> Day {
-    let c = store
-        .conn
-        .as_sqlite_ref()
-        .expect("the growth measurement runs on SQLite");
+fn sqlite_in_use(store: &Store) -> Day {
+    let c = store.conn.as_sqlite_ref().expect("a SQLite store");
     c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
     let pragma = |name: &str| -> i64 { c.pragma_query_value(None, name, |r| r.get(0)).unwrap() };
     let total = (pragma("page_count") - pragma("freelist_count")) * pragma("page_size");
@@ -108,9 +133,8 @@ fn in_use(store: &Store) -> Day {
 
 /// Fills a store for [`DAYS`] with raw samples kept `raw_h` hours and
 /// returns the bytes in use at the end of each day.
-fn fill(raw_h: i64) -> Vec<Day> {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path()).unwrap();
+fn fill(db: &TestDb, raw_h: i64) -> Vec<Day> {
+    let mut store = db.open();
     let ids: Vec<String> = (1..=EDGES).map(|i| format!("edge-{i:05}")).collect();
     for id in &ids {
         store.register(&hello(id), START_MS).unwrap();
@@ -154,14 +178,33 @@ fn report(name: &str, days: &[Day]) -> i64 {
     growth
 }
 
-#[test]
-#[ignore = "a measurement: about a minute; run with --ignored --nocapture"]
-fn bytes_per_edge_per_day_before_and_after_downsampling() {
-    let before = report("raw samples kept 14 days (before)", &fill(RETENTION_H));
-    let after = report("raw samples kept 48 h (raw_sample_hours)", &fill(48));
+/// Measures on the databases `db` makes, one per fill.
+fn before_and_after(backend: &str, db: impl Fn() -> TestDb) {
+    let before = report(
+        &format!("{backend}, raw samples kept 14 days (before)"),
+        &fill(&db(), RETENTION_H),
+    );
+    let after = report(
+        &format!("{backend}, raw samples kept 48 h (raw_sample_hours)"),
+        &fill(&db(), 48),
+    );
     assert!(
         after <= 100_000,
         "past the raw window the store grows {after} bytes per edge per day, over the 100 KB target"
     );
     assert!(after < before / 10, "{after} against {before}");
+}
+
+#[test]
+#[ignore = "a measurement: about a minute; run with --ignored --nocapture"]
+fn bytes_per_edge_per_day_before_and_after_downsampling_on_sqlite() {
+    before_and_after("SQLite", TestDb::sqlite);
+}
+
+#[test]
+#[ignore = "a measurement: a few minutes; run with --ignored --nocapture"]
+fn bytes_per_edge_per_day_before_and_after_downsampling_on_postgres() {
+    if TestDb::postgres().is_some() {
+        before_and_after("PostgreSQL", || TestDb::postgres().unwrap());
+    }
 }
