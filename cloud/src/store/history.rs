@@ -116,7 +116,7 @@ fn downsample(
 
 #[cfg(test)]
 mod tests {
-    use crate::store::testkit::on_both_backends;
+    use crate::store::testkit::{TestDb, on_both_backends};
     use tidemill_proto::{Report, ReportBody, Sample};
 
     use super::*;
@@ -206,13 +206,12 @@ mod tests {
     }
 
     /// A store with node n1 and the samples of [`RAW`], received at 2 000 s.
-    fn filled() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
+    fn filled(db: &TestDb) -> Store {
+        let mut store = db.open();
         store.register(&hello("n1"), 0).unwrap();
         let reports: Vec<Report> = (1..).zip(RAW).map(|(seq, s)| report(seq, s)).collect();
         store.apply_reports("n1", &reports, 2_000_000).unwrap();
-        (dir, store)
+        store
     }
 
     /// The cutoffs for keeping raw samples from `raw_ms` on and nothing
@@ -250,74 +249,78 @@ mod tests {
         ]
     }
 
-    #[test]
-    fn samples_past_the_raw_window_become_their_slots_sums_counts_and_maxima() {
-        let (_dir, mut store) = filled();
-        // The window starts inside the third slot: that slot stays raw whole.
-        store.prune(raw_from(1_900_000)).unwrap();
-        assert_eq!(slots(&store, "n1"), by_hand());
-        assert_eq!(raw_times(&store, "n1"), vec![1_800_000]);
-        // The per-slot mean is the mean of the raw samples in the slot as the
-        // forecaster numbers slots (t_ms / slot length).
-        let slot0 = &slots(&store, "n1")[0];
-        let raw_mean = RAW
-            .iter()
-            .filter(|s| s.0.div_euclid(SLOT_MS) == 0)
-            .map(|s| f64::from(s.1))
-            .sum::<f64>()
-            / 3.0;
-        assert_eq!(slot0.cpu.0 / slot0.n as f64, raw_mean);
+    on_both_backends! {
+        fn samples_past_the_raw_window_become_their_slots_sums_counts_and_maxima(db) {
+            let mut store = filled(&db);
+            // The window starts inside the third slot: that slot stays raw whole.
+            store.prune(raw_from(1_900_000)).unwrap();
+            assert_eq!(slots(&store, "n1"), by_hand());
+            assert_eq!(raw_times(&store, "n1"), vec![1_800_000]);
+            // The per-slot mean is the mean of the raw samples in the slot as the
+            // forecaster numbers slots (t_ms / slot length).
+            let slot0 = &slots(&store, "n1")[0];
+            let raw_mean = RAW
+                .iter()
+                .filter(|s| s.0.div_euclid(SLOT_MS) == 0)
+                .map(|s| f64::from(s.1))
+                .sum::<f64>()
+                / 3.0;
+            assert_eq!(slot0.cpu.0 / slot0.n as f64, raw_mean);
+        }
     }
 
-    #[test]
-    fn slots_follow_the_slot_length_of_the_nodes_latest_forecast() {
-        let (_dir, mut store) = filled();
-        let mut f = crate::world::tests::forecast(&[Some(10.0)]);
-        f.slot_len_s = 300;
-        let forecast = Report {
-            seq: 7,
-            body: ReportBody::Forecast(Box::new(f)),
-        };
-        store.apply_reports("n1", &[forecast], 1_000_000).unwrap();
-        store.prune(raw_from(900_000)).unwrap();
-        let got: Vec<(i64, i64, i64)> = slots(&store, "n1")
-            .into_iter()
-            .map(|s| (s.slot_ms, s.len_s, s.n))
-            .collect();
-        assert_eq!(got, vec![(0, 300, 1), (300_000, 300, 1), (600_000, 300, 1)]);
+    on_both_backends! {
+        fn slots_follow_the_slot_length_of_the_nodes_latest_forecast(db) {
+            let mut store = filled(&db);
+            let mut f = crate::world::tests::forecast(&[Some(10.0)]);
+            f.slot_len_s = 300;
+            let forecast = Report {
+                seq: 7,
+                body: ReportBody::Forecast(Box::new(f)),
+            };
+            store.apply_reports("n1", &[forecast], 1_000_000).unwrap();
+            store.prune(raw_from(900_000)).unwrap();
+            let got: Vec<(i64, i64, i64)> = slots(&store, "n1")
+                .into_iter()
+                .map(|s| (s.slot_ms, s.len_s, s.n))
+                .collect();
+            assert_eq!(got, vec![(0, 300, 1), (300_000, 300, 1), (600_000, 300, 1)]);
+        }
     }
 
-    #[test]
-    fn pruning_again_changes_nothing_and_a_late_sample_joins_its_slot() {
-        let (_dir, mut store) = filled();
-        store.prune(raw_from(1_900_000)).unwrap();
-        assert_eq!(
-            store.prune(raw_from(1_900_000)).unwrap(),
-            0,
-            "nothing left to go"
-        );
-        assert_eq!(slots(&store, "n1"), by_hand(), "nothing counted twice");
-        // An edge that was away sends samples of slots 0 and 1 late, the
-        // second with the first GPU reading of its slot.
-        let late = [
-            report(7, (500_000, 90.0, 10.0, Some(2.0), 7, 1)),
-            report(8, (1_000_000, 1.0, 1.0, Some(3.0), 0, 0)),
-        ];
-        store.apply_reports("n1", &late, 2_100_000).unwrap();
-        store.prune(raw_from(1_900_000)).unwrap();
-        let mut want = by_hand();
-        let s = &mut want[0];
-        (s.n, s.cpu, s.mem.0) = (4, (s.cpu.0 + 90.0, 90.0), s.mem.0 + 10.0);
-        (s.gpu, s.net) = ((3, Some(122.5), Some(70.5)), (6_007, 61));
-        let s = &mut want[1];
-        (s.n, s.cpu.0, s.mem.0, s.gpu) =
-            (3, s.cpu.0 + 1.0, s.mem.0 + 1.0, (1, Some(3.0), Some(3.0)));
-        assert_eq!(slots(&store, "n1"), want);
+    on_both_backends! {
+        fn pruning_again_changes_nothing_and_a_late_sample_joins_its_slot(db) {
+            let mut store = filled(&db);
+            store.prune(raw_from(1_900_000)).unwrap();
+            assert_eq!(
+                store.prune(raw_from(1_900_000)).unwrap(),
+                0,
+                "nothing left to go"
+            );
+            assert_eq!(slots(&store, "n1"), by_hand(), "nothing counted twice");
+            // An edge that was away sends samples of slots 0 and 1 late, the
+            // second with the first GPU reading of its slot.
+            let late = [
+                report(7, (500_000, 90.0, 10.0, Some(2.0), 7, 1)),
+                report(8, (1_000_000, 1.0, 1.0, Some(3.0), 0, 0)),
+            ];
+            store.apply_reports("n1", &late, 2_100_000).unwrap();
+            store.prune(raw_from(1_900_000)).unwrap();
+            let mut want = by_hand();
+            let s = &mut want[0];
+            (s.n, s.cpu, s.mem.0) = (4, (s.cpu.0 + 90.0, 90.0), s.mem.0 + 10.0);
+            (s.gpu, s.net) = ((3, Some(122.5), Some(70.5)), (6_007, 61));
+            let s = &mut want[1];
+            (s.n, s.cpu.0, s.mem.0, s.gpu) =
+                (3, s.cpu.0 + 1.0, s.mem.0 + 1.0, (1, Some(3.0), Some(3.0)));
+            assert_eq!(slots(&store, "n1"), want);
+        }
     }
 
     #[test]
     fn a_prune_that_fails_midway_loses_and_counts_nothing() {
-        let (_dir, mut store) = filled();
+        let db = TestDb::sqlite();
+        let mut store = filled(&db);
         // The slots are written, then deleting the samples fails: a crash
         // between the two.
         store

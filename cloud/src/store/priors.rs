@@ -189,12 +189,7 @@ mod tests {
     use super::super::Batch;
     use super::super::testkit::{hello, hello_with_gpus};
     use super::*;
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        (dir, store)
-    }
+    use crate::store::testkit::on_both_backends;
 
     /// A CPU forecast from `node` standing on `observed_h` hours, 5 % all day.
     fn forecast_report(seq: u64, observed_h: f64) -> Report {
@@ -207,107 +202,109 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_young_node_gets_its_sites_tide_else_its_class_else_the_fleets() {
-        let (_dir, mut s) = store();
-        let with_site = |id: &str, site: &str| {
-            let mut h = hello(id);
-            h.site = Some(site.into());
-            h
-        };
-        for h in [
-            with_site("a1", "mec-1"),
-            with_site("a2", "mec-1"),
-            with_site("young", "mec-1"),
-            with_site("b1", "mec-2"),
-            hello_with_gpus("g1", 1),
-            hello_with_gpus("g2", 1),
-        ] {
-            s.register(&h, 0).unwrap();
+    on_both_backends! {
+        fn a_young_node_gets_its_sites_tide_else_its_class_else_the_fleets(db) {
+            let mut s = db.open();
+            let with_site = |id: &str, site: &str| {
+                let mut h = hello(id);
+                h.site = Some(site.into());
+                h
+            };
+            for h in [
+                with_site("a1", "mec-1"),
+                with_site("a2", "mec-1"),
+                with_site("young", "mec-1"),
+                with_site("b1", "mec-2"),
+                hello_with_gpus("g1", 1),
+                hello_with_gpus("g2", 1),
+            ] {
+                s.register(&h, 0).unwrap();
+            }
+            let reports = |s: &mut Store, id: &str, h: f64| {
+                s.apply_reports(id, &[forecast_report(1, h)], 2_000_000)
+                    .unwrap();
+            };
+            reports(&mut s, "a1", 72.0);
+            reports(&mut s, "a2", 10.0);
+            reports(&mut s, "b1", 72.0);
+            reports(&mut s, "g1", 72.0);
+
+            let p = s.prior_for("young", 900).unwrap().unwrap();
+            assert_eq!(
+                (p.source, p.peers),
+                (PriorSource::Site, 1),
+                "a2 leans on a prior itself"
+            );
+            assert_eq!(s.priors().unwrap()["young"], p, "kept for the round");
+
+            let p = s.prior_for("g2", 900).unwrap().unwrap();
+            assert_eq!(
+                (p.source, p.peers),
+                (PriorSource::Class, 1),
+                "g1 has its GPU"
+            );
+
+            let mut stranger = hello("c1");
+            stranger.capabilities.cpu_cores = 3;
+            s.register(&stranger, 0).unwrap();
+            let p = s.prior_for("c1", 900).unwrap().unwrap();
+            assert_eq!((p.source, p.peers), (PriorSource::Fleet, 3));
+
+            reports(&mut s, "young", 50.0);
+            assert_eq!(
+                s.prior_for("young", 900).unwrap(),
+                None,
+                "its own history stands alone"
+            );
+            assert!(!s.priors().unwrap().contains_key("young"));
+            assert_eq!(
+                s.prior_for("a1", 300).unwrap(),
+                None,
+                "no peer forecast with 5-minute slots"
+            );
         }
-        let reports = |s: &mut Store, id: &str, h: f64| {
-            s.apply_reports(id, &[forecast_report(1, h)], 2_000_000)
-                .unwrap();
-        };
-        reports(&mut s, "a1", 72.0);
-        reports(&mut s, "a2", 10.0);
-        reports(&mut s, "b1", 72.0);
-        reports(&mut s, "g1", 72.0);
-
-        let p = s.prior_for("young", 900).unwrap().unwrap();
-        assert_eq!(
-            (p.source, p.peers),
-            (PriorSource::Site, 1),
-            "a2 leans on a prior itself"
-        );
-        assert_eq!(s.priors().unwrap()["young"], p, "kept for the round");
-
-        let p = s.prior_for("g2", 900).unwrap().unwrap();
-        assert_eq!(
-            (p.source, p.peers),
-            (PriorSource::Class, 1),
-            "g1 has its GPU"
-        );
-
-        let mut stranger = hello("c1");
-        stranger.capabilities.cpu_cores = 3;
-        s.register(&stranger, 0).unwrap();
-        let p = s.prior_for("c1", 900).unwrap().unwrap();
-        assert_eq!((p.source, p.peers), (PriorSource::Fleet, 3));
-
-        reports(&mut s, "young", 50.0);
-        assert_eq!(
-            s.prior_for("young", 900).unwrap(),
-            None,
-            "its own history stands alone"
-        );
-        assert!(!s.priors().unwrap().contains_key("young"));
-        assert_eq!(
-            s.prior_for("a1", 300).unwrap(),
-            None,
-            "no peer forecast with 5-minute slots"
-        );
     }
 
-    #[test]
-    fn a_class_peer_counts_only_among_the_latest_forecasts() {
-        let (_dir, mut s) = store();
-        s.register(&hello_with_gpus("g1", 1), 0).unwrap();
-        s.register(&hello_with_gpus("g2", 1), 0).unwrap();
-        let cpus: Vec<String> = (0..CLASS_SCAN).map(|i| format!("c{i}")).collect();
-        for id in &cpus {
-            s.register(&hello(id), 0).unwrap();
-        }
-        let issued_at = |seq: u64, ms: i64| {
-            let mut r = forecast_report(seq, 72.0);
-            if let ReportBody::Forecast(f) = &mut r.body {
-                f.issued_ms = ms;
+    on_both_backends! {
+        fn a_class_peer_counts_only_among_the_latest_forecasts(db) {
+            let mut s = db.open();
+            s.register(&hello_with_gpus("g1", 1), 0).unwrap();
+            s.register(&hello_with_gpus("g2", 1), 0).unwrap();
+            let cpus: Vec<String> = (0..CLASS_SCAN).map(|i| format!("c{i}")).collect();
+            for id in &cpus {
+                s.register(&hello(id), 0).unwrap();
             }
-            r
-        };
-        s.apply_reports("g1", &[issued_at(1, 600_000)], 2_000_000)
-            .unwrap();
-        let later = [issued_at(1, 700_000)];
-        let batches: Vec<Batch<'_>> = cpus
-            .iter()
-            .map(|id| Batch {
-                node_id: id,
-                reports: &later,
-                now_ms: 2_000_000,
-            })
-            .collect();
-        for stored in s.apply_report_batches(&batches).unwrap() {
-            stored.unwrap();
+            let issued_at = |seq: u64, ms: i64| {
+                let mut r = forecast_report(seq, 72.0);
+                if let ReportBody::Forecast(f) = &mut r.body {
+                    f.issued_ms = ms;
+                }
+                r
+            };
+            s.apply_reports("g1", &[issued_at(1, 600_000)], 2_000_000)
+                .unwrap();
+            let later = [issued_at(1, 700_000)];
+            let batches: Vec<Batch<'_>> = cpus
+                .iter()
+                .map(|id| Batch {
+                    node_id: id,
+                    reports: &later,
+                    now_ms: 2_000_000,
+                })
+                .collect();
+            for stored in s.apply_report_batches(&batches).unwrap() {
+                stored.unwrap();
+            }
+            let p = s.prior_for("g2", 900).unwrap().unwrap();
+            assert_eq!(
+                p.source,
+                PriorSource::Fleet,
+                "g1 forecast before the {CLASS_SCAN} latest"
+            );
+            s.apply_reports("g1", &[issued_at(2, 800_000)], 2_000_000)
+                .unwrap();
+            let p = s.prior_for("g2", 900).unwrap().unwrap();
+            assert_eq!((p.source, p.peers), (PriorSource::Class, 1));
         }
-        let p = s.prior_for("g2", 900).unwrap().unwrap();
-        assert_eq!(
-            p.source,
-            PriorSource::Fleet,
-            "g1 forecast before the {CLASS_SCAN} latest"
-        );
-        s.apply_reports("g1", &[issued_at(2, 800_000)], 2_000_000)
-            .unwrap();
-        let p = s.prior_for("g2", 900).unwrap().unwrap();
-        assert_eq!((p.source, p.peers), (PriorSource::Class, 1));
     }
 }
