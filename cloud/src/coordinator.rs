@@ -131,16 +131,7 @@ impl Coordinator {
         probe_port: Option<u16>,
         cert_sha256: &str,
     ) {
-        let ip = conn.remote_address().ip();
-        if let Err(e) = self
-            .store
-            .lock()
-            .unwrap()
-            .set_address(node_id, &ip.to_string())
-        {
-            tracing::error!(node_id = %node_id, error = %e, "cannot record where the edge connected from");
-        }
-        let probe_addr = probe_port.map(|port| SocketAddr::new(ip, port));
+        let probe_addr = probe_port.map(|port| SocketAddr::new(conn.remote_address().ip(), port));
         let session = Session {
             conn,
             probe_addr,

@@ -131,7 +131,7 @@ async fn serve_connection(incoming: quinn::Incoming, ticket: Ticket, coord: Arc<
         (Ok(Some(EdgeMsg::Hello(h))), Some(_)) => clock::timeout(
             &SystemClock,
             stream_timeout(&coord),
-            welcome(send, h, &coord),
+            welcome(send, h, &remote.ip().to_string(), &coord),
         )
         .await
         .unwrap_or_else(|_| Err("the welcome could not be sent in time".into())),
@@ -235,11 +235,13 @@ fn refuse_identity(
     refuse(coord, conn, remote, why);
 }
 
-/// Registers the node a hello names and answers it with the welcome; returns
-/// the node id and probe port, or why the connection is refused.
+/// Registers the node a hello names, with the address it connected from,
+/// and answers it with the welcome; returns the node id and probe port, or
+/// why the connection is refused.
 async fn welcome(
     mut send: quinn::SendStream,
     hello: tidemill_proto::Hello,
+    address: &str,
     coord: &Coordinator,
 ) -> Result<(String, Option<u16>), String> {
     let id = &hello.node_id;
@@ -254,7 +256,7 @@ async fn welcome(
         return Err(msg);
     }
     let now = coord.clock.now_ms();
-    let registered = coord.store.lock().unwrap().hello(&hello, now);
+    let registered = coord.store.lock().unwrap().hello(&hello, address, now);
     let acked_seq = match registered {
         Ok(Ok(seq)) => seq,
         Ok(Err(refusal)) => {

@@ -25,9 +25,9 @@ SETTLE=$(( RAMP + 2 * ${S%.*} + 10 ))
 W=$(mktemp -d)
 CPS=(); SPS=(); PG=""
 stop() {
-    kill -9 "${CPS[@]}" "${SPS[@]}" 2>/dev/null || true
+    { kill -9 "${CPS[@]}" "${SPS[@]}"; wait; } 2>/dev/null || true
     [ -n "$PG" ] && $PG/pg_ctl -D "$W/pg/data" -m immediate stop >/dev/null 2>&1 || true
-    rm -rf "$W"
+    [ -n "${KEEP:-}" ] || rm -rf "$W"
 }
 trap stop EXIT
 

@@ -153,52 +153,13 @@ impl Store {
     /// for it, from which the edge resends.
     pub fn register(&mut self, hello: &Hello, now_ms: i64) -> Result<u64, StoreError> {
         let err = self.sql_err();
-        let caps = serde_json::to_string(&hello.capabilities).expect("capabilities serialise");
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO nodes (id, capabilities, online, registered_ms, last_seen_ms, site)
-                 VALUES (?1, ?2, 1, ?3, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET capabilities = ?2, online = 1, last_seen_ms = ?3,
-                    site = ?4",
-                params![hello.node_id, caps, now_ms, hello.site],
-            )
-            .map_err(&err)?;
-            event(
-                tx,
-                now_ms,
-                Some(&hello.node_id),
-                None,
-                "node-connected",
-                "registered",
-            )
-            .map_err(&err)?;
-            let seq: i64 = tx
-                .query_row(
-                    "SELECT last_seq FROM nodes WHERE id = ?1",
-                    [&hello.node_id],
-                    |r| r.get(0),
-                )
-                .map_err(&err)?;
-            Ok(seq as u64)
-        })
+        self.write(|tx| register(tx, hello, now_ms, None).map_err(&err))
     }
 
-    /// Records the address `node_id`'s edge connected from, where a
-    /// distributed job's rank 0 on it is reached: the replica holding its
-    /// session writes it, and the leading replica reads it
-    /// ([`Store::addresses`]).
-    pub fn set_address(&mut self, node_id: &str, address: &str) -> Result<(), StoreError> {
-        let err = self.sql_err();
-        self.conn
-            .execute(
-                "UPDATE nodes SET address = ?2 WHERE id = ?1",
-                params![node_id, address],
-            )
-            .map_err(err)?;
-        Ok(())
-    }
-
-    /// The address of each online node, by node id ([`Store::set_address`]).
+    /// The address each online node's edge last connected from, by node
+    /// id: where a distributed job's rank 0 on it is reached. The replica
+    /// holding the edge's session writes it with the hello
+    /// ([`Store::hello`]), and the leading replica reads it.
     pub fn addresses(&self) -> Result<super::Addresses, StoreError> {
         let err = self.sql_err();
         let rows = self
@@ -437,6 +398,38 @@ impl Store {
             )
             .map_err(err)
     }
+}
+
+/// [`Store::register`] inside `tx`, recording `address`, where the edge
+/// connected from, when given ([`Store::addresses`]).
+pub(super) fn register(
+    tx: &Transaction<'_>,
+    hello: &Hello,
+    now_ms: i64,
+    address: Option<&str>,
+) -> db::Result<u64> {
+    let caps = serde_json::to_string(&hello.capabilities).expect("capabilities serialise");
+    tx.execute(
+        "INSERT INTO nodes (id, capabilities, online, registered_ms, last_seen_ms, site, address)
+         VALUES (?1, ?2, 1, ?3, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET capabilities = ?2, online = 1, last_seen_ms = ?3,
+            site = ?4, address = COALESCE(?5, nodes.address)",
+        params![hello.node_id, caps, now_ms, hello.site, address],
+    )?;
+    event(
+        tx,
+        now_ms,
+        Some(&hello.node_id),
+        None,
+        "node-connected",
+        "registered",
+    )?;
+    let seq: i64 = tx.query_row(
+        "SELECT last_seq FROM nodes WHERE id = ?1",
+        [&hello.node_id],
+        |r| r.get(0),
+    )?;
+    Ok(seq as u64)
 }
 
 /// Takes `node_id` offline for `why`: the jobs on it are requeued

@@ -83,6 +83,7 @@ impl Store {
     pub fn hello(
         &mut self,
         hello: &Hello,
+        address: &str,
         now_ms: i64,
     ) -> Result<Result<u64, ClaimRefusal>, StoreError> {
         let err = self.sql_err();
@@ -126,14 +127,16 @@ impl Store {
                 }));
             }
         }
-        let seq = self.register(hello, now_ms)?;
-        self.conn
-            .execute(
+        let seq = self.write(|tx| {
+            let seq = super::nodes::register(tx, hello, now_ms, Some(address)).map_err(&err)?;
+            tx.execute(
                 "UPDATE nodes SET joined_capabilities = COALESCE(joined_capabilities, capabilities)
                  WHERE id = ?1",
                 [&hello.node_id],
             )
             .map_err(&err)?;
+            Ok(seq)
+        })?;
         Ok(Ok(seq))
     }
 
@@ -353,9 +356,9 @@ mod tests {
     on_both_backends! {
         fn a_larger_claim_waits_for_an_admin_and_a_smaller_one_is_welcome(db) {
             let mut store = db.open();
-            assert_eq!(store.hello(&hello_with_gpus("n", 1), 0).unwrap(), Ok(0));
+            assert_eq!(store.hello(&hello_with_gpus("n", 1), "127.0.0.1", 0).unwrap(), Ok(0));
             let refused = store
-                .hello(&hello_with_gpus("n", 8), 1)
+                .hello(&hello_with_gpus("n", 8), "127.0.0.1", 1)
                 .unwrap()
                 .unwrap_err();
             assert!(
@@ -373,12 +376,12 @@ mod tests {
                     .len(),
                 8
             );
-            assert!(store.hello(&hello("n"), 2).unwrap().is_ok(), "a GPU failed");
+            assert!(store.hello(&hello("n"), "127.0.0.1", 2).unwrap().is_ok(), "a GPU failed");
             assert!(matches!(
                 store.accept_capabilities("n", 3).unwrap(),
                 Acceptance::Accepted { .. }
             ));
-            assert!(store.hello(&hello_with_gpus("n", 8), 4).unwrap().is_ok());
+            assert!(store.hello(&hello_with_gpus("n", 8), "127.0.0.1", 4).unwrap().is_ok());
             assert_eq!(
                 store.accept_capabilities("n", 5).unwrap(),
                 Acceptance::NothingPending
