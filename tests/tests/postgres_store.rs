@@ -108,3 +108,31 @@ fn a_postgres_store_without_a_url_is_refused_with_the_fix() {
         "{err}"
     );
 }
+
+#[test]
+fn an_unreachable_database_is_named_with_the_fix_and_no_password() {
+    let dir = support::tempdir();
+    let url = format!(
+        "postgres://tidemill:s3cret-pw@127.0.0.1:{}/tidemill?sslmode=disable",
+        support::free_port()
+    );
+    let mut cmd = Command::new(CLOUD);
+    cmd.args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--quic-listen",
+            "127.0.0.1:0",
+            "--api-listen",
+            "127.0.0.1:0",
+        ])
+        .env("TIDEMILL_STORE__BACKEND", "postgres")
+        .env("TIDEMILL_STORE__URL", &url);
+    let mut refused = Proc::spawn("tidemill-cloud", cmd);
+    assert!(!refused.wait_exit(PATIENCE).success());
+    let err = refused.log().join("\n");
+    assert!(
+        err.contains("tidemill:<redacted>@127.0.0.1") && err.contains("pg_hba.conf"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret-pw"), "the password in: {err}");
+}

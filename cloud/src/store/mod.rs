@@ -107,6 +107,17 @@ pub enum StoreError {
     /// secrets were sealed with.
     #[error(transparent)]
     Secrets(#[from] SecretError),
+    /// PostgreSQL could not be reached, or refused the session or its
+    /// schema, at start.
+    #[error(
+        "database {path}: {source}; check that PostgreSQL runs at that address and lets this host in (pg_hba.conf), the URL's user, password and database, and its TLS (sslmode, PGSSLROOTCERT)"
+    )]
+    Unreachable {
+        /// The database, without its password.
+        path: PathBuf,
+        /// Why.
+        source: db::Error,
+    },
     /// This replica's lease passed to another replica: the round's writes
     /// were refused, and it follows from now on.
     #[error(
@@ -176,11 +187,13 @@ fn connect(data_dir: &Path, cfg: &StoreConfig) -> Result<(Connection, PathBuf), 
         }
         StoreBackend::Postgres => {
             let path = PathBuf::from(redact_url(&cfg.url));
-            let err = |source| StoreError::Sql {
-                path: path.clone(),
-                source,
-            };
-            let conn = Connection::postgres(&cfg.url, schema_pg::PG_MIGRATIONS).map_err(err)?;
+            let conn =
+                Connection::postgres(&cfg.url, schema_pg::PG_MIGRATIONS).map_err(|source| {
+                    StoreError::Unreachable {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
             Ok((conn, path))
         }
     }
