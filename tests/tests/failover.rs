@@ -135,9 +135,37 @@ fn start_beside(a: &Coordinator, b: &Coordinator) -> Proc {
 
 /// A replica of the coordinator on the database at `url`, data under `dir`.
 fn replica(dir: &Path, url: &str) -> Coordinator {
-    Coordinator::new(dir)
-        .with_env("TIDEMILL_STORE__BACKEND", "postgres")
-        .with_env("TIDEMILL_STORE__URL", url)
+    Coordinator::new(dir).on_postgres(url)
+}
+
+/// Edges `nodes` on idle replays, joined through `a` and listing `a`'s and
+/// then `b`'s address; waits until `cloud_a` has them all.
+fn edges_on_both(
+    dir: &Path,
+    a: &Coordinator,
+    cloud_a: &Proc,
+    b: &Coordinator,
+    nodes: &[&str],
+) -> Vec<Proc> {
+    let addresses = [a.quic.to_string(), b.quic.to_string()];
+    let trace = support::cluster::write_idle_trace(dir, nodes);
+    let edges = nodes
+        .iter()
+        .map(|n| edge_on(a, dir, n, &addresses[0], &addresses, Some(&trace)))
+        .collect();
+    cloud_a.wait_for("edge connected", nodes.len(), PATIENCE);
+    edges
+}
+
+/// Asserts on the task table that each of `jobs` jobs ran as exactly one
+/// task: no assignment was made twice.
+fn one_task_per_job(url: &str, jobs: usize) {
+    let tasks = support::psql(
+        url,
+        "SELECT job_id, COUNT(*) FROM tasks GROUP BY job_id ORDER BY job_id",
+    );
+    assert_eq!(tasks.len(), jobs, "{tasks:?}");
+    assert!(tasks.iter().all(|t| t.ends_with("|1")), "{tasks:?}");
 }
 
 /// `/readyz` once it answers 200 (a replica is ready after its first
@@ -151,20 +179,6 @@ fn readyz(coord: &Coordinator) -> String {
         }
         assert!(Instant::now() < deadline, "never ready: {answer}");
         std::thread::park_timeout(Duration::from_millis(100));
-    }
-}
-
-/// Waits until job `id` ended on `coord`, and asserts that it succeeded.
-fn succeeded(coord: &Coordinator, id: u64) {
-    let deadline = Instant::now() + support::cluster::JOB_PATIENCE;
-    loop {
-        let job = coord.job(id);
-        if ["succeeded", "failed", "cancelled"].contains(&job["state"].as_str().unwrap()) {
-            assert_eq!(job["state"], "succeeded", "{job:#}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "job {id} did not end: {job:#}");
-        std::thread::park_timeout(Duration::from_millis(200));
     }
 }
 
@@ -182,14 +196,7 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
     let ready = readyz(&b);
     assert!(ready.contains("follows"), "{ready}");
 
-    let addresses = [a.quic.to_string(), b.quic.to_string()];
-    let nodes = ["r1", "r2", "r3"];
-    let trace = support::cluster::write_idle_trace(dir.path(), &nodes);
-    let _edges: Vec<Proc> = nodes
-        .iter()
-        .map(|n| edge_on(&a, dir.path(), n, &addresses[0], &addresses, Some(&trace)))
-        .collect();
-    cloud_a.wait_for("edge connected", 3, PATIENCE);
+    let _edges = edges_on_both(dir.path(), &a, &cloud_a, &b, &["r1", "r2", "r3"]);
     let long: Vec<u64> = (0..3)
         .map(|i| a.submit(dir.path(), &format!("long{i}"), &["sleep", "6"]))
         .collect();
@@ -239,15 +246,10 @@ fn the_other_replica_leads_and_the_edges_follow_when_the_leader_is_killed() {
     // Scheduling goes on: what was running and queued ends, and a new job runs.
     let after = a.submit(dir.path(), "after", &["true"]);
     for id in long.iter().chain([&queued, &after]) {
-        succeeded(&a, *id);
+        a.wait_until_succeeded(*id);
     }
     // No job was assigned twice: each ran as exactly one task.
-    let tasks = support::psql(
-        &url,
-        "SELECT job_id, COUNT(*) FROM tasks GROUP BY job_id ORDER BY job_id",
-    );
-    assert_eq!(tasks.len(), 5, "{tasks:?}");
-    assert!(tasks.iter().all(|t| t.ends_with("|1")), "{tasks:?}");
+    one_task_per_job(&url, 5);
     // No acknowledged report is lost: each node's ledger runs 1, 2, 3, …
     for node in ["r1", "r2", "r3"] {
         let seqs: Vec<u64> = support::psql(
@@ -296,7 +298,7 @@ fn a_follower_delivers_the_leaders_assignment_to_its_edge_when_notified() {
     cloud_b.wait_until("the assignment delivered by b", 1, PATIENCE, |l| {
         l.contains("command delivered") && l.contains("node_id=n1")
     });
-    succeeded(&a, id);
+    a.wait_until_succeeded(id);
     assert!(
         !cloud_a
             .log()
@@ -320,14 +322,7 @@ fn twenty_leader_changes_lose_no_job_and_assign_none_twice() {
     let cloud_a = start_leading(&a);
     let b = replica(&dir.path().join("b"), &url).with_env("TIDEMILL_STORE__LEASE_SECS", "2");
     let cloud_b = start_beside(&a, &b);
-    let addresses = [a.quic.to_string(), b.quic.to_string()];
-    let nodes = ["c1", "c2", "c3"];
-    let trace = support::cluster::write_idle_trace(dir.path(), &nodes);
-    let _edges: Vec<Proc> = nodes
-        .iter()
-        .map(|n| edge_on(&a, dir.path(), n, &addresses[0], &addresses, Some(&trace)))
-        .collect();
-    cloud_a.wait_for("edge connected", 3, PATIENCE);
+    let _edges = edges_on_both(dir.path(), &a, &cloud_a, &b, &["c1", "c2", "c3"]);
 
     let admin = format!("Bearer {}", a.admin_token());
     let started = Instant::now();
@@ -352,15 +347,10 @@ fn twenty_leader_changes_lose_no_job_and_assign_none_twice() {
     assert_eq!(status, 409, "b no longer leads: {body}");
 
     for id in &jobs {
-        succeeded(&a, *id);
+        a.wait_until_succeeded(*id);
         let events = a.job_events(*id);
         let placed = events.iter().filter(|e| e.contains("placed on")).count();
         assert_eq!(placed, 1, "job {id}: {events:?}");
     }
-    let tasks = support::psql(
-        &url,
-        "SELECT job_id, COUNT(*) FROM tasks GROUP BY job_id ORDER BY job_id",
-    );
-    assert_eq!(tasks.len(), jobs.len(), "{tasks:?}");
-    assert!(tasks.iter().all(|t| t.ends_with("|1")), "{tasks:?}");
+    one_task_per_job(&url, jobs.len());
 }

@@ -10,21 +10,6 @@ use std::process::Command;
 
 use support::{CLOUD, Coordinator, PATIENCE, Proc, start_edge};
 
-/// The coordinator of `dir` on the PostgreSQL database at `url`.
-fn on_postgres(dir: &std::path::Path, url: &str) -> Coordinator {
-    Coordinator::new(dir)
-        .with_env("TIDEMILL_STORE__BACKEND", "postgres")
-        .with_env("TIDEMILL_STORE__URL", url)
-}
-
-/// Waits until job `id` ended, and asserts that it succeeded.
-fn succeeded(coord: &Coordinator, cloud: &Proc, id: u64) {
-    cloud.wait_until("the job to end", 1, PATIENCE, |l| {
-        l.contains(&format!("job_id={id} ")) && l.contains("state=succeeded")
-    });
-    assert_eq!(coord.job(id)["state"], "succeeded", "{:#}", coord.job(id));
-}
-
 /// The password of a `postgres://user:password@host/db` URL.
 fn password(url: &str) -> &str {
     let auth = &url["postgres://".len()..url.rfind('@').unwrap()];
@@ -37,15 +22,17 @@ fn a_coordinator_on_postgres_runs_jobs_and_keeps_them_through_a_crash() {
         return;
     };
     let dir = support::tempdir();
-    let coord = on_postgres(dir.path(), &url);
+    let coord = Coordinator::new(dir.path()).on_postgres(&url);
     let mut cloud = coord.start();
-    let _edge = start_edge(&coord, dir.path(), "e1", None);
+    // An idle replay, so that a busy test box does not keep the job off it.
+    let trace = support::cluster::write_idle_trace(dir.path(), &["e1"]);
+    let _edge = start_edge(&coord, dir.path(), "e1", Some(&trace));
     let id = coord.submit(
         dir.path(),
         "hello",
         &["sh", "-c", "echo hello from postgres"],
     );
-    succeeded(&coord, &cloud, id);
+    coord.wait_until_succeeded(id);
     assert!(
         !coord.data_dir.join("tidemill.db").exists(),
         "the state went to SQLite"
@@ -88,7 +75,7 @@ fn a_coordinator_on_postgres_runs_jobs_and_keeps_them_through_a_crash() {
         next > id,
         "job ids go on after the restart: {next} after {id}"
     );
-    succeeded(&coord, &cloud, next);
+    coord.wait_until_succeeded(next);
     let log = cloud.log().join("\n");
     assert!(!log.contains(password(&url)), "the password in the log");
 }

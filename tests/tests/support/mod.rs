@@ -312,6 +312,28 @@ impl Coordinator {
             .expect("job JSON")
     }
 
+    /// This coordinator on the PostgreSQL database at `url` (a replica when
+    /// several share it).
+    pub fn on_postgres(self, url: &str) -> Self {
+        self.with_env("TIDEMILL_STORE__BACKEND", "postgres")
+            .with_env("TIDEMILL_STORE__URL", url)
+    }
+
+    /// Waits until job `id` ended, polling the API for at most
+    /// [`cluster::JOB_PATIENCE`], and asserts that it succeeded.
+    pub fn wait_until_succeeded(&self, id: u64) {
+        let deadline = Instant::now() + cluster::JOB_PATIENCE;
+        loop {
+            let job = self.job(id);
+            if ["succeeded", "failed", "cancelled"].contains(&job["state"].as_str().unwrap_or("")) {
+                assert_eq!(job["state"], "succeeded", "{job:#}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not end: {job:#}");
+            std::thread::park_timeout(Duration::from_millis(200));
+        }
+    }
+
     /// Writes a job file and submits it; returns the job id.
     pub fn submit(&self, dir: &Path, name: &str, command: &[&str]) -> u64 {
         let file = dir.join(format!("{name}.toml"));
