@@ -129,12 +129,17 @@ impl Edge {
         self.wake.notify_one();
     }
 
-    /// Journals a change in `task`'s life.
+    /// Journals a change in `task`'s life, now.
     pub(crate) fn task_event(&self, task: &Task, event: TaskEvent) {
+        self.task_event_at(task, event, self.shared.clock.now_ms());
+    }
+
+    /// Journals a change in `task`'s life at tide ms `t_ms`.
+    pub(crate) fn task_event_at(&self, task: &Task, event: TaskEvent, t_ms: i64) {
         self.journal(ReportBody::Task(TaskStatus {
             task_id: task.task_id,
             job_id: task.job_id,
-            t_ms: self.shared.clock.now_ms(),
+            t_ms,
             event,
             output_tail: Vec::new(),
             checkpoint: None,
@@ -183,7 +188,7 @@ impl Edge {
             }
             for task in s.registry.on_node(self.node) {
                 if busy {
-                    if let Some(t) = s.registry.stop(task.task_id, false, now) {
+                    if let Some(t) = s.registry.stop(task.task_id, false, now, &s.load) {
                         self.task_event(
                             &t,
                             TaskEvent::Yielded {
@@ -301,7 +306,7 @@ impl Edge {
     pub(crate) fn command(&self, cmd: Command) -> EdgeMsg {
         let s = &self.shared;
         match cmd {
-            Command::Assign(a) => match s.registry.assign(self.node, &a) {
+            Command::Assign(a) => match s.registry.assign(self.node, &a, s.clock.now_ms()) {
                 Ok(Some(step)) => {
                     let task = Task {
                         task_id: a.task_id,
@@ -335,7 +340,7 @@ impl Edge {
                 ),
             },
             Command::Cancel { task_id } => {
-                if let Some(t) = s.registry.stop(task_id, true, s.clock.now_ms()) {
+                if let Some(t) = s.registry.stop(task_id, true, s.clock.now_ms(), &s.load) {
                     self.task_event(
                         &t,
                         TaskEvent::Exited {

@@ -119,7 +119,9 @@ fn start_edges(
 /// Advances the emulated tasks on the tide clock and reports the ends of
 /// those whose job finished, until the runtime stops: the last progress
 /// count (all the job's iterations, as a training script prints its last
-/// step before it exits), then the exit.
+/// step before it exits), then the exit, both dated when the job finished
+/// within the tick, not at the tick's end (the engine dates a finish to the
+/// millisecond; a 75-s tick would make every live finish up to 75 s late).
 async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
     let tick = Duration::from_millis((shared.sample_ms / 4).max(1) as u64);
     let mut last = shared.clock.now_ms();
@@ -127,25 +129,26 @@ async fn advance(shared: Arc<Shared>, edges: Vec<Arc<Edge>>) {
         shared.clock.sleep(tick).await;
         let now = shared.clock.now_ms();
         let dt_s = (now - last) as f64 / 1000.0;
-        for Event::Finished(task) in shared.registry.advance(last, dt_s, &shared.load) {
+        for Event::Finished { task, at_ms } in shared.registry.advance(last, dt_s, &shared.load) {
             let edge = &edges[task.node as usize];
             if let Some(done) = shared.registry.done(task.job_id) {
                 edge.journal(tidemill_proto::ReportBody::Progress(
                     tidemill_proto::TaskProgress {
                         task_id: task.task_id,
                         job_id: task.job_id,
-                        t_ms: now,
+                        t_ms: at_ms,
                         iterations: done.floor() as u64,
                     },
                 ));
             }
-            edge.task_event(
+            edge.task_event_at(
                 &task,
                 tidemill_proto::TaskEvent::Exited {
                     exit_code: Some(0),
                     signal: None,
                     cancelled: false,
                 },
+                at_ms,
             );
         }
         last = now;

@@ -4,7 +4,12 @@
 //! edge must report.
 //!
 //! A job advances only while as many of its tasks run as its `WORLD_SIZE`
-//! (a distributed job waits for all its ranks). Before stepping it pays the
+//! (a distributed job waits for all its ranks), on exact tide times, as the
+//! engine times them: from its last rank's assignment to a task's stop, and
+//! it finishes when its last step ends, whenever the twin's tick (a quarter
+//! of the sample interval: 75 s on the MEC scenario) notices. On the tick's
+//! grid every start, stop and finish was off by up to a tick, and every
+//! finish late by half a tick on average. Before stepping it pays the
 //! cost model's start-up for its placement (staging, checkpoint transfer,
 //! restart), as the simulator's engine does. A planned stop (the
 //! coordinator's cancel) checkpoints on the way out and keeps all progress;
@@ -94,13 +99,23 @@ struct Job {
     history: History,
     /// When it last stopped while running, tide ms, until it runs again.
     left_ms: Option<i64>,
+    /// When its latest task was assigned, tide ms: it trains from then, not
+    /// from the start of the tick that first advances it.
+    ready_ms: i64,
 }
 
 /// What an edge must report after the registry changed.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Event {
-    /// The task's job ran all its iterations: the task exits with code 0.
-    Finished(Task),
+    /// The task's job ran all its iterations at `at_ms` (tide), within the
+    /// tick that found it: the task exits with code 0, dated then, as the
+    /// engine dates a finish.
+    Finished {
+        /// The task.
+        task: Task,
+        /// When its job's last iteration ended, tide ms.
+        at_ms: i64,
+    },
 }
 
 /// The registry.
@@ -113,6 +128,8 @@ pub(crate) struct Registry {
     /// time by kind, traffic by tier (start-ups and all-reduce), evictions
     /// and what they lost.
     ledger: Mutex<Accumulators>,
+    /// Tide ms up to which [`Registry::advance`] has advanced the jobs.
+    advanced_to_ms: Mutex<i64>,
 }
 
 /// Why a task could not be taken on.
@@ -130,6 +147,7 @@ impl Registry {
             specs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             ledger: Mutex::new(Accumulators::default()),
+            advanced_to_ms: Mutex::new(i64::MIN),
         }
     }
 
@@ -143,10 +161,15 @@ impl Registry {
         self.specs.lock().unwrap().insert(job_id, spec);
     }
 
-    /// Takes on `a` on node `node`; returns the step of the checkpoint it
-    /// resumes from, if the job has one, or `None` when the task is known
-    /// already (assignments are idempotent).
-    pub(crate) fn assign(&self, node: u32, a: &TaskAssignment) -> Result<Option<u64>, Refusal> {
+    /// Takes on `a` on node `node` at tide ms `t_ms`; returns the step of the
+    /// checkpoint it resumes from, if the job has one, or `None` when the
+    /// task is known already (assignments are idempotent).
+    pub(crate) fn assign(
+        &self,
+        node: u32,
+        a: &TaskAssignment,
+        t_ms: i64,
+    ) -> Result<Option<u64>, Refusal> {
         let env = |k: &str| a.env.get(k).and_then(|v| v.parse::<u32>().ok());
         let world = env("WORLD_SIZE").unwrap_or(1).max(1);
         let workers = env("TIDEMILL_WORKERS").unwrap_or(1).max(1);
@@ -173,6 +196,7 @@ impl Registry {
                     started: false,
                     history: History::default(),
                     left_ms: None,
+                    ready_ms: t_ms,
                 })
             }
         };
@@ -192,6 +216,7 @@ impl Registry {
             },
         );
         job.started = false;
+        job.ready_ms = t_ms;
         if let Some(ips) = a.checkpoint_interval_s {
             job.spec.checkpoint_interval_s = ips;
         }
@@ -200,10 +225,25 @@ impl Registry {
 
     /// Stops task `task_id` at `t_ms` (tide): with `keep`, a planned stop
     /// that checkpoints on the way out; without, a yield that falls back to
-    /// the last checkpoint. Returns the task if it ran here.
-    pub(crate) fn stop(&self, task_id: u64, keep: bool, t_ms: i64) -> Option<Task> {
+    /// the last checkpoint. The job first trains up to `t_ms` from the last
+    /// tick, so a stop between ticks keeps (or loses) exactly what it made.
+    /// Returns the task if it ran here.
+    pub(crate) fn stop(
+        &self,
+        task_id: u64,
+        keep: bool,
+        t_ms: i64,
+        load: &TideLoad,
+    ) -> Option<Task> {
         let mut jobs = self.jobs.lock().unwrap();
         let job = jobs.values_mut().find(|j| j.tasks.contains_key(&task_id))?;
+        let from_ms = *self.advanced_to_ms.lock().unwrap();
+        if t_ms > from_ms {
+            let mut ledger = self.ledger.lock().unwrap();
+            let mut busy_ms = vec![0i64; self.model.nodes().len()];
+            self.advance_job(job, from_ms, t_ms, load, &mut ledger, &mut busy_ms, false);
+            ledger.interference_s += busy_ms.iter().sum::<i64>() as f64 / 1000.0;
+        }
         let task = job.tasks.remove(&task_id)?;
         if job.done < job.spec.iterations {
             job.history.first_stop.get_or_insert(FirstStop {
@@ -261,81 +301,119 @@ impl Registry {
     }
 
     /// Advances every job whose ranks all run by `dt_s` seconds of tide from
-    /// tide ms `from_ms`, charging what they hold against `load`; returns the
-    /// tasks of jobs that finished. A finished job keeps its last checkpoint
-    /// (all its iterations) for a task started again.
+    /// tide ms `from_ms` (a job assigned since, from its assignment),
+    /// charging what they hold against `load`; returns the tasks of jobs that
+    /// finished, each with the time it finished. A finished job keeps its
+    /// last checkpoint (all its iterations) for a task started again.
     pub(crate) fn advance(&self, from_ms: i64, dt_s: f64, load: &TideLoad) -> Vec<Event> {
         let mut jobs = self.jobs.lock().unwrap();
         let mut events = Vec::new();
         let mut ledger = self.ledger.lock().unwrap();
         let mut busy_ms = vec![0i64; self.model.nodes().len()];
+        let to_ms = from_ms + (dt_s * 1000.0).round() as i64;
         for job in jobs.values_mut() {
-            if job.tasks.len() < job.world as usize || job.tasks.is_empty() {
-                continue;
-            }
-            let mut place: Vec<(u32, u32)> =
-                job.tasks.values().map(|t| (t.node, t.workers)).collect();
-            place.sort_unstable();
-            if !job.started {
-                if let Some(left) = job.left_ms.take() {
-                    if from_ms - left > load.round_ms {
-                        job.history.preemptions += 1;
-                    } else if place != job.location {
-                        job.history.migrations += 1;
-                    }
-                }
-                job.history
-                    .first_start
-                    .get_or_insert_with(|| FirstStart::on(&self.model, from_ms, &place));
-                let startup = self.model.startup(&job.spec, &job.location, &place);
-                ledger.traffic.add_scaled(&startup.wan, 1.0);
-                job.startup_left_s = startup.secs;
-                job.location = place.clone();
-                job.started = true;
-            }
-            let su = job.startup_left_s.min(dt_s);
-            job.startup_left_s -= su;
-            let mut used_s = su;
-            if let Some((step_s, _)) = self.model.step(&job.spec, &place)
-                && job.startup_left_s <= 0.0
-                && dt_s > su
-                && step_s > 0.0
-            {
-                let left = (dt_s - su).min((job.spec.iterations - job.done) * step_s);
-                used_s += left;
-                let before = job.done;
-                job.done = (job.done + left / step_s).min(job.spec.iterations);
-                if place.len() > 1 {
-                    let ring = self.model.allreduce_traffic(&job.spec, &place);
-                    ledger.traffic.add_scaled(&ring, job.done - before);
-                }
-                job.since_checkpoint_s += left;
-                let every = job.spec.checkpoint_interval_s;
-                if every > 0.0 && job.since_checkpoint_s >= every {
-                    // Saved at the last whole multiple of the interval.
-                    let past = job.since_checkpoint_s % every;
-                    job.checkpoint = (job.done - past / step_s).max(job.checkpoint);
-                    job.since_checkpoint_s = past;
-                }
-            }
-            let held = Held {
-                place: &place,
-                from_ms: from_ms - load.offset_ms,
-                used_s,
-                startup_s: su,
-                window_end_ms: load.window_end_ms,
-            };
-            ledger.hold(&self.model, &load.edges, &mut busy_ms, held);
-            if job.startup_left_s <= 0.0 && job.done >= job.spec.iterations {
-                job.checkpoint = job.done;
-                job.since_checkpoint_s = 0.0;
-                job.started = false;
+            let args = (&mut *ledger, &mut busy_ms);
+            if let Some(at_ms) = self.advance_job(job, from_ms, to_ms, load, args.0, args.1, true) {
                 let tasks = std::mem::take(&mut job.tasks);
-                events.extend(tasks.into_values().map(Event::Finished));
+                events.extend(
+                    tasks
+                        .into_values()
+                        .map(|task| Event::Finished { task, at_ms }),
+                );
             }
         }
         ledger.interference_s += busy_ms.iter().sum::<i64>() as f64 / 1000.0;
+        *self.advanced_to_ms.lock().unwrap() = to_ms;
         events
+    }
+
+    /// Advances `job`, if all its ranks run, from `from_ms` (or its
+    /// assignment, if later) to `to_ms`, tide ms, charging what it holds to
+    /// `ledger` and `busy_ms`; returns when it finished, if it did and
+    /// `may_finish` (its tasks then end). Without `may_finish` it stops at
+    /// its last iteration and keeps its tasks, for a stop to take.
+    #[allow(clippy::too_many_arguments)]
+    fn advance_job(
+        &self,
+        job: &mut Job,
+        from_ms: i64,
+        to_ms: i64,
+        load: &TideLoad,
+        ledger: &mut Accumulators,
+        busy_ms: &mut [i64],
+        may_finish: bool,
+    ) -> Option<i64> {
+        if job.tasks.len() < job.world as usize || job.tasks.is_empty() {
+            return None;
+        }
+        let from_ms = if job.started {
+            from_ms
+        } else {
+            from_ms.max(job.ready_ms)
+        };
+        if to_ms <= from_ms {
+            return None;
+        }
+        let dt_s = (to_ms - from_ms) as f64 / 1000.0;
+        let mut place: Vec<(u32, u32)> = job.tasks.values().map(|t| (t.node, t.workers)).collect();
+        place.sort_unstable();
+        if !job.started {
+            if let Some(left) = job.left_ms.take() {
+                if from_ms - left > load.round_ms {
+                    job.history.preemptions += 1;
+                } else if place != job.location {
+                    job.history.migrations += 1;
+                }
+            }
+            job.history
+                .first_start
+                .get_or_insert_with(|| FirstStart::on(&self.model, from_ms, &place));
+            let startup = self.model.startup(&job.spec, &job.location, &place);
+            ledger.traffic.add_scaled(&startup.wan, 1.0);
+            job.startup_left_s = startup.secs;
+            job.location = place.clone();
+            job.started = true;
+        }
+        let su = job.startup_left_s.min(dt_s);
+        job.startup_left_s -= su;
+        let mut used_s = su;
+        if let Some((step_s, _)) = self.model.step(&job.spec, &place)
+            && job.startup_left_s <= 0.0
+            && dt_s > su
+            && step_s > 0.0
+        {
+            let left = (dt_s - su).min((job.spec.iterations - job.done) * step_s);
+            used_s += left;
+            let before = job.done;
+            job.done = (job.done + left / step_s).min(job.spec.iterations);
+            if place.len() > 1 {
+                let ring = self.model.allreduce_traffic(&job.spec, &place);
+                ledger.traffic.add_scaled(&ring, job.done - before);
+            }
+            job.since_checkpoint_s += left;
+            let every = job.spec.checkpoint_interval_s;
+            if every > 0.0 && job.since_checkpoint_s >= every {
+                // Saved at the last whole multiple of the interval.
+                let past = job.since_checkpoint_s % every;
+                job.checkpoint = (job.done - past / step_s).max(job.checkpoint);
+                job.since_checkpoint_s = past;
+            }
+        }
+        let held = Held {
+            place: &place,
+            from_ms: from_ms - load.offset_ms,
+            used_s,
+            startup_s: su,
+            window_end_ms: load.window_end_ms,
+        };
+        ledger.hold(&self.model, &load.edges, busy_ms, held);
+        if !(may_finish && job.startup_left_s <= 0.0 && job.done >= job.spec.iterations) {
+            return None;
+        }
+        job.checkpoint = job.done;
+        job.since_checkpoint_s = 0.0;
+        job.started = false;
+        Some(from_ms + (used_s * 1000.0).ceil() as i64)
     }
 }
 
@@ -400,10 +478,14 @@ mod tests {
     }
 
     fn registry() -> (Registry, JobSpec) {
-        let model = test_model();
+        registry_with(1e9)
+    }
+
+    /// A registry over the test model knowing job 7 of `iterations`.
+    fn registry_with(iterations: f64) -> (Registry, JobSpec) {
         let mut spec = crate::simulate::testkit::job("m").spec;
-        spec.iterations = 1e9;
-        let r = Registry::new(model);
+        spec.iterations = iterations;
+        let r = Registry::new(test_model());
         r.submitted(7, spec.clone());
         (r, spec)
     }
@@ -411,11 +493,11 @@ mod tests {
     #[test]
     fn a_job_waits_for_all_its_ranks_and_then_steps_at_the_model_rate() {
         let (r, spec) = registry();
-        assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(Some(0)));
-        assert_eq!(r.assign(0, &assignment(1, 7, 2)), Ok(None), "idempotent");
+        assert_eq!(r.assign(0, &assignment(1, 7, 2), 0), Ok(Some(0)));
+        assert_eq!(r.assign(0, &assignment(1, 7, 2), 0), Ok(None), "idempotent");
         r.advance(0, 100.0, &no_load());
         assert_eq!(r.done(7), Some(0.0), "one rank of two: no progress");
-        r.assign(1, &assignment(2, 7, 2)).unwrap();
+        r.assign(1, &assignment(2, 7, 2), 0).unwrap();
         let model = test_model();
         let place = [(0, 1), (1, 1)];
         let startup = model.startup(&spec, &[], &place).secs;
@@ -437,11 +519,11 @@ mod tests {
     #[test]
     fn a_yield_loses_what_came_after_the_checkpoint_and_a_planned_stop_keeps_it() {
         let (r, spec) = registry();
-        assert_eq!(r.assign(0, &assignment(1, 7, 1)), Ok(Some(0)));
+        assert_eq!(r.assign(0, &assignment(1, 7, 1), 0), Ok(Some(0)));
         r.advance(0, 10_000.0, &no_load());
         let before = r.done(7).unwrap();
         assert_eq!(r.history(7).first_stop, None);
-        r.stop(1, false, 5).unwrap();
+        r.stop(1, false, 5, &no_load()).unwrap();
         let yielded = Some(FirstStop {
             at_ms: 5,
             evicted: true,
@@ -462,15 +544,15 @@ mod tests {
             after_yield < before && after_yield > 0.0,
             "{after_yield} {before}"
         );
-        r.assign(0, &assignment(2, 7, 1)).unwrap();
+        r.assign(0, &assignment(2, 7, 1), 0).unwrap();
         r.advance(0, 10_000.0, &no_load());
         let before = r.done(7).unwrap();
-        r.stop(2, true, 9).unwrap();
+        r.stop(2, true, 9, &no_load()).unwrap();
         assert_eq!(r.done(7), Some(before));
         assert_eq!(r.history(7).first_stop, yielded, "the first stop stands");
         assert_eq!(r.ledger().evictions, 1, "a planned stop is no eviction");
         assert_eq!(
-            r.assign(0, &assignment(3, 7, 1)),
+            r.assign(0, &assignment(3, 7, 1), 0),
             Ok(Some(before.floor() as u64))
         );
     }
@@ -478,32 +560,35 @@ mod tests {
     #[test]
     fn a_finished_job_started_again_resumes_at_its_end_and_ends_after_its_start_up() {
         let model = test_model();
-        let mut spec = crate::simulate::testkit::job("m").spec;
-        spec.iterations = 100.0;
-        let r = Registry::new(model.clone());
-        r.submitted(7, spec.clone());
-        r.assign(0, &assignment(1, 7, 1)).unwrap();
+        let (r, spec) = registry_with(100.0);
+        r.assign(0, &assignment(1, 7, 1), 0).unwrap();
         let ended = r.advance(0, 1e6, &no_load());
         assert_eq!(ended.len(), 1, "{ended:?}");
         assert_eq!(r.done(7), Some(100.0));
         // The coordinator asked it to stop as it finished, and starts it
         // again elsewhere: it resumes from its last checkpoint, the end.
-        assert_eq!(r.assign(1, &assignment(2, 7, 1)), Ok(Some(100)));
+        assert_eq!(r.assign(1, &assignment(2, 7, 1), 0), Ok(Some(100)));
         let startup = model.startup(&spec, &[(0, 1)], &[(1, 1)]).secs;
         assert!(startup > 1.0, "{startup}");
         assert!(
             r.advance(0, startup / 2.0, &no_load()).is_empty(),
             "still starting up"
         );
-        let again = r.advance(0, startup, &no_load());
+        // It ends once its start-up is paid, dated then, within the tick.
+        let half_ms = (startup * 500.0).round() as i64;
+        let at_ms = half_ms + ((startup - half_ms as f64 / 1000.0) * 1000.0).ceil() as i64;
+        let again = r.advance(half_ms, startup, &no_load());
         assert_eq!(
             again,
-            vec![Event::Finished(Task {
-                task_id: 2,
-                job_id: 7,
-                node: 1,
-                workers: 1
-            })]
+            vec![Event::Finished {
+                task: Task {
+                    task_id: 2,
+                    job_id: 7,
+                    node: 1,
+                    workers: 1
+                },
+                at_ms
+            }]
         );
         assert_eq!(r.done(7), Some(100.0));
     }
@@ -533,8 +618,8 @@ mod tests {
         spec.iterations = 1e9;
         r.submitted(7, spec.clone());
         r.submitted(8, spec.clone());
-        r.assign(0, &assignment(1, 7, 1)).unwrap();
-        r.assign(1, &assignment(2, 8, 1)).unwrap();
+        r.assign(0, &assignment(1, 7, 1), 0).unwrap();
+        r.assign(1, &assignment(2, 8, 1), 0).unwrap();
         r.advance(0, 1000.0, &load);
         r.advance(1_000_000, 6200.0, &load);
         let startup = model.startup(&spec, &[], &[(1, 1)]).secs;
@@ -557,21 +642,21 @@ mod tests {
             let h = r.history(7);
             (h.migrations, h.preemptions)
         };
-        r.assign(0, &assignment(1, 7, 1)).unwrap();
+        r.assign(0, &assignment(1, 7, 1), 0).unwrap();
         r.advance(0, 100.0, &no_load());
-        r.stop(1, true, 100_000).unwrap();
-        r.assign(1, &assignment(2, 7, 1)).unwrap();
+        r.stop(1, true, 100_000, &no_load()).unwrap();
+        r.assign(1, &assignment(2, 7, 1), 0).unwrap();
         r.advance(130_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 0), "moved to c1 30 s later");
-        r.stop(2, true, 200_000).unwrap();
-        r.assign(1, &assignment(3, 7, 1)).unwrap();
+        r.stop(2, true, 200_000, &no_load()).unwrap();
+        r.assign(1, &assignment(3, 7, 1), 0).unwrap();
         r.advance(210_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 0), "back on the same node at once");
-        r.stop(3, true, 300_000).unwrap();
-        r.assign(0, &assignment(4, 7, 1)).unwrap();
+        r.stop(3, true, 300_000, &no_load()).unwrap();
+        r.assign(0, &assignment(4, 7, 1), 0).unwrap();
         r.advance(500_000, 10.0, &no_load());
         assert_eq!(moves(&r), (1, 1), "paused for more than a round");
-        r.stop(4, true, 600_000).unwrap();
+        r.stop(4, true, 600_000, &no_load()).unwrap();
         assert_eq!(moves(&r), (1, 2), "stopped and not run again");
         // It first ran on c0, when its first placement began to step.
         let first = r.history(7).first_start.unwrap();
@@ -582,8 +667,37 @@ mod tests {
     fn an_unknown_job_is_refused() {
         let (r, _) = registry();
         assert_eq!(
-            r.assign(0, &assignment(1, 99, 1)),
+            r.assign(0, &assignment(1, 99, 1), 0),
             Err(Refusal::UnknownJob(99))
         );
+    }
+
+    #[test]
+    fn a_job_trains_from_its_assignment_to_its_stop_and_finishes_when_its_last_step_ends() {
+        let model = test_model();
+        let (r, spec) = registry_with(1000.0);
+        let startup = model.startup(&spec, &[], &[(0, 1)]).secs;
+        let (step, _) = model.step(&spec, &[(0, 1)]).unwrap();
+        // Ticks of 75 s from 0; the task comes at 40 s, mid-tick.
+        r.assign(0, &assignment(1, 7, 1), 40_000).unwrap();
+        r.advance(0, 75.0, &no_load());
+        r.advance(75_000, 75.0, &no_load());
+        // By hand: 150 − 40 s held, the start-up first.
+        let want = (110.0 - startup) / step;
+        assert!((r.done(7).unwrap() - want).abs() < 1e-9, "{want}");
+        // A planned stop at 180 s, mid-tick, keeps the 30 s since the tick.
+        r.stop(1, true, 180_000, &no_load()).unwrap();
+        let kept = (140.0 - startup) / step;
+        assert!((r.done(7).unwrap() - kept).abs() < 1e-9, "{kept}");
+        // Back on the same node at 200 s (a restart: start-up again), it
+        // ends at 200 s + start-up + its remaining steps, not at the tick's end.
+        r.assign(0, &assignment(2, 7, 1), 200_000).unwrap();
+        let ended = r.advance(150_000, 10_000.0, &no_load());
+        let want_ms = 200_000.0 + (startup + (1000.0 - kept) * step) * 1000.0;
+        let [Event::Finished { task, at_ms }] = &ended[..] else {
+            panic!("{ended:?}");
+        };
+        assert_eq!((task.task_id, task.node), (2, 0));
+        assert!((*at_ms as f64 - want_ms).abs() <= 1.0, "{at_ms} {want_ms}");
     }
 }
