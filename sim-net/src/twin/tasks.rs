@@ -331,7 +331,8 @@ impl Registry {
     /// assignment, if later) to `to_ms`, tide ms, charging what it holds to
     /// `ledger` and `busy_ms`; returns when it finished, if it did and
     /// `may_finish` (its tasks then end). Without `may_finish` it stops at
-    /// its last iteration and keeps its tasks, for a stop to take.
+    /// its last iteration, checkpointed, and keeps its tasks for a stop to
+    /// take: a yield just after the finish loses nothing.
     #[allow(clippy::too_many_arguments)]
     fn advance_job(
         &self,
@@ -407,11 +408,15 @@ impl Registry {
             window_end_ms: load.window_end_ms,
         };
         ledger.hold(&self.model, &load.edges, busy_ms, held);
-        if !(may_finish && job.startup_left_s <= 0.0 && job.done >= job.spec.iterations) {
+        if job.startup_left_s > 0.0 || job.done < job.spec.iterations {
             return None;
         }
+        // Its last step saved a last checkpoint, whatever stops it next.
         job.checkpoint = job.done;
         job.since_checkpoint_s = 0.0;
+        if !may_finish {
+            return None;
+        }
         job.started = false;
         Some(from_ms + (used_s * 1000.0).ceil() as i64)
     }
@@ -479,6 +484,16 @@ mod tests {
 
     fn registry() -> (Registry, JobSpec) {
         registry_with(1e9)
+    }
+
+    /// A registry knowing job 7 of `iterations`, with its start-up on c0 from
+    /// nowhere and its step time there, s.
+    fn on_c0(iterations: f64) -> (Registry, f64, f64) {
+        let (r, spec) = registry_with(iterations);
+        let model = test_model();
+        let startup = model.startup(&spec, &[], &[(0, 1)]).secs;
+        let (step, _) = model.step(&spec, &[(0, 1)]).unwrap();
+        (r, startup, step)
     }
 
     /// A registry over the test model knowing job 7 of `iterations`.
@@ -674,10 +689,7 @@ mod tests {
 
     #[test]
     fn a_job_trains_from_its_assignment_to_its_stop_and_finishes_when_its_last_step_ends() {
-        let model = test_model();
-        let (r, spec) = registry_with(1000.0);
-        let startup = model.startup(&spec, &[], &[(0, 1)]).secs;
-        let (step, _) = model.step(&spec, &[(0, 1)]).unwrap();
+        let (r, startup, step) = on_c0(1000.0);
         // Ticks of 75 s from 0; the task comes at 40 s, mid-tick.
         r.assign(0, &assignment(1, 7, 1), 40_000).unwrap();
         r.advance(0, 75.0, &no_load());
@@ -699,5 +711,19 @@ mod tests {
         };
         assert_eq!((task.task_id, task.node), (2, 0));
         assert!((*at_ms as f64 - want_ms).abs() <= 1.0, "{at_ms} {want_ms}");
+    }
+
+    #[test]
+    fn a_yield_between_a_finish_and_the_tick_that_notices_it_loses_nothing() {
+        let (r, startup, step) = on_c0(100.0);
+        r.assign(0, &assignment(1, 7, 1), 0).unwrap();
+        r.advance(0, 10.0, &no_load());
+        // It finishes at start-up + 100 steps; its box turns busy 5 s later,
+        // before the next tick.
+        let yield_ms = ((startup + 100.0 * step + 5.0) * 1000.0) as i64;
+        r.stop(1, false, yield_ms, &no_load()).unwrap();
+        assert_eq!(r.done(7), Some(100.0));
+        assert_eq!(r.ledger().evictions, 0);
+        assert_eq!(r.history(7).first_stop, None, "it stopped done");
     }
 }
