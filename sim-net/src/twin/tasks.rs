@@ -312,8 +312,9 @@ impl Registry {
         let mut busy_ms = vec![0i64; self.model.nodes().len()];
         let to_ms = from_ms + (dt_s * 1000.0).round() as i64;
         for job in jobs.values_mut() {
-            let args = (&mut *ledger, &mut busy_ms);
-            if let Some(at_ms) = self.advance_job(job, from_ms, to_ms, load, args.0, args.1, true) {
+            let finished =
+                self.advance_job(job, from_ms, to_ms, load, &mut ledger, &mut busy_ms, true);
+            if let Some(at_ms) = finished {
                 let tasks = std::mem::take(&mut job.tasks);
                 events.extend(
                     tasks
