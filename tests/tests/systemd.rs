@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -116,11 +117,23 @@ impl Manager {
             .env("WATCHDOG_USEC", watchdog.as_micros().to_string());
     }
 
-    /// Waits for the next notification, at most [`PATIENCE`].
+    /// Waits for the next notification, at most [`PATIENCE`]. A receive
+    /// that a signal interrupts (EINTR, as the test's own children end) is
+    /// tried again within the same patience.
     fn next(&mut self, daemon: &Proc) -> String {
-        self.socket.set_read_timeout(Some(PATIENCE)).unwrap();
+        let deadline = Instant::now() + PATIENCE;
         let mut buf = [0u8; 4096];
-        let n = self.socket.recv(&mut buf).unwrap_or_else(|e| {
+        let received = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.socket
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            match self.socket.recv(&mut buf) {
+                Err(e) if e.kind() == ErrorKind::Interrupted && Instant::now() < deadline => {}
+                other => break other,
+            }
+        };
+        let n = received.unwrap_or_else(|e| {
             panic!(
                 "no notification within {PATIENCE:?} ({e}); so far {:?}; log:\n{}",
                 self.got,
