@@ -82,14 +82,7 @@ fn a_coordinator_on_postgres_runs_jobs_and_keeps_them_through_a_crash() {
 
 #[test]
 fn a_postgres_store_without_a_url_is_refused_with_the_fix() {
-    let dir = support::tempdir();
-    let mut cmd = Command::new(CLOUD);
-    cmd.args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .env("TIDEMILL_STORE__BACKEND", "postgres");
-    let mut refused = Proc::spawn("tidemill-cloud", cmd);
-    assert!(!refused.wait_exit(PATIENCE).success());
-    let err = refused.log().join("\n");
+    let err = refused_serve(&[("TIDEMILL_STORE__BACKEND", "postgres")]);
     assert!(
         err.contains("store.url") && err.contains("TIDEMILL_STORE__URL"),
         "{err}"
@@ -98,28 +91,34 @@ fn a_postgres_store_without_a_url_is_refused_with_the_fix() {
 
 #[test]
 fn an_unreachable_database_is_named_with_the_fix_and_no_password() {
-    let dir = support::tempdir();
     let url = format!(
         "postgres://tidemill:s3cret-pw@127.0.0.1:{}/tidemill?sslmode=disable",
         support::free_port()
     );
-    let mut cmd = Command::new(CLOUD);
-    cmd.args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .args([
-            "--quic-listen",
-            "127.0.0.1:0",
-            "--api-listen",
-            "127.0.0.1:0",
-        ])
-        .env("TIDEMILL_STORE__BACKEND", "postgres")
-        .env("TIDEMILL_STORE__URL", &url);
-    let mut refused = Proc::spawn("tidemill-cloud", cmd);
-    assert!(!refused.wait_exit(PATIENCE).success());
-    let err = refused.log().join("\n");
+    let err = refused_serve(&[
+        ("TIDEMILL_STORE__BACKEND", "postgres"),
+        ("TIDEMILL_STORE__URL", &url),
+    ]);
     assert!(
         err.contains("tidemill:<redacted>@127.0.0.1") && err.contains("pg_hba.conf"),
         "{err}"
     );
     assert!(!err.contains("s3cret-pw"), "the password in: {err}");
+}
+
+/// Runs `tidemill-cloud serve` on a fresh data dir and loopback listeners
+/// with `env`, asserts that it refuses to start, and returns its log.
+fn refused_serve(env: &[(&str, &str)]) -> String {
+    let dir = support::tempdir();
+    let mut cmd = Command::new(CLOUD);
+    cmd.args(["serve", "--data-dir"]).arg(dir.path()).args([
+        "--quic-listen",
+        "127.0.0.1:0",
+        "--api-listen",
+        "127.0.0.1:0",
+    ]);
+    cmd.envs(env.iter().copied());
+    let mut refused = Proc::spawn("tidemill-cloud", cmd);
+    assert!(!refused.wait_exit(PATIENCE).success());
+    refused.log().join("\n")
 }
