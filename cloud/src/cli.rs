@@ -503,7 +503,11 @@ fn serve(args: ServeArgs) -> Outcome {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let clock = tidemill_runtime::clock::for_speed(cfg.clock.speed, cfg.clock.anchor_ms);
+        let clock = tidemill_runtime::clock::for_phases(
+            cfg.clock.speed,
+            cfg.clock.anchor_ms,
+            &cfg.clock.phases,
+        );
         let server = crate::server::start(cfg, clock).await?;
         // The store is open and the QUIC and API listeners are bound.
         notify::ready();

@@ -188,6 +188,10 @@ pub struct ClockConfig {
     /// Wall time, Unix ms, at which accelerated time starts; `None`: at start.
     #[serde(default)]
     pub anchor_ms: Option<i64>,
+    /// Later speeds, each from a time of this clock on: a twin hurries
+    /// through the quiet tail of a trace. Empty: `speed` throughout.
+    #[serde(default)]
+    pub phases: Vec<tidemill_runtime::clock::Phase>,
 }
 
 /// Connection settings.
@@ -518,6 +522,22 @@ impl CloudConfig {
                 "must be between 1 (real time) and 100000",
             );
         }
+        for (k, p) in self.clock.phases.iter().enumerate() {
+            if !(p.speed.is_finite() && (1.0..=100_000.0).contains(&p.speed)) {
+                return invalid(
+                    "clock.phases.speed",
+                    p.speed.to_string(),
+                    "must be between 1 (real time) and 100000",
+                );
+            }
+            if k > 0 && p.from_ms <= self.clock.phases[k - 1].from_ms {
+                return invalid(
+                    "clock.phases.from_ms",
+                    p.from_ms.to_string(),
+                    "must be later than the phase before it: list the phases in order of time",
+                );
+            }
+        }
         let s = &self.scheduler;
         if let Err(e) = s.tidemill.validate() {
             return Err(ConfigError::InvalidInTable {
@@ -652,6 +672,33 @@ mod tests {
             err.contains("a model's rates take global_batch, source and iters_per_s"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn clock_phases_are_read_in_order_and_named_when_not() {
+        let with = |phases: &str| {
+            let text = DEFAULT_CONFIG.replace("speed = 1.0\n", &format!("speed = 60.0\n{phases}"));
+            config_file::parse::<CloudConfig>(&text, Path::new("c.toml")).unwrap()
+        };
+        let cfg = with(
+            "phases = [{ from_ms = 1000, speed = 600.0 }, { from_ms = 2000, speed = 6000.0 }]\n",
+        );
+        cfg.validate().unwrap();
+        assert_eq!(cfg.clock.phases[1].from_ms, 2000);
+        assert_eq!(cfg.clock.phases[1].speed, 6000.0);
+        let late_first = with(
+            "phases = [{ from_ms = 2000, speed = 600.0 }, { from_ms = 1000, speed = 600.0 }]\n",
+        );
+        let err = late_first.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("`clock.phases.from_ms` = 1000") && err.contains("in order"),
+            "{err}"
+        );
+        let err = with("phases = [{ from_ms = 1000, speed = 0.5 }]\n")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`clock.phases.speed` = 0.5"), "{err}");
     }
 
     #[test]

@@ -263,6 +263,7 @@ async fn cluster(args: &Args) -> Result<(), DemoError> {
         clock: ClockConfig {
             speed: args.speed,
             anchor_ms: Some(anchor),
+            phases: Vec::new(),
         },
         ..CloudConfig::default()
     };
