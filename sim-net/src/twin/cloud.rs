@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tidemill_cloud::api::TokenRequest;
 use tidemill_cloud::client::Client;
+use tidemill_runtime::clock::Phase;
 use tidemill_sched::placement::CostNode;
 use tidemill_sched::{TableData, ThroughputTables};
 
@@ -103,19 +104,21 @@ fn table<'a>(t: &'a mut toml::Table, key: &str) -> &'a mut toml::Table {
 
 /// The coordinator's config: its defaults, with the scenario's scheduler
 /// settings, tables, cloud nodes and links, `policy`, and the clock at
-/// `speed` from `anchor_ms`.
+/// `speed` from `anchor_ms`, then at each of `phases`.
 fn config(
     defaults: &str,
     setup: &Setup,
     policy: PolicyName,
-    speed: f64,
+    (speed, phases): (f64, &[Phase]),
     anchor_ms: i64,
     tables: toml::Table,
 ) -> Result<String, TwinError> {
     let mut c: toml::Table = defaults
         .parse()
         .map_err(|e| TwinError::Config(format!("the default config does not parse: {e}")))?;
-    let tide_s = |default: i64| toml::Value::Integer(default.max((SLACK_WALL_S * speed) as i64));
+    // Timeouts leave the same wall slack at the fastest speed of the run.
+    let fastest = phases.iter().map(|p| p.speed).fold(speed, f64::max);
+    let tide_s = |default: i64| toml::Value::Integer(default.max((SLACK_WALL_S * fastest) as i64));
     c.insert("offline_after_secs".into(), tide_s(20));
     c.insert("restart_grace_secs".into(), tide_s(120));
     c.insert(
@@ -154,6 +157,16 @@ fn config(
     let clock = table(&mut c, "clock");
     clock.insert("speed".into(), toml::Value::Float(speed));
     clock.insert("anchor_ms".into(), toml::Value::Integer(anchor_ms));
+    let phases = phases
+        .iter()
+        .map(|p| {
+            let mut t = toml::Table::new();
+            t.insert("from_ms".into(), toml::Value::Integer(p.from_ms));
+            t.insert("speed".into(), toml::Value::Float(p.speed));
+            toml::Value::Table(t)
+        })
+        .collect();
+    clock.insert("phases".into(), toml::Value::Array(phases));
     let s = table(&mut c, "scheduler");
     s.insert(
         "policy".into(),
@@ -229,7 +242,7 @@ impl Cloud {
         dir: &Path,
         setup: &Setup,
         policy: PolicyName,
-        speed: f64,
+        speeds: (f64, &[Phase]),
         anchor_ms: i64,
     ) -> Result<Cloud, TwinError> {
         let defaults = Command::new(bin)
@@ -241,7 +254,7 @@ impl Cloud {
         let data_dir = dir.join("cloud");
         std::fs::create_dir_all(&data_dir).map_err(TwinError::Io)?;
         let file = data_dir.join("cloud.toml");
-        let text = config(&defaults, setup, policy, speed, anchor_ms, tables)?;
+        let text = config(&defaults, setup, policy, speeds, anchor_ms, tables)?;
         std::fs::write(&file, text).map_err(TwinError::Io)?;
         let quic: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let api: SocketAddr = ([127, 0, 0, 1], free_port()?).into();

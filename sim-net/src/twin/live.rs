@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use tidemill_cloud::job::{JobFile, JobPhase, JobRecord, Work};
-use tidemill_runtime::clock::{self, SharedClock};
+use tidemill_runtime::clock::{self, Phase, SharedClock};
 use tidemill_runtime::identity::JoinToken;
 use tidemill_runtime::quic::{self, Timing};
 use tidemill_sched::DataSite;
@@ -29,6 +29,10 @@ use crate::simulate::policies::JobRun;
 
 /// Emulated edges that share one UDP socket.
 const EDGES_PER_SOCKET: usize = 250;
+
+/// Wall seconds the coordinator gets to start serving; a slower start eats
+/// into the edges' lead.
+const START_WALL_S: f64 = 3.0;
 
 /// Wall seconds of tide the edges get to connect and forecast before the
 /// first job's submission.
@@ -175,14 +179,12 @@ fn submit_all(
     cloud: &Cloud,
     clock: &SharedClock,
     shared: &Shared,
-    speed: f64,
     stop: &AtomicBool,
 ) -> Result<Vec<Option<Submitted>>, TwinError> {
     let mut out = Vec::new();
     for j in &world.jobs {
         let at = j.spec.submitted_ms + shared.load.offset_ms;
-        let wait_ms = ((at - clock.now_ms()) as f64 / speed).max(0.0);
-        std::thread::sleep(Duration::from_secs_f64(wait_ms / 1000.0));
+        std::thread::sleep(clock.wall_until(at));
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -247,12 +249,21 @@ pub(super) fn run_in(
     std::fs::create_dir_all(dir).map_err(TwinError::Io)?;
     let started = Instant::now();
     let anchor = chrono::Utc::now().timestamp_millis();
-    let clock = clock::for_speed(args.speed, Some(anchor));
-    let cloud = Cloud::start(bin, dir, setup, args.policy, args.speed, anchor)?;
-    // The trace starts a lead after the coordinator serves, whatever its
-    // start-up took, so the edges connect and forecast before the first job.
-    let lead_ms = (LEAD_WALL_S * args.speed * 1000.0) as i64;
-    let offset_ms = clock.now_ms() + lead_ms - world.window.0;
+    // The trace starts a lead after the anchor, time for the coordinator to
+    // start and the edges to connect and forecast before the first job; the
+    // `--speed-from` phases count from there.
+    let lead_ms = ((START_WALL_S + LEAD_WALL_S) * args.speed * 1000.0) as i64;
+    let offset_ms = anchor + lead_ms - world.window.0;
+    let phases: Vec<Phase> = args
+        .speed_from
+        .iter()
+        .map(|p| Phase {
+            from_ms: anchor + lead_ms + (p.hours * 3_600_000.0) as i64,
+            speed: p.speed,
+        })
+        .collect();
+    let clock = clock::for_phases(args.speed, Some(anchor), &phases);
+    let cloud = Cloud::start(bin, dir, setup, args.policy, (args.speed, &phases), anchor)?;
     let (forecast, refresh_ms) = setup.forecast_config()?;
     let shared = Arc::new(Shared {
         registry: Registry::new(world.model.clone()),
@@ -284,7 +295,11 @@ pub(super) fn run_in(
         rt.spawn(advance(shared.clone(), edges.clone()));
         edges
     };
-    wait_for_nodes(&cloud, edges.len(), Duration::from_secs_f64(LEAD_WALL_S));
+    wait_for_nodes(
+        &cloud,
+        edges.len(),
+        clock.wall_until(offset_ms + world.window.0),
+    );
     let start_tide = clock.now_ms();
     let end_tide = world.end_ms + offset_ms;
     let bar = ProgressBar::new(1000);
@@ -292,7 +307,7 @@ pub(super) fn run_in(
     bar.set_prefix(label.to_string());
     let stop = AtomicBool::new(false);
     let ids = std::thread::scope(|s| {
-        let submitter = s.spawn(|| submit_all(world, &cloud, &clock, &shared, args.speed, &stop));
+        let submitter = s.spawn(|| submit_all(world, &cloud, &clock, &shared, &stop));
         let span = (end_tide - start_tide).max(1) as f64;
         let done = |now: i64| (((now - start_tide) as f64 / span).clamp(0.0, 1.0) * 1000.0) as u64;
         loop {

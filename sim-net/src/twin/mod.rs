@@ -53,6 +53,12 @@ pub struct Args {
     /// Accelerated seconds per wall second, for the coordinator and the edges.
     #[arg(long, default_value_t = 600.0)]
     pub speed: f64,
+    /// `H:X`: from H hours after the slice's first submission, the clock
+    /// runs at X instead, so a run spends its wall time where deadlines
+    /// crowd and hurries through a quiet tail. Repeat for more phases, in
+    /// order of H.
+    #[arg(long, value_name = "H:X", value_parser = parse_speed_from)]
+    pub speed_from: Vec<SpeedFrom>,
     /// The policy the coordinator runs.
     #[arg(long, default_value = "tidemill", value_parser = policy_parser())]
     pub policy: PolicyName,
@@ -84,6 +90,64 @@ pub struct Args {
     /// temporary dir, removed after a run that succeeded).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+}
+
+/// One `--speed-from`: the clock's speed from some hours into the slice.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpeedFrom {
+    /// Hours after the slice's first submission.
+    pub hours: f64,
+    /// Accelerated seconds per wall second from then on.
+    pub speed: f64,
+}
+
+/// Parses `H:X` (hours, speed) for `--speed-from`.
+fn parse_speed_from(s: &str) -> Result<SpeedFrom, String> {
+    let (h, x) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected H:X, hours and a speed, as in 78:3600"))?;
+    let number = |v: &str, what: &str| {
+        v.trim()
+            .parse::<f64>()
+            .map_err(|e| format!("{s:?}: the {what} {v:?} is not a number ({e})"))
+    };
+    Ok(SpeedFrom {
+        hours: number(h, "hours")?,
+        speed: number(x, "speed")?,
+    })
+}
+
+/// Checks `--speed` and `--speed-from`: speeds within the coordinator's
+/// clock range, hours not negative and in order.
+fn check_speeds(args: &Args) -> Result<(), TwinError> {
+    let in_range = |x: f64| x.is_finite() && (1.0..=100_000.0).contains(&x);
+    if !in_range(args.speed) {
+        return Err(TwinError::BadOption {
+            flag: "speed",
+            value: args.speed.to_string(),
+            rule: "must be between 1 and 100000 (the coordinator's clock.speed range)",
+        });
+    }
+    let mut last = None;
+    for p in &args.speed_from {
+        let value = format!("{}:{}", p.hours, p.speed);
+        if !in_range(p.speed) {
+            return Err(TwinError::BadOption {
+                flag: "speed-from",
+                value,
+                rule: "its speed must be between 1 and 100000 (the coordinator's clock.speed range)",
+            });
+        }
+        if !(p.hours.is_finite() && p.hours >= 0.0 && last.is_none_or(|l| p.hours > l)) {
+            return Err(TwinError::BadOption {
+                flag: "speed-from",
+                value,
+                rule: "its hours must be 0 or more and later than the phase before it: list the phases in order",
+            });
+        }
+        last = Some(p.hours);
+    }
+    Ok(())
 }
 
 /// Why `twin` could not run.
@@ -193,13 +257,7 @@ fn cloud_bin(args: &Args) -> Result<PathBuf, TwinError> {
 
 /// Runs the twin and returns its report.
 pub fn twin(args: &Args) -> Result<TwinReport, TwinError> {
-    if !(args.speed.is_finite() && (1.0..=100_000.0).contains(&args.speed)) {
-        return Err(TwinError::BadOption {
-            flag: "speed",
-            value: args.speed.to_string(),
-            rule: "must be between 1 and 100000 (the coordinator's clock.speed range)",
-        });
-    }
+    check_speeds(args)?;
     if let Some(svg) = &args.svg {
         let parent = svg.parent().filter(|p| !p.as_os_str().is_empty());
         if parent.is_some_and(|p| !p.is_dir()) {
@@ -307,4 +365,26 @@ pub fn run(args: &Args) -> Result<(), TwinError> {
 
 fn writeln(out: &mut impl std::io::Write) -> Result<(), TwinError> {
     writeln!(out).map_err(TwinError::Stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_speed_phase_reads_hours_then_speed_and_names_what_is_wrong() {
+        assert_eq!(
+            parse_speed_from("78:3600"),
+            Ok(SpeedFrom {
+                hours: 78.0,
+                speed: 3600.0
+            })
+        );
+        let no_colon = parse_speed_from("78").unwrap_err();
+        assert!(no_colon.contains("expected H:X"), "{no_colon}");
+        let bad_hours = parse_speed_from("soon:3600").unwrap_err();
+        assert!(bad_hours.contains("the hours \"soon\""), "{bad_hours}");
+        let bad_speed = parse_speed_from("78:fast").unwrap_err();
+        assert!(bad_speed.contains("the speed \"fast\""), "{bad_speed}");
+    }
 }
