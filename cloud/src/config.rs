@@ -515,7 +515,7 @@ impl CloudConfig {
                 "must be in (0, 100]",
             );
         }
-        if !(self.clock.speed.is_finite() && (1.0..=100_000.0).contains(&self.clock.speed)) {
+        if !tidemill_runtime::clock::SPEEDS.contains(&self.clock.speed) {
             return invalid(
                 "clock.speed",
                 self.clock.speed.to_string(),
@@ -523,7 +523,7 @@ impl CloudConfig {
             );
         }
         for (k, p) in self.clock.phases.iter().enumerate() {
-            if !(p.speed.is_finite() && (1.0..=100_000.0).contains(&p.speed)) {
+            if !tidemill_runtime::clock::SPEEDS.contains(&p.speed) {
                 return invalid(
                     "clock.phases.speed",
                     p.speed.to_string(),

@@ -93,6 +93,15 @@ fn speed_phases_out_of_order_are_refused_before_the_runs() {
         err.starts_with("--speed-from 2:7200: ") && err.contains("in order"),
         "{err}"
     );
+    // Apart in hours but not in the clock's milliseconds.
+    a.speed_from = vec![phase(1.0, 7200.0), phase(1.0 + 1e-10, 7200.0)];
+    let err = twin::twin(&a)
+        .expect_err("phases within a millisecond")
+        .to_string();
+    assert!(
+        err.starts_with("--speed-from 1.0000000001:7200: ") && err.contains("in order"),
+        "{err}"
+    );
     a.speed_from = vec![phase(1.0, 0.0)];
     let err = twin::twin(&a).expect_err("a zero speed").to_string();
     assert!(

@@ -41,6 +41,10 @@ impl Clock for SystemClock {
     }
 }
 
+/// The speeds a configured clock may run at, clock ms per wall ms: real time
+/// up to 100 000×.
+pub const SPEEDS: std::ops::RangeInclusive<f64> = 1.0..=100_000.0;
+
 /// From `from_ms` of accelerated time on, the clock runs at `speed`: a
 /// later phase of a [`ScaledClock`], so a twin can spend its wall time where
 /// deadlines are at stake and hurry through the quiet tail of a trace.

@@ -258,7 +258,7 @@ pub(super) fn run_in(
         .speed_from
         .iter()
         .map(|p| Phase {
-            from_ms: anchor + lead_ms + (p.hours * 3_600_000.0) as i64,
+            from_ms: anchor + lead_ms + p.offset_ms(),
             speed: p.speed,
         })
         .collect();

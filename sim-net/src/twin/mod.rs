@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tidemill_cloud::client::ClientError;
-use tidemill_runtime::quic;
+use tidemill_runtime::{clock, quic};
 
 use crate::simulate::policies::JobRun;
 use crate::simulate::policies::PolicyName;
@@ -101,6 +101,13 @@ pub struct SpeedFrom {
     pub speed: f64,
 }
 
+impl SpeedFrom {
+    /// Tide ms after the slice's first submission at which it starts.
+    pub fn offset_ms(&self) -> i64 {
+        (self.hours * 3_600_000.0) as i64
+    }
+}
+
 /// Parses `H:X` (hours, speed) for `--speed-from`.
 fn parse_speed_from(s: &str) -> Result<SpeedFrom, String> {
     let (h, x) = s
@@ -118,9 +125,10 @@ fn parse_speed_from(s: &str) -> Result<SpeedFrom, String> {
 }
 
 /// Checks `--speed` and `--speed-from`: speeds within the coordinator's
-/// clock range, hours not negative and in order.
+/// clock range, hours not negative and in order, a millisecond apart at
+/// least (the clock's phases are in ms).
 fn check_speeds(args: &Args) -> Result<(), TwinError> {
-    let in_range = |x: f64| x.is_finite() && (1.0..=100_000.0).contains(&x);
+    let in_range = |x: f64| clock::SPEEDS.contains(&x);
     if !in_range(args.speed) {
         return Err(TwinError::BadOption {
             flag: "speed",
@@ -138,14 +146,14 @@ fn check_speeds(args: &Args) -> Result<(), TwinError> {
                 rule: "its speed must be between 1 and 100000 (the coordinator's clock.speed range)",
             });
         }
-        if !(p.hours.is_finite() && p.hours >= 0.0 && last.is_none_or(|l| p.hours > l)) {
+        if !(p.hours.is_finite() && p.hours >= 0.0 && last.is_none_or(|l| p.offset_ms() > l)) {
             return Err(TwinError::BadOption {
                 flag: "speed-from",
                 value,
                 rule: "its hours must be 0 or more and later than the phase before it: list the phases in order",
             });
         }
-        last = Some(p.hours);
+        last = Some(p.offset_ms());
     }
     Ok(())
 }
