@@ -27,6 +27,36 @@ pub struct Backtest {
     pub methods: Vec<Method>,
 }
 
+/// Whole days of a node's own samples before an origin, in bands: how a
+/// forecast improves as a box's history grows, and how much of a short
+/// trace's score comes from young histories. Each band is `from..to` days
+/// (`None`: no end); the first origin comes a day after a node's first sample.
+pub const HISTORY_BANDS: [(u32, Option<u32>); 6] = [
+    (1, Some(2)),
+    (2, Some(3)),
+    (3, Some(4)),
+    (4, Some(7)),
+    (7, Some(14)),
+    (14, None),
+];
+
+/// The index in [`HISTORY_BANDS`] of `days` whole days of history (at least 1).
+pub fn history_band(days: u32) -> usize {
+    HISTORY_BANDS
+        .iter()
+        .rposition(|(from, _)| days >= *from)
+        .unwrap_or(0)
+}
+
+/// A band's name, as printed and in JSON: `1 d`, `4-6 d`, `14+ d`.
+pub fn history_band_name(band: usize) -> String {
+    match HISTORY_BANDS[band] {
+        (from, Some(to)) if to == from + 1 => format!("{from} d"),
+        (from, Some(to)) => format!("{from}-{} d", to - 1),
+        (from, None) => format!("{from}+ d"),
+    }
+}
+
 /// One method's scores: over every lead, and per horizon bucket
 /// (indexed as [`HorizonBucket::ALL`]).
 #[derive(Debug, Clone, Default)]
@@ -35,6 +65,9 @@ pub struct Boards {
     pub all: Scoreboard,
     /// The leads of each bucket.
     pub by_bucket: [Scoreboard; 3],
+    /// The leads of each bucket, per band of the node's own history at the
+    /// origin (indexed as [`HISTORY_BANDS`], then as [`HorizonBucket::ALL`]).
+    pub by_history: [[Scoreboard; 3]; HISTORY_BANDS.len()],
     /// tidemill's forecast scored on this method's points only (every lead),
     /// so that the two compare on the same origins and slots.
     pub tidemill_here: Scoreboard,
@@ -45,6 +78,11 @@ impl Boards {
         self.all.merge(&other.all);
         for (a, b) in self.by_bucket.iter_mut().zip(&other.by_bucket) {
             a.merge(b);
+        }
+        for (a, b) in self.by_history.iter_mut().zip(&other.by_history) {
+            for (a, b) in a.iter_mut().zip(b) {
+                a.merge(b);
+            }
         }
         self.tidemill_here.merge(&other.tidemill_here);
     }
@@ -184,6 +222,8 @@ impl Backtest {
                 .collect();
             let ours = self.methods.iter().position(|m| *m == Method::Tidemill);
             let first_slot = origin.div_euclid(slot_ms);
+            let days = u32::try_from((origin - first.0) / 86_400_000).unwrap_or(u32::MAX);
+            let band = history_band(days);
             for (slots, board) in forecasts.iter().zip(boards.iter_mut()) {
                 for (lead, q) in slots.iter().enumerate() {
                     let slot = first_slot + lead as i64;
@@ -199,6 +239,7 @@ impl Backtest {
                     let bucket = HorizonBucket::of_slot(lead, self.config.slot_len_s);
                     board.all.add(&point(*q), threshold, confidence);
                     board.by_bucket[bucket.index()].add(&point(*q), threshold, confidence);
+                    board.by_history[band][bucket.index()].add(&point(*q), threshold, confidence);
                     if let Some(t) = ours.and_then(|i| forecasts[i][lead]) {
                         board.tidemill_here.add(&point(t), threshold, confidence);
                     }
@@ -253,6 +294,48 @@ mod tests {
             b.by_bucket.iter().map(points).collect::<Vec<_>>(),
             [24, 72, 0]
         );
+    }
+
+    #[test]
+    fn history_bands_by_hand() {
+        let names: Vec<String> = (0..HISTORY_BANDS.len()).map(history_band_name).collect();
+        assert_eq!(names, ["1 d", "2 d", "3 d", "4-6 d", "7-13 d", "14+ d"]);
+        let bands: Vec<usize> = [0, 1, 2, 3, 4, 6, 7, 13, 14, 400]
+            .map(history_band)
+            .to_vec();
+        assert_eq!(bands, [0, 0, 1, 2, 3, 3, 4, 4, 5, 5]);
+    }
+
+    #[test]
+    fn leads_are_scored_per_band_of_history() {
+        // Five days of 15-minute slots from t = 0, 12-hourly origins from day 1:
+        // origins at 1, 1.5 d fall in band "1 d", 2, 2.5 d in "2 d", 3, 3.5 d
+        // in "3 d", 4, 4.5 d in "4-6 d" (and 5 d, past the last sample, is
+        // none). Each band's points are those of its origins' leads inside the
+        // data, and together they are every scored point. The origin at 1 d
+        // scores none: same-slot-yesterday, the reference, needs a dozen
+        // in-sample errors, so more than a day of history.
+        let points: Vec<(i64, f64)> = (0..480).map(|i| (i * 900_000, 20.0)).collect();
+        let series = Series {
+            node: "n".to_string(),
+            points,
+        };
+        let backtest = Backtest {
+            config: ForecastConfig::default(),
+            step_ms: WARMUP_MS / 2,
+            methods: vec![Method::SameSlotYesterday],
+        };
+        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
+        let b = &boards[0].1;
+        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
+        let per_band: Vec<u64> = b
+            .by_history
+            .iter()
+            .map(|buckets| buckets.iter().map(points).sum())
+            .collect();
+        // Leads inside the data from an origin at day o: min(192, (5 − o)·96).
+        assert_eq!(per_band, [192, 192 + 192, 192 + 144, 96 + 48, 0, 0]);
+        assert_eq!(per_band.iter().sum::<u64>(), points(&b.all));
     }
 
     #[test]

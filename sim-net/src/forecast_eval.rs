@@ -8,10 +8,10 @@ use std::time::Instant;
 use clap::Args as ClapArgs;
 use serde::Serialize;
 use thiserror::Error;
-use tidemill_forecast::metrics::Figures;
+use tidemill_forecast::metrics::{Figures, Scoreboard};
 use tidemill_forecast::{ConfigError, ForecastConfig, HorizonBucket, Method};
 
-use crate::backtest::{Backtest, Boards};
+use crate::backtest::{Backtest, Boards, history_band_name};
 use crate::cold_start;
 use crate::plot::{PlotError, plot_node};
 use crate::trace::{MappingFlags, TraceError, read_trace};
@@ -137,6 +137,9 @@ struct MethodReport {
     #[serde(flatten)]
     figures: Option<Figures>,
     by_bucket: Vec<BucketReport>,
+    /// The same figures per band of the node's own history at the origin:
+    /// how the score grows with a box's history.
+    by_history: Vec<HistoryReport>,
     /// tidemill on this method's points (absent for tidemill itself): a
     /// baseline that cannot forecast a young box's first week is compared
     /// with tidemill on the same origins and slots.
@@ -152,17 +155,49 @@ struct BucketReport {
     figures: Option<Figures>,
 }
 
+/// One method's figures over the origins of one band of history
+/// ([`crate::backtest::HISTORY_BANDS`]), every lead and per horizon bucket.
+#[derive(Debug, Serialize)]
+struct HistoryReport {
+    /// `1 d`, `4-6 d`, `14+ d`: whole days of the node's own samples before the origin.
+    history: String,
+    #[serde(flatten)]
+    figures: Option<Figures>,
+    by_bucket: Vec<BucketReport>,
+}
+
+/// Figures per horizon bucket of `boards` (indexed as [`HorizonBucket::ALL`]).
+fn buckets(boards: &[Scoreboard; 3]) -> Vec<BucketReport> {
+    HorizonBucket::ALL
+        .iter()
+        .zip(boards)
+        .map(|(bucket, board)| BucketReport {
+            bucket: *bucket,
+            figures: board.figures(),
+        })
+        .collect()
+}
+
 impl MethodReport {
     fn new(method: Method, boards: &Boards) -> Self {
         Self {
             method,
             figures: boards.all.figures(),
-            by_bucket: HorizonBucket::ALL
+            by_bucket: buckets(&boards.by_bucket),
+            by_history: boards
+                .by_history
                 .iter()
-                .zip(&boards.by_bucket)
-                .map(|(bucket, board)| BucketReport {
-                    bucket: *bucket,
-                    figures: board.figures(),
+                .enumerate()
+                .map(|(band, per_bucket)| {
+                    let mut all = Scoreboard::default();
+                    for b in per_bucket {
+                        all.merge(b);
+                    }
+                    HistoryReport {
+                        history: history_band_name(band),
+                        figures: all.figures(),
+                        by_bucket: buckets(per_bucket),
+                    }
                 })
                 .collect(),
             tidemill_on_same_points: (method != Method::Tidemill)
@@ -329,6 +364,21 @@ fn write_table(out: &mut dyn Write, report: &Report) -> std::io::Result<()> {
         }
         if let Some(f) = &m.tidemill_on_same_points {
             write_row(out, " tidemill there", "all", Some(f))?;
+        }
+    }
+    writeln!(
+        out,
+        "tidemill by whole days of the node's own history at the origin (MASE against same-slot-yesterday on the same points):"
+    )?;
+    let ours = report
+        .methods
+        .iter()
+        .filter(|m| m.method == Method::Tidemill);
+    for h in ours.flat_map(|m| &m.by_history) {
+        let label = format!("tidemill {}", h.history);
+        write_row(out, &label, "all", h.figures.as_ref())?;
+        for b in &h.by_bucket {
+            write_row(out, &label, b.bucket.name(), b.figures.as_ref())?;
         }
     }
     Ok(())
