@@ -515,25 +515,19 @@ impl CloudConfig {
                 "must be in (0, 100]",
             );
         }
-        if !tidemill_runtime::clock::SPEEDS.contains(&self.clock.speed) {
-            return invalid(
-                "clock.speed",
-                self.clock.speed.to_string(),
-                "must be between 1 (real time) and 100000",
-            );
-        }
-        for (k, p) in self.clock.phases.iter().enumerate() {
-            if !tidemill_runtime::clock::SPEEDS.contains(&p.speed) {
-                return invalid(
-                    "clock.phases.speed",
-                    p.speed.to_string(),
-                    "must be between 1 (real time) and 100000",
-                );
+        let phases = &self.clock.phases;
+        let speeds = phases.iter().map(|p| ("clock.phases.speed", p.speed));
+        for (key, speed) in std::iter::once(("clock.speed", self.clock.speed)).chain(speeds) {
+            let rule = "must be between 1 (real time) and 100000";
+            if !tidemill_runtime::clock::SPEEDS.contains(&speed) {
+                return invalid(key, speed.to_string(), rule);
             }
-            if k > 0 && p.from_ms <= self.clock.phases[k - 1].from_ms {
+        }
+        for w in phases.windows(2) {
+            if w[1].from_ms <= w[0].from_ms {
                 return invalid(
                     "clock.phases.from_ms",
-                    p.from_ms.to_string(),
+                    w[1].from_ms.to_string(),
                     "must be later than the phase before it: list the phases in order of time",
                 );
             }
@@ -699,6 +693,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`clock.phases.speed` = 0.5"), "{err}");
+        let slow = DEFAULT_CONFIG.replace("speed = 1.0\n", "speed = 0.5\n");
+        let err = config_file::parse::<CloudConfig>(&slow, Path::new("c.toml"))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`clock.speed` = 0.5"), "{err}");
     }
 
     #[test]

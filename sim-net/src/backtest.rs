@@ -253,6 +253,29 @@ impl Backtest {
 mod tests {
     use super::*;
 
+    /// Backtests one node with `points` at `step_ms` between origins.
+    fn backtest_one(
+        points: Vec<(i64, f64)>,
+        step_ms: i64,
+        methods: Vec<Method>,
+    ) -> Vec<(Method, Boards)> {
+        let series = Series {
+            node: "n".to_string(),
+            points,
+        };
+        let backtest = Backtest {
+            config: ForecastConfig::default(),
+            step_ms,
+            methods,
+        };
+        backtest.run(std::slice::from_ref(&series), |_, _| {})
+    }
+
+    /// The points a board scored.
+    fn points(board: &Scoreboard) -> u64 {
+        board.figures().map_or(0, |f| f.points)
+    }
+
     #[test]
     fn slot_means_average_and_skip_gaps() {
         let m = SlotMeans::new(&[(0, 1.0), (500, 3.0), (2_500, 7.0)], 1_000);
@@ -276,19 +299,9 @@ mod tests {
         // after the one-day warm-up, and two days give yesterday's errors) with
         // a 48 h horizon: 24 of its leads fall in 0-6 h and 72 in 6-24 h, and
         // the 96 of 24-48 h lie past the data, so none is scored.
-        let points: Vec<(i64, f64)> = (0..288).map(|i| (i * 900_000, 20.0)).collect();
-        let series = Series {
-            node: "n".to_string(),
-            points,
-        };
-        let backtest = Backtest {
-            config: ForecastConfig::default(),
-            step_ms: 2 * WARMUP_MS,
-            methods: vec![Method::SameSlotYesterday],
-        };
-        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
+        let flat = (0..288).map(|i| (i * 900_000, 20.0)).collect();
+        let boards = backtest_one(flat, 2 * WARMUP_MS, vec![Method::SameSlotYesterday]);
         let b = &boards[0].1;
-        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
         assert_eq!(points(&b.all), 96);
         assert_eq!(
             b.by_bucket.iter().map(points).collect::<Vec<_>>(),
@@ -315,23 +328,13 @@ mod tests {
         // data, and together they are every scored point. The origin at 1 d
         // scores none: same-slot-yesterday, the reference, needs a dozen
         // in-sample errors, so more than a day of history.
-        let points: Vec<(i64, f64)> = (0..480).map(|i| (i * 900_000, 20.0)).collect();
-        let series = Series {
-            node: "n".to_string(),
-            points,
-        };
-        let backtest = Backtest {
-            config: ForecastConfig::default(),
-            step_ms: WARMUP_MS / 2,
-            methods: vec![Method::SameSlotYesterday],
-        };
-        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
+        let flat = (0..480).map(|i| (i * 900_000, 20.0)).collect();
+        let boards = backtest_one(flat, WARMUP_MS / 2, vec![Method::SameSlotYesterday]);
         let b = &boards[0].1;
-        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
         let per_band: Vec<u64> = b
             .by_history
             .iter()
-            .map(|buckets| buckets.iter().map(points).sum())
+            .map(|buckets| buckets.iter().map(points).sum::<u64>())
             .collect();
         // Leads inside the data from an origin at day o: min(192, (5 − o)·96).
         assert_eq!(per_band, [192, 192 + 192, 192 + 144, 96 + 48, 0, 0]);
@@ -343,20 +346,11 @@ mod tests {
         // Ten days, hourly origins: same-slot-last-week forecasts only from
         // day 7, so its points are fewer than tidemill's; tidemill's score on
         // its points counts exactly those, and on its own points all of them.
-        let points: Vec<(i64, f64)> = (0..960)
+        let tide = (0..960)
             .map(|i| (i * 900_000, if (i / 4) % 24 < 8 { 10.0 } else { 60.0 }))
             .collect();
-        let series = Series {
-            node: "n".to_string(),
-            points,
-        };
-        let backtest = Backtest {
-            config: ForecastConfig::default(),
-            step_ms: 6 * 3_600_000,
-            methods: vec![Method::SameSlotLastWeek, Method::Tidemill],
-        };
-        let boards = backtest.run(std::slice::from_ref(&series), |_, _| {});
-        let points = |board: &Scoreboard| board.figures().map_or(0, |f| f.points);
+        let methods = vec![Method::SameSlotLastWeek, Method::Tidemill];
+        let boards = backtest_one(tide, 6 * 3_600_000, methods);
         let (week, ours) = (&boards[0].1, &boards[1].1);
         assert!(points(&week.all) > 0);
         assert!(points(&week.all) < points(&ours.all));
