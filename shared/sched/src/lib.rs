@@ -30,7 +30,9 @@ pub use decision::{Action, Explanation, JobDecision, RoundPlan, Segment, Shape, 
 pub use elasticflow::Grid;
 pub use first_fit::{FirstFitLimits, first_fit};
 pub use provenance::{ClassSources, TableSource};
-pub use schedule::{DONE_EPS_ITERS, EXPLANATION_TIME_FORMAT, Reason, Share, Stretch, schedule};
+pub use schedule::{
+    DONE_EPS_ITERS, EXPLANATION_TIME_FORMAT, Reason, Share, Stretch, Words, schedule, schedule_with,
+};
 pub use settings::{Policy, PolicyError};
 pub use snapshot::{JobView, NodeView, Placement, Plan, Snapshot, Waiting};
 pub use throughput::{

@@ -1,7 +1,8 @@
 //! `tidemill` and `cloud-only`: this project's scheduler,
 //! [`crate::schedule`], behind the [`Scheduler`] trait: each round it builds a [`WorldSnapshot`]
 //! (nodes with their idle windows and reported load, jobs with their progress,
-//! admission and standing reservation), calls `schedule`, and carries out the
+//! admission and standing reservation), calls `schedule` (without the
+//! decisions in words: nobody reads them here), and carries out the
 //! actions (start, continue, migrate, pause, wait, reject). Edge windows come
 //! from the view's [`super::EdgeSignals::availability`]: in the simulator each
 //! box's online forecaster (P90 under the threshold, via
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use crate::placement::{CostModel, Place};
 use crate::{
     Action, Admission, Assignment, JobState, NodeKind, NodeSpec, Policy as SchedPolicy, Progress,
-    Segment, WorldSnapshot, schedule,
+    Segment, Words, WorldSnapshot, schedule_with,
 };
 
 use super::{Decision, EdgeInterest, JobStatus, Scheduler, View};
@@ -167,7 +168,7 @@ impl Scheduler for Tidemill {
                 }
             })
             .collect();
-        let plan = schedule(&self.world, v.now_ms, &self.config.policy);
+        let plan = schedule_with(&self.world, v.now_ms, &self.config.policy, Words::Skip);
         for dec in &plan.decisions {
             let j = dec.job_id as usize;
             match &dec.action {

@@ -15,11 +15,11 @@
 
 use crate::decision::{Action, JobDecision, Segment};
 
-use super::DONE_EPS_ITERS;
 use super::grid::{Grade, Place, Round};
 use super::job::JobCtx;
 use super::plan::Want;
 use super::reason::Reason;
+use super::{DONE_EPS_ITERS, Words};
 
 impl<'a> Round<'a> {
     /// Moves decision `d`'s job, for the slot in progress, to where it does
@@ -93,7 +93,9 @@ impl<'a> Round<'a> {
             place: self.shares(&chosen),
             until_ms,
         };
-        d.explanation.reason = format!("{}; {why}", d.explanation.reason);
+        if self.words == Words::Explain {
+            d.explanation.reason = format!("{}; {why}", d.explanation.reason);
+        }
         d.explanation.why.push(why);
     }
 

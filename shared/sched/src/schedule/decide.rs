@@ -6,13 +6,13 @@ use crate::decision::{Action, Explanation, JobDecision, Segment, Shape, Verdict}
 
 use crate::world::OnInfeasible;
 
-use super::DONE_EPS_ITERS;
 use super::explain::{Entry, Story};
 use super::grid::Round;
 use super::job::JobCtx;
 use super::plan::Candidate;
 use super::reason::{Reason, Share, Stretch};
 use super::walk::Seg;
+use super::{DONE_EPS_ITERS, Words};
 
 impl<'a> Round<'a> {
     /// Reserves `segs` and writes the decision with its explanation: the
@@ -47,23 +47,35 @@ impl<'a> Round<'a> {
                 now_seg.map(|s| self.assignments(&s.place)),
             ),
         };
-        let mut reason = story.to_string();
+        let words = self.words == Words::Explain;
+        let mut reason = if words {
+            story.to_string()
+        } else {
+            String::new()
+        };
         let mut why = Vec::new();
         if let (Some(note), Action::Migrate { .. } | Action::Pause) = (&ctx.tide_note, &action) {
-            let then = match note {
-                Reason::Displaced { .. } => "checkpointing and moving",
-                _ => "checkpointing and moving before it interferes",
-            };
-            reason = format!("{note}: {then}; {reason}");
+            if words {
+                let then = match note {
+                    Reason::Displaced { .. } => "checkpointing and moving",
+                    _ => "checkpointing and moving before it interferes",
+                };
+                reason = format!("{note}: {then}; {reason}");
+            }
             why.push(note.clone());
         }
         why.extend(story.into_reasons());
-        let mut nodes: Vec<String> = segments
-            .iter()
-            .flat_map(|s| s.on.iter().map(|a| a.node_id.clone()))
-            .collect();
-        nodes.sort();
-        nodes.dedup();
+        let nodes = if words {
+            let mut nodes: Vec<String> = segments
+                .iter()
+                .flat_map(|s| s.on.iter().map(|a| a.node_id.clone()))
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            nodes
+        } else {
+            Vec::new()
+        };
         let done: f64 = segs.iter().map(|s| s.iters).sum();
         let paid = segs.iter().any(|s| self.price(&s.place) > 0.0);
         let unpaid = segs.iter().any(|s| self.price(&s.place) == 0.0);

@@ -24,6 +24,7 @@ use crate::placement::PlacementCost;
 use crate::settings::Policy;
 use crate::world::{Assignment, NodeKind, WorldSnapshot};
 
+use super::Words;
 use super::held::Held;
 use super::lan::Lans;
 use super::walk::Seg;
@@ -80,6 +81,8 @@ pub(super) struct Round<'a> {
     pub(super) lans: Lans,
     /// What running jobs hold at the start of the round.
     pub(super) held: Held,
+    /// Whether decisions are put into words.
+    pub(super) words: Words,
 }
 
 impl<'a> Round<'a> {
@@ -207,6 +210,7 @@ impl<'a> Round<'a> {
             links,
             lans,
             held,
+            words: Words::Explain,
             free,
             open,
             edge_index,

@@ -227,6 +227,17 @@ pub fn simulate(
             .map_or(next_slot, |j| j.spec.submitted_ms.min(next_slot))
             .min(t_end);
         let plan = schedule(&w, t, policy);
+        // The simulator's rounds skip the words; nothing else may change.
+        let mut unexplained = plan.clone();
+        for d in &mut unexplained.decisions {
+            d.explanation.reason.clear();
+            d.explanation.nodes.clear();
+        }
+        assert_eq!(
+            schedule_with(&w, t, policy, Words::Skip),
+            unexplained,
+            "a round without words decided otherwise at {t}"
+        );
         // A segment may end inside a slot (when its window does): the
         // executor plans again then, as the simulator's adapter wakes.
         let t_next = plan
