@@ -36,7 +36,8 @@
 //! Cost: (1 + held-out origins) model runs per season, each O(history slots).
 
 use crate::history::History;
-use crate::{CycleVerdict, HorizonBucket, Quantiles, tidemill};
+use crate::tidemill::{self, Wanted};
+use crate::{CycleVerdict, HorizonBucket, Quantiles};
 
 /// Days of held-out origins: one week, so that every weekday's errors count.
 pub(crate) const CALIBRATION_DAYS: usize = 7;
@@ -94,7 +95,8 @@ pub(crate) fn forecast(
         .map(|lead| {
             let c = choices[HorizonBucket::of_slot(lead, slot_len_s).index()];
             let run = runs[c.season].get_or_insert_with(|| {
-                tidemill::forecast(h, cycle, horizon, slots_per_hour, SEASONS[c.season])
+                let season = SEASONS[c.season];
+                tidemill::forecast(h, cycle, horizon, slots_per_hour, season, Wanted::Band)
             });
             let q = run[lead]?;
             let first_hour = lead < slots_per_hour;
@@ -136,7 +138,7 @@ fn held_out(
         // Seasons are compared where the weekly one could look a week back.
         let compared = past.days() >= 7;
         for (season, &days) in SEASONS[..seasons].iter().enumerate() {
-            let f = tidemill::forecast(&past, cycle, leads, slots_per_hour, days);
+            let f = tidemill::forecast(&past, cycle, leads, slots_per_hour, days, Wanted::Median);
             for (lead, q) in f.iter().enumerate() {
                 if let (Some(q), Some(y)) = (q, x[origin + lead]) {
                     let b = HorizonBucket::of_slot(lead, slot_len_s).index();

@@ -20,23 +20,49 @@ pub(crate) fn empirical_quantiles(values: &mut [f64]) -> Option<Quantiles> {
 /// selects twice per quantile.
 pub(crate) fn sorted_quantiles(sorted: &[f64]) -> Option<Quantiles> {
     let n = sorted.len();
-    let q = |tau: f64| {
-        let h = (n as f64 + 1.0 / 3.0) * tau + 1.0 / 3.0;
-        let k = h.floor() as usize;
-        if k == 0 {
-            sorted[0]
-        } else if k >= n {
-            sorted[n - 1]
-        } else {
-            let (a, b) = (sorted[k - 1], sorted[k]);
-            a + (h - k as f64) * (b - a)
-        }
-    };
+    let q = |tau: f64| quantile_of(n, tau, |i| sorted[i]);
     (n > 0).then(|| Quantiles {
         p10: q(0.1),
         p50: q(0.5),
         p90: q(0.9),
     })
+}
+
+/// The τ-quantile of n > 0 values by the rule of [`sorted_quantiles`], where
+/// `at(i)` is the (i + 1)-th smallest; only ranks ⌊h⌋ − 1 and ⌊h⌋ are read,
+/// so a caller may select them instead of sorting.
+pub(crate) fn quantile_of(n: usize, tau: f64, at: impl Fn(usize) -> f64) -> f64 {
+    let h = (n as f64 + 1.0 / 3.0) * tau + 1.0 / 3.0;
+    let k = h.floor() as usize;
+    if k == 0 {
+        at(0)
+    } else if k >= n {
+        at(n - 1)
+    } else {
+        let (a, b) = (at(k - 1), at(k));
+        a + (h - k as f64) * (b - a)
+    }
+}
+
+/// The median of `values` (reordered in place) by the rule of
+/// [`sorted_quantiles`], in linear time: the two order statistics it reads
+/// are selected, not sorted for; `None` when empty.
+pub(crate) fn selected_median(values: &mut [f64]) -> Option<f64> {
+    let n = values.len();
+    if n == 0 {
+        return None;
+    }
+    let k = ((n as f64 + 1.0 / 3.0) * 0.5 + 1.0 / 3.0).floor() as usize;
+    let low = k.saturating_sub(1).min(n - 1);
+    values.select_nth_unstable_by(low, f64::total_cmp);
+    let next = values[low + 1..]
+        .iter()
+        .copied()
+        .min_by(f64::total_cmp)
+        .unwrap_or(values[low]);
+    Some(quantile_of(n, 0.5, |i| {
+        if i == low { values[low] } else { next }
+    }))
 }
 
 /// A series with gaps as two dense arrays, the value (0 where missing) and
@@ -112,6 +138,20 @@ mod tests {
         assert!((q.p50 - 5.5).abs() < 1e-12);
         assert!((q.p90 - (9.0 + 0.633_333_3)).abs() < 1e-6);
         assert_eq!(empirical_quantiles(&mut []), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_selected_median_is_the_sorted_one_bit_for_bit(
+            v in proptest::collection::vec(-100.0f64..100.0, 1..200),
+            ties in 0usize..4,
+        ) {
+            // Scaled by 0 to 3 and rounded, so that many draws repeat values.
+            let v: Vec<f64> = v.iter().map(|x| (x * ties as f64).round()).collect();
+            let sorted = empirical_quantiles(&mut v.clone()).unwrap();
+            let median = selected_median(&mut v.clone()).unwrap();
+            proptest::prop_assert_eq!(median.to_bits(), sorted.p50.to_bits());
+        }
     }
 
     #[test]
