@@ -32,8 +32,7 @@ pub(crate) fn sorted_quantiles(sorted: &[f64]) -> Option<Quantiles> {
 /// `at(i)` is the (i + 1)-th smallest; only ranks ⌊h⌋ − 1 and ⌊h⌋ are read,
 /// so a caller may select them instead of sorting.
 pub(crate) fn quantile_of(n: usize, tau: f64, at: impl Fn(usize) -> f64) -> f64 {
-    let h = (n as f64 + 1.0 / 3.0) * tau + 1.0 / 3.0;
-    let k = h.floor() as usize;
+    let (h, k) = type8_position(n, tau);
     if k == 0 {
         at(0)
     } else if k >= n {
@@ -44,6 +43,13 @@ pub(crate) fn quantile_of(n: usize, tau: f64, at: impl Fn(usize) -> f64) -> f64 
     }
 }
 
+/// h = (n + 1/3)·τ + 1/3 and ⌊h⌋, the position of the τ-quantile of n
+/// sorted values (see [`sorted_quantiles`]).
+fn type8_position(n: usize, tau: f64) -> (f64, usize) {
+    let h = (n as f64 + 1.0 / 3.0) * tau + 1.0 / 3.0;
+    (h, h.floor() as usize)
+}
+
 /// The median of `values` (reordered in place) by the rule of
 /// [`sorted_quantiles`], in linear time: the two order statistics it reads
 /// are selected, not sorted for; `None` when empty.
@@ -52,8 +58,7 @@ pub(crate) fn selected_median(values: &mut [f64]) -> Option<f64> {
     if n == 0 {
         return None;
     }
-    let k = ((n as f64 + 1.0 / 3.0) * 0.5 + 1.0 / 3.0).floor() as usize;
-    let low = k.saturating_sub(1).min(n - 1);
+    let low = type8_position(n, 0.5).1.saturating_sub(1).min(n - 1);
     values.select_nth_unstable_by(low, f64::total_cmp);
     let next = values[low + 1..]
         .iter()

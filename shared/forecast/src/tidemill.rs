@@ -323,61 +323,48 @@ fn hourly_spread(
             bucket.extend(hour.iter().flatten());
         }
     }
-    if wanted == Wanted::Median {
-        return hourly_medians(&by_hour);
+    // For a band, sorted once per hour: a pool is then a linear merge of three
+    // sorted runs. For a median, a pool is gathered and its median selected.
+    if wanted == Wanted::Band {
+        for b in &mut by_hour {
+            b.sort_unstable_by(f64::total_cmp);
+        }
     }
-    // Sorted once per hour; a pool is then a linear merge of three sorted runs.
-    for b in &mut by_hour {
-        b.sort_unstable_by(f64::total_cmp);
-    }
+    let summary = |pool: &mut Vec<f64>| match wanted {
+        Wanted::Band => sorted_quantiles(pool),
+        Wanted::Median => selected_median(pool).map(|m| Quantiles {
+            p10: m,
+            p50: m,
+            p90: m,
+        }),
+    };
     let mut fallback: Option<Quantiles> = None;
     let (mut pair, mut pool) = (Vec::new(), Vec::new());
     let mut out = Vec::with_capacity(hours);
     for g in 0..hours {
-        pair.clear();
         let [a, b, c] = [hours - 1, 0, 1].map(|d| by_hour[(g + d) % hours].as_slice());
-        merge_sorted(a, b, &mut pair);
         pool.clear();
-        merge_sorted(&pair, c, &mut pool);
-        let q = match sorted_quantiles(&pool) {
+        match wanted {
+            Wanted::Band => {
+                pair.clear();
+                merge_sorted(a, b, &mut pair);
+                merge_sorted(&pair, c, &mut pool);
+            }
+            Wanted::Median => [a, b, c].iter().for_each(|r| pool.extend_from_slice(r)),
+        }
+        let q = match summary(&mut pool) {
             Some(q) if pool.len() >= MIN_RESIDUALS => q,
             _ => *fallback.get_or_insert_with(|| {
                 let mut all = by_hour.concat();
-                all.sort_unstable_by(f64::total_cmp);
-                sorted_quantiles(&all).expect("at least MIN_RESIDUALS residuals")
+                if wanted == Wanted::Band {
+                    all.sort_unstable_by(f64::total_cmp);
+                }
+                summary(&mut all).expect("at least MIN_RESIDUALS residuals")
             }),
         };
         out.push(q);
     }
     out
-}
-
-/// [`hourly_spread`]'s pools, their medians only: each pool is gathered and
-/// its median selected in linear time.
-fn hourly_medians(by_hour: &[Vec<f64>]) -> Vec<Quantiles> {
-    let hours = by_hour.len();
-    let at = |m: f64| Quantiles {
-        p10: m,
-        p50: m,
-        p90: m,
-    };
-    let mut fallback: Option<Quantiles> = None;
-    let mut pool = Vec::new();
-    (0..hours)
-        .map(|g| {
-            pool.clear();
-            for d in [hours - 1, 0, 1] {
-                pool.extend_from_slice(&by_hour[(g + d) % hours]);
-            }
-            match selected_median(&mut pool) {
-                Some(m) if pool.len() >= MIN_RESIDUALS => at(m),
-                _ => *fallback.get_or_insert_with(|| {
-                    let mut all = by_hour.concat();
-                    at(selected_median(&mut all).expect("at least MIN_RESIDUALS residuals"))
-                }),
-            }
-        })
-        .collect()
 }
 
 /// Appends the ascending merge of ascending `a` and `b` to `out`: linear,

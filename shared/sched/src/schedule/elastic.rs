@@ -226,6 +226,7 @@ impl<'a> Round<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Words;
     use super::super::testkit::{H, world};
     use super::*;
     use crate::settings::Policy;
@@ -243,7 +244,7 @@ mod tests {
                 restart_s,
                 ..Policy::default()
             };
-            let round = Round::new(&w, 18 * H, &policy);
+            let round = Round::new(&w, 18 * H, &policy, Words::Explain);
             let ctx = round.job_ctx(&w.jobs[0]);
             let limit = round.slots_before(21 * H);
             let grows = round.grows(&ctx, &vec![(0, 2)], &vec![(0, 4)], 0, limit, 1e9);

@@ -86,7 +86,12 @@ pub(super) struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    pub(super) fn new(world: &'a WorldSnapshot, now_ms: i64, policy: &'a Policy) -> Round<'a> {
+    pub(super) fn new(
+        world: &'a WorldSnapshot,
+        now_ms: i64,
+        policy: &'a Policy,
+        words: Words,
+    ) -> Round<'a> {
         let slot = policy.slot_ms.max(1);
         let base_ms = now_ms.div_euclid(slot) * slot;
         let n_slots = ((now_ms + policy.horizon_ms.max(slot) - base_ms + slot - 1) / slot) as usize;
@@ -210,7 +215,7 @@ impl<'a> Round<'a> {
             links,
             lans,
             held,
-            words: Words::Explain,
+            words,
             free,
             open,
             edge_index,

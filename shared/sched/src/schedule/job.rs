@@ -150,6 +150,7 @@ impl<'a> Round<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Words;
     use super::super::testkit::{H, world};
     use crate::settings::Policy;
 
@@ -164,7 +165,7 @@ mod tests {
         for (iterations, may) in [(1_175_040.0, true), (1_175_050.0, false)] {
             let mut w = world();
             w.jobs[0].spec.iterations = iterations;
-            let round = Round::new(&w, 18 * H, &policy);
+            let round = Round::new(&w, 18 * H, &policy, Words::Explain);
             let ctx = round.job_ctx(&w.jobs[0]);
             assert_eq!(round.may_finish(&ctx, &[(0, 1)]), may, "{iterations}");
         }

@@ -143,8 +143,7 @@ fn plan_round(
     in_order: Option<&[u64]>,
     words: Words,
 ) -> Result<RoundPlan, Stuck> {
-    let mut round = Round::new(world, now_ms, policy);
-    round.words = words;
+    let mut round = Round::new(world, now_ms, policy, words);
     let mut decisions = Vec::with_capacity(world.jobs.len());
 
     let mut guaranteed: Vec<&JobState> = Vec::new();
@@ -412,8 +411,7 @@ fn reshuffle<'a>(
     guaranteed: &[&'a JobState],
     pending: &[&'a JobState],
 ) -> Option<(Round<'a>, Vec<JobDecision>, Vec<(&'a JobState, Entry)>)> {
-    let mut round = Round::new(world, now_ms, policy);
-    round.words = words;
+    let mut round = Round::new(world, now_ms, policy, words);
     let mut all: Vec<&JobState> = guaranteed.iter().chain(pending).copied().collect();
     all.sort_by_key(|j| (j.spec.deadline_ms, j.spec.submitted_ms, j.spec.id));
     let mut decisions = Vec::with_capacity(all.len());
