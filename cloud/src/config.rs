@@ -738,6 +738,33 @@ mod tests {
     }
 
     #[test]
+    fn the_urgent_laxity_is_read_in_hours_may_be_off_and_not_negative() {
+        let with = |line: &str| DEFAULT_CONFIG.replace("urgent_laxity_h = 3.0", line);
+        let read = |line: &str| {
+            config_file::parse::<CloudConfig>(&with(line), Path::new("c.toml")).unwrap()
+        };
+        assert_eq!(
+            CloudConfig::default().scheduler.tidemill.urgent_laxity_ms,
+            3 * 3_600_000
+        );
+        assert_eq!(read("").scheduler.tidemill.urgent_laxity_ms, 3 * 3_600_000);
+        let cfg = read("urgent_laxity_h = 0.5");
+        assert_eq!(cfg.scheduler.tidemill.urgent_laxity_ms, 1_800_000);
+        cfg.validate().unwrap();
+        let off = read("urgent_laxity_h = inf");
+        assert_eq!(off.scheduler.tidemill.urgent_laxity_ms, i64::MAX);
+        off.validate().unwrap();
+        let err = read("urgent_laxity_h = -1.0")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`scheduler.tidemill.urgent_laxity_h` = -1 is invalid: 0 hours or more"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn raw_samples_are_kept_at_least_an_hour_and_at_most_the_retention() {
         let mut cfg = CloudConfig::default();
         assert_eq!((cfg.raw_sample_hours, cfg.raw_hours()), (48, 48));

@@ -73,6 +73,14 @@ pub struct Policy {
     /// workload and loses the job's work since its checkpoint.
     #[serde(rename = "likely_dwell_s", with = "secs_as_ms")]
     pub likely_dwell_ms: i64,
+    /// An SLO job that is not running and could still wait longer than this
+    /// and meet its deadline (its laxity: time to the deadline less its work
+    /// left on one device of the fastest class), ms, takes its turn after
+    /// the SLO jobs that cannot: in shortest-first order alone, a long job
+    /// with days to spare took the cloud GPUs a burst of short jobs due
+    /// within hours needed (docs/simulation.md measures it).
+    #[serde(rename = "urgent_laxity_h", with = "hours_as_ms")]
+    pub urgent_laxity_ms: i64,
 }
 
 impl Default for Policy {
@@ -82,7 +90,8 @@ impl Default for Policy {
     /// leftover cloud capacity too, queue admission promising a job once its
     /// plan finishes within the hour, guaranteed jobs running ahead on
     /// capacity nothing holds now, each job's own `on_infeasible`, and the
-    /// likely grade of an edge box only after 30 minutes idle.
+    /// likely grade of an edge box only after 30 minutes idle, and SLO jobs
+    /// with more than 3 hours to spare after those with less.
     fn default() -> Self {
         Policy {
             slot_ms: 900_000,
@@ -101,6 +110,7 @@ impl Default for Policy {
             on_infeasible: None,
             promise_lead_ms: 3_600_000,
             likely_dwell_ms: 1_800_000,
+            urgent_laxity_ms: 3 * 3_600_000,
         }
     }
 }
@@ -179,6 +189,13 @@ impl Policy {
                 "promise_lead_h",
                 (self.promise_lead_ms as f64 / 3.6e6).to_string(),
                 "more than 0 hours (horizon_h or more promises on start)",
+            );
+        }
+        if self.urgent_laxity_ms < 0 {
+            return bad(
+                "urgent_laxity_h",
+                (self.urgent_laxity_ms as f64 / 3.6e6).to_string(),
+                "0 hours or more",
             );
         }
         if self.likely_dwell_ms < 0 {

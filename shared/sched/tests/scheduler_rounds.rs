@@ -247,6 +247,51 @@ fn ran_on_c1(minutes: f64) -> Progress {
 }
 
 #[test]
+fn a_waiting_job_with_time_to_spare_lets_one_due_soon_go_first() {
+    // One A100 (6.8 it/s). Job 1: 20 000 it (49 min), due in 10 h, so it can
+    // wait 9.2 h. Job 2: 40 000 it (98 min), due in 2 h, so it can wait 22
+    // min. Shortest first alone starts job 1, and job 2 can then no longer
+    // finish by its deadline (49 + 98 min > 2 h); job 1's laxity is over
+    // the default 3 hours, so job 2 goes first, and job 1 still fits after it.
+    let now = NOW;
+    let jobs = vec![
+        job(1, JobClass::Slo, now, now + 10 * H, 20_000.0),
+        job(2, JobClass::Slo, now, now + 2 * H, 40_000.0),
+    ];
+    let w = world(vec![cloud("c1", 1)], jobs);
+    let plan = schedule(&w, now, &queue());
+    let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
+    assert!(
+        matches!(&d2.action, Action::Start { on } if on[0].node_id == "c1"),
+        "{}",
+        d2.explanation.reason
+    );
+    assert_eq!(d1.action, Action::Wait, "{}", d1.explanation.reason);
+
+    // With no laxity rule (every job urgent), shortest first starts job 1.
+    let srtf = Policy {
+        urgent_laxity_ms: i64::MAX,
+        ..queue()
+    };
+    let plan = schedule(&w, now, &srtf);
+    let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
+    assert!(
+        matches!(d1.action, Action::Start { .. }),
+        "{}",
+        d1.explanation.reason
+    );
+    assert_eq!(d2.action, Action::Wait, "{}", d2.explanation.reason);
+
+    // A job that already runs keeps its turn: job 1, 10 minutes in, goes on.
+    let mut running = w.clone();
+    running.jobs[0].progress = ran_on_c1(10.0);
+    let plan = schedule(&running, now + 10 * 60_000, &queue());
+    let (d1, d2) = (plan.decision(1).unwrap(), plan.decision(2).unwrap());
+    assert_eq!(d1.action, Action::Continue, "{}", d1.explanation.reason);
+    assert_eq!(d2.action, Action::Wait, "{}", d2.explanation.reason);
+}
+
+#[test]
 fn queue_admits_on_start_and_lets_a_short_arrival_run_first() {
     // One A100. Job 1 (20 000 it ≈ 49 min, due in 10 h) is admitted when it
     // starts. Job 2 (5 000 it ≈ 12 min, due in 30 min) arrives 10 min later:

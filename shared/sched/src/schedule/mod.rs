@@ -14,7 +14,8 @@
 //!    deadline keep that capacity first, so a shorter arrival does not move them;
 //! 5. jobs without a reservation take what is left, in least-attained-service
 //!    or shortest-remaining-time order, those with a deadline still ahead
-//!    first: an SLO job (downgraded, or every SLO job under
+//!    first, and among them a waiting one with more than the policy's
+//!    `urgent_laxity_h` to spare after those without: an SLO job (downgraded, or every SLO job under
 //!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
 //!    still meet its deadline, a best-effort job any leftover edge capacity;
 //!    cloud capacity free now only if the policy allows it. A job running
@@ -233,14 +234,19 @@ fn plan_round(
             }
         }
     }
-    // Jobs with a deadline still ahead go first: capacity now can still save them.
+    // Jobs with a deadline still ahead go first: capacity now can still save
+    // them; among those, a waiting job with time to spare goes after the ones
+    // that must start soon.
+    let lax_s = policy.urgent_laxity_ms as f64 / 1000.0;
     let key = |j: &JobState| {
         let plain = j.spec.class != JobClass::Slo;
+        let work = remaining_work(&round, j);
         let measure = match policy.best_effort_order {
             BestEffortOrder::LeastAttainedService => j.progress.attained_s,
-            BestEffortOrder::ShortestRemainingTime => remaining_work(&round, j),
+            BestEffortOrder::ShortestRemainingTime => work,
         };
-        (plain, measure, j.spec.id)
+        let spare = !plain && !j.progress.running && laxity_s(now_ms, j, work) > lax_s;
+        ((plain, spare), measure, j.spec.id)
     };
     let front = |j: &JobState| {
         in_order
@@ -248,7 +254,7 @@ fn plan_round(
             .unwrap_or(usize::MAX)
     };
     // Sorted by index, as the entries are large; job ids make the order total.
-    let mut order: Vec<(usize, (bool, f64, u64), usize)> = best_effort
+    let mut order: Vec<(usize, Turn, usize)> = best_effort
         .iter()
         .enumerate()
         .map(|(i, (j, _))| (front(j), key(j), i))
@@ -383,6 +389,11 @@ fn plan_round(
     Ok(RoundPlan { now_ms, decisions })
 }
 
+/// Where a job without a reservation takes its turn, by its fields in
+/// order: jobs with no deadline last, then jobs with time to spare, then
+/// the policy's order, then the job id.
+type Turn = ((bool, bool), f64, u64);
+
 /// Whether plan `c` finishes within the policy's promise lead from now.
 fn promise_near(round: &Round, c: &plan::Candidate) -> bool {
     c.finish_ms
@@ -435,6 +446,14 @@ fn reshuffle<'a>(
         }
     }
     Some((round, decisions, downgraded))
+}
+
+/// A job's laxity, seconds: how long it can wait and still meet its
+/// deadline on one device of the fastest class,
+/// `(deadline_ms − now_ms) / 1000 − work_s`, with `work_s` its
+/// [`remaining_work`] in seconds (negative: it cannot).
+fn laxity_s(now_ms: i64, j: &JobState, work_s: f64) -> f64 {
+    (j.spec.deadline_ms - now_ms) as f64 / 1000.0 - work_s
 }
 
 /// Single-device seconds of work left on the fastest class: the
