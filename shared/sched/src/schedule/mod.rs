@@ -15,7 +15,8 @@
 //! 5. jobs without a reservation take what is left, in least-attained-service
 //!    or shortest-remaining-time order, those with a deadline still ahead
 //!    first, and among them a waiting one with more than the policy's
-//!    `urgent_laxity_h` to spare after those without: an SLO job (downgraded, or every SLO job under
+//!    `urgent_laxity_h` to spare after those without: an SLO job
+//!    (downgraded, or every SLO job under
 //!    [`AdmissionMode::EachRound`]) only capacity free now on which it can
 //!    still meet its deadline, a best-effort job any leftover edge capacity;
 //!    cloud capacity free now only if the policy allows it. A job running
