@@ -247,7 +247,7 @@ fn plan_round(
             BestEffortOrder::ShortestRemainingTime => work,
         };
         let spare = !plain && !j.progress.running && laxity_s(now_ms, j, work) > lax_s;
-        ((plain, spare), measure, j.spec.id)
+        (plain, spare, measure, j.spec.id)
     };
     let front = |j: &JobState| {
         in_order
@@ -263,8 +263,9 @@ fn plan_round(
     order.sort_unstable_by(|a, b| {
         (a.0.cmp(&b.0))
             .then(a.1.0.cmp(&b.1.0))
-            .then(a.1.1.total_cmp(&b.1.1))
-            .then(a.1.2.cmp(&b.1.2))
+            .then(a.1.1.cmp(&b.1.1))
+            .then(a.1.2.total_cmp(&b.1.2))
+            .then(a.1.3.cmp(&b.1.3))
     });
     let mut entries: Vec<Option<(&JobState, Entry)>> = best_effort.into_iter().map(Some).collect();
     // Running jobs first: one whose stay still meets its deadline keeps
@@ -393,7 +394,7 @@ fn plan_round(
 /// Where a job without a reservation takes its turn, by its fields in
 /// order: jobs with no deadline last, then jobs with time to spare, then
 /// the policy's order, then the job id.
-type Turn = ((bool, bool), f64, u64);
+type Turn = (bool, bool, f64, u64);
 
 /// Whether plan `c` finishes within the policy's promise lead from now.
 fn promise_near(round: &Round, c: &plan::Candidate) -> bool {
