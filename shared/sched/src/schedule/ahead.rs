@@ -145,8 +145,8 @@ impl<'a> Round<'a> {
     /// Adds `sign × workers` of `place` to the free devices of the slot in progress.
     fn give_back(&mut self, place: &[(usize, u32)], sign: i64) {
         for &(q, w) in place {
-            let f = &mut self.free[q * self.n_slots];
-            *f = (i64::from(*f) + sign * i64::from(w)).max(0) as u32;
+            let f = i64::from(self.free[q * self.n_slots]) + sign * i64::from(w);
+            self.set_free(q, 0, f.max(0) as u32);
         }
     }
 

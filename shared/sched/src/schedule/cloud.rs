@@ -178,6 +178,9 @@ impl<'a> Round<'a> {
     /// that would still finish by the job's deadline (any time for a job without
     /// one), on nodes free in the first slot, for as long as they stay free.
     pub(super) fn cloud_now(&self, ctx: &JobCtx, owed0: f64) -> Option<Candidate> {
+        if !self.cloud_free_now() {
+            return None;
+        }
         let spec = &ctx.job.spec;
         let configs = self.cloud_configs(ctx, ctx.remaining, &ctx.location, owed0);
         for c in &configs {

@@ -36,7 +36,7 @@ impl<'a> Round<'a> {
     /// that runs in the slot in progress. `None` when no group has enough
     /// capacity over time.
     pub(super) fn elastic(&self, ctx: &JobCtx, deadline_ms: i64, now: bool) -> Option<Candidate> {
-        if !self.policy.elastic {
+        if !self.policy.elastic || (now && !self.cloud_free_now()) {
             return None;
         }
         let limit = self.slots_before(deadline_ms);

@@ -72,6 +72,12 @@ pub(super) struct Round<'a> {
     pub(super) edge_index: Vec<usize>,
     /// Slots with any free device, per node (skips fully booked nodes).
     pub(super) free_slot_count: Vec<u32>,
+    /// Which slots have a device free, per node: bit `s % 64` of word
+    /// `node × bit_words + s / 64`, so how many free slots lie before a
+    /// deadline is a few popcounts, not a walk over the slots.
+    free_bits: Vec<u64>,
+    /// Words of `free_bits` per node.
+    bit_words: usize,
     /// First slot with free devices at the start of the round, per node.
     pub(super) first_free: Vec<usize>,
     pub(super) cloud_groups: Vec<CloudGroup>,
@@ -189,6 +195,12 @@ impl<'a> Round<'a> {
             }
             free_slot_count[i] = row.iter().filter(|&&f| f > 0).count() as u32;
         }
+        let bit_words = n_slots.div_ceil(64);
+        let mut free_bits = vec![0u64; world.nodes.len() * bit_words];
+        for (k, _) in free.iter().enumerate().filter(|(_, f)| **f > 0) {
+            let (q, s) = (k / n_slots, k % n_slots);
+            free_bits[q * bit_words + s / 64] |= 1 << (s % 64);
+        }
         let mut edge_index: Vec<usize> = (0..world.nodes.len())
             .filter(|&i| first_free[i] != usize::MAX)
             .collect();
@@ -220,6 +232,8 @@ impl<'a> Round<'a> {
             open,
             edge_index,
             free_slot_count,
+            free_bits,
+            bit_words,
             first_free,
             cloud_groups,
             cloud_frees: vec![false; n_slots + 1],
@@ -249,6 +263,16 @@ impl<'a> Round<'a> {
 
     pub(super) fn is_cloud(&self, node: usize) -> bool {
         self.links.is_cloud(node)
+    }
+
+    /// Whether any cloud node has a device free in the slot in progress: a
+    /// plan that must start there on the cloud needs one, so without it a
+    /// busy round skips pricing every job's cloud shapes.
+    pub(super) fn cloud_free_now(&self) -> bool {
+        self.cloud_groups
+            .iter()
+            .flat_map(|g| &g.nodes)
+            .any(|&q| self.free[q * self.n_slots] > 0)
     }
 
     /// `place` by node id, as plans and actions name it.
@@ -322,14 +346,37 @@ impl<'a> Round<'a> {
             }
             for &(q, w) in &s.place {
                 for slot in s.first_slot..s.end_slot.min(self.n_slots) {
-                    let f = &mut self.free[q * self.n_slots + slot];
-                    *f = f.saturating_sub(w);
-                    if *f == 0 {
+                    let f = self.free[q * self.n_slots + slot].saturating_sub(w);
+                    self.set_free(q, slot, f);
+                    if f == 0 {
                         self.free_slot_count[q] = self.free_slot_count[q].saturating_sub(1);
                     }
                 }
             }
         }
+    }
+
+    /// Sets node `q`'s free devices in slot `s`, keeping `free_bits` in step.
+    pub(super) fn set_free(&mut self, q: usize, s: usize, devices: u32) {
+        self.free[q * self.n_slots + s] = devices;
+        let (word, bit) = (q * self.bit_words + s / 64, 1u64 << (s % 64));
+        if devices > 0 {
+            self.free_bits[word] |= bit;
+        } else {
+            self.free_bits[word] &= !bit;
+        }
+    }
+
+    /// How many of slots `[0, limit)` have a device free on node `q`.
+    pub(super) fn free_slots_before(&self, q: usize, limit: usize) -> u32 {
+        let limit = limit.min(self.n_slots);
+        let row = &self.free_bits[q * self.bit_words..(q + 1) * self.bit_words];
+        let whole: u32 = row[..limit / 64].iter().map(|w| w.count_ones()).sum();
+        let part = match limit % 64 {
+            0 => 0,
+            r => (row[limit / 64] & ((1u64 << r) - 1)).count_ones(),
+        };
+        whole + part
     }
 }
 

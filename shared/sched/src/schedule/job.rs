@@ -108,19 +108,20 @@ impl<'a> Round<'a> {
         Some(self.links.step_shared(compute, place, bytes, gamma, load).0)
     }
 
-    /// Whether `place` could do the job's remaining work within the round's
-    /// slots: at most every slot with a device free on each of its nodes, at
-    /// its compute time alone, `n_free × slot_s / compute_s ≥ remaining`
-    /// (slots, s, s/iteration, iterations), with `n_free` its node's
-    /// fewest. An upper bound: a walk's step time includes the sync on top
-    /// of compute, and its start-up and partial slots only take time away.
-    pub(super) fn may_finish(&self, ctx: &JobCtx, place: &[(usize, u32)]) -> bool {
+    /// Whether `place` could do the job's remaining work within slots
+    /// `[0, limit)`: at most every slot with a device free on each of its
+    /// nodes, at its compute time alone, `n_free × slot_s / compute_s ≥
+    /// remaining` (slots, s, s/iteration, iterations), with `n_free` its
+    /// node's fewest free slots before `limit`. An upper bound: a walk's
+    /// step time includes the sync on top of compute, and its start-up and
+    /// partial slots only take time away.
+    pub(super) fn may_finish(&self, ctx: &JobCtx, place: &[(usize, u32)], limit: usize) -> bool {
         let Some(compute_s) = self.compute_s(ctx, place) else {
             return false;
         };
         let n_free = place
             .iter()
-            .map(|&(q, _)| self.free_slot_count[q])
+            .map(|&(q, _)| self.free_slot_count[q].min(self.free_slots_before(q, limit)))
             .min()
             .unwrap_or(0);
         let open_s = f64::from(n_free) * self.policy.slot_ms as f64 / 1000.0;
@@ -159,15 +160,25 @@ mod tests {
     /// From 18:00 sharp, the default 48 h of 15-minute slots are 192, all
     /// free on c1: 192 × 900 s = 172 800 s, at one worker's 1 / 6.8 s per
     /// iteration, is 1 175 040 iterations at most, whatever the sync adds.
+    /// Within the first 100 slots: 90 000 s, 612 000 iterations.
     #[test]
     fn a_place_may_finish_only_work_its_free_slots_can_hold() {
         let policy = Policy::default();
-        for (iterations, may) in [(1_175_040.0, true), (1_175_050.0, false)] {
+        for (iterations, limit, may) in [
+            (1_175_040.0, 192, true),
+            (1_175_050.0, 192, false),
+            (612_000.0, 100, true),
+            (612_010.0, 100, false),
+        ] {
             let mut w = world();
             w.jobs[0].spec.iterations = iterations;
             let round = Round::new(&w, 18 * H, &policy, Words::Explain);
             let ctx = round.job_ctx(&w.jobs[0]);
-            assert_eq!(round.may_finish(&ctx, &[(0, 1)]), may, "{iterations}");
+            assert_eq!(
+                round.may_finish(&ctx, &[(0, 1)], limit),
+                may,
+                "{iterations}"
+            );
         }
     }
 }

@@ -20,7 +20,7 @@ impl<'a> Round<'a> {
                 && n.memory_per_device_bytes >= spec.memory_per_worker_bytes
                 && ctx.tables[self.class_of[q]].is_some()
                 && self.world.constraints.allows(spec.id, &n.id)
-                && (0..limit).any(|s| self.free[q * self.n_slots + s] > 0)
+                && self.free_slots_before(q, limit) > 0
         };
         // Nodes still free at their first free slot come first: one that an
         // earlier plan took there, or that a running job of its rank holds
@@ -50,11 +50,7 @@ impl<'a> Round<'a> {
                 cands.insert(0, q);
             }
         }
-        let free_before = |q: usize| {
-            (0..limit)
-                .filter(|&s| self.free[q * self.n_slots + s] > 0)
-                .count()
-        };
+        let free_before = |q: usize| self.free_slots_before(q, limit);
         cands.sort_by_cached_key(|&q| std::cmp::Reverse(free_before(q)));
         let mut opts: Vec<Place> = Vec::new();
         for &q in &cands {

@@ -145,7 +145,7 @@ impl<'a> Round<'a> {
             // reservation, and for a best-effort plan once another one is in
             // hand (unfinished plans tie, and the first stands): an option
             // that cannot finish is not walked.
-            if !deadline && (due || best.is_some()) && !self.may_finish(ctx, &place) {
+            if !deadline && (due || best.is_some()) && !self.may_finish(ctx, &place, limit) {
                 continue;
             }
             let Some(run) = self.walk(
