@@ -254,11 +254,34 @@ impl<'a> Round<'a> {
             .min(self.n_slots)
     }
 
-    /// Slots whose start is before `t`.
+    /// Slots whose start is before `t`: none when `t ≤ now` (slot 0 starts
+    /// at `now`), else `⌈(t − base) / slot⌉` (ms / ms), at least 1 and at
+    /// most the grid's slots.
     pub(super) fn slots_before(&self, t: i64) -> usize {
-        (0..=self.n_slots)
-            .find(|&s| s == self.n_slots || self.slot_start(s) >= t)
-            .unwrap_or(self.n_slots)
+        if t <= self.now_ms {
+            return 0;
+        }
+        let slot = self.policy.slot_ms.max(1);
+        let span = t - self.base_ms;
+        let s = span.div_euclid(slot) + i64::from(span.rem_euclid(slot) > 0);
+        (s.max(1) as u64).min(self.n_slots as u64) as usize
+    }
+
+    /// The first slot in `[s, limit)` where every node of `place` has a
+    /// device free, or `limit`: no slot before it can be usable.
+    pub(super) fn next_free(&self, place: &[(usize, u32)], mut s: usize, limit: usize) -> usize {
+        let limit = limit.min(self.n_slots);
+        while s < limit {
+            let (w, b) = (s / 64, s % 64);
+            let all = place.iter().fold(u64::MAX, |acc, &(q, _)| {
+                acc & self.free_bits[q * self.bit_words + w]
+            }) >> b;
+            if all != 0 {
+                return (s + all.trailing_zeros() as usize).min(limit);
+            }
+            s = (w + 1) * 64;
+        }
+        limit
     }
 
     pub(super) fn is_cloud(&self, node: usize) -> bool {
@@ -401,4 +424,56 @@ fn open_until<'s>(
 pub(super) fn slot_bounds(now_ms: i64, base_ms: i64, slot: i64, s: usize) -> (i64, i64) {
     let start = base_ms + s as i64 * slot;
     (start.max(now_ms), start + slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Words;
+    use super::super::testkit::{H, world};
+    use super::*;
+
+    const MIN: i64 = 60_000;
+
+    /// From 18:05 with 15-minute slots, slot 0 runs from 18:05 to 18:15 and
+    /// slot k ≥ 1 from 18:00 + 15k min: a time of 18:15 has one slot
+    /// starting before it, 18:15 and a millisecond two, and now none.
+    #[test]
+    fn slots_before_counts_the_slots_that_start_before_a_time() {
+        let w = world();
+        let policy = Policy::default();
+        let now = 18 * H + 5 * MIN;
+        let round = Round::new(&w, now, &policy, Words::Skip);
+        assert_eq!(round.slots_before(now - 1), 0);
+        assert_eq!(round.slots_before(now), 0);
+        assert_eq!(round.slots_before(now + 1), 1);
+        assert_eq!(round.slots_before(18 * H + 15 * MIN), 1);
+        assert_eq!(round.slots_before(18 * H + 15 * MIN + 1), 2);
+        assert_eq!(round.slots_before(i64::MAX), round.n_slots);
+        for t in (now - H..now + 50 * H).step_by(7 * MIN as usize + 13) {
+            let by_scan = (0..=round.n_slots)
+                .find(|&s| s == round.n_slots || round.slot_start(s) >= t)
+                .unwrap();
+            assert_eq!(round.slots_before(t), by_scan, "t = {t}");
+        }
+    }
+
+    /// c1 is taken in slots 0-2 and 66-129: from slot 0 the first free slot
+    /// is 3, from 66 it is 130 (across a word of the bitset), and a limit
+    /// before that is where the search stops.
+    #[test]
+    fn next_free_skips_the_slots_a_place_has_no_device_in() {
+        let w = world();
+        let policy = Policy::default();
+        let mut round = Round::new(&w, 18 * H, &policy, Words::Skip);
+        for s in (0..3).chain(66..130) {
+            round.set_free(0, s, 0);
+        }
+        let c1 = [(0, 1)];
+        assert_eq!(round.next_free(&c1, 0, round.n_slots), 3);
+        assert_eq!(round.next_free(&c1, 4, round.n_slots), 4);
+        assert_eq!(round.next_free(&c1, 66, round.n_slots), 130);
+        assert_eq!(round.next_free(&c1, 66, 100), 100);
+        assert_eq!(round.free_slots_before(0, 10), 7);
+        assert_eq!(round.free_slots_before(0, 130), 130 - 3 - 64);
+    }
 }

@@ -387,7 +387,7 @@ fn plan_round(
             round.run_ahead(&ctx, &mut decisions[i]);
         }
     }
-    decisions.sort_by_key(|d| d.job_id);
+    decisions.sort_unstable_by_key(|d| d.job_id);
     Ok(RoundPlan { now_ms, decisions })
 }
 

@@ -69,6 +69,17 @@ impl<'a> Round<'a> {
         }
         let mut finished = None;
         while s < limit && finished.is_none() {
+            let next = self.next_free(place, s, limit);
+            if want_prog {
+                for _ in s..next {
+                    prog.push(done);
+                    ran_before.push(on_place);
+                }
+            }
+            s = next;
+            if s >= limit {
+                break;
+            }
             if !self.usable(place, s, grade) {
                 s += 1;
                 if want_prog {
