@@ -72,6 +72,9 @@ pub(super) struct Round<'a> {
     pub(super) edge_index: Vec<usize>,
     /// Slots with any free device, per node (skips fully booked nodes).
     pub(super) free_slot_count: Vec<u32>,
+    /// Edge nodes whose `free_slot_count` is not 0: with none, a plan
+    /// finds no edge candidate without looking at every node.
+    pub(super) edge_open_nodes: usize,
     /// Which slots have a device free, per node: bit `s % 64` of word
     /// `node × bit_words + s / 64`, so how many free slots lie before a
     /// deadline is a few popcounts, not a walk over the slots.
@@ -205,6 +208,10 @@ impl<'a> Round<'a> {
             .filter(|&i| first_free[i] != usize::MAX)
             .collect();
         edge_index.sort_by_key(|&i| (first_free[i], std::cmp::Reverse(free_slot_count[i]), i));
+        let edge_open_nodes = edge_index
+            .iter()
+            .filter(|&&i| free_slot_count[i] > 0)
+            .count();
         let links = PlacementCost::new(
             world
                 .nodes
@@ -232,6 +239,7 @@ impl<'a> Round<'a> {
             open,
             edge_index,
             free_slot_count,
+            edge_open_nodes,
             free_bits,
             bit_words,
             first_free,
@@ -372,7 +380,11 @@ impl<'a> Round<'a> {
                     let f = self.free[q * self.n_slots + slot].saturating_sub(w);
                     self.set_free(q, slot, f);
                     if f == 0 {
-                        self.free_slot_count[q] = self.free_slot_count[q].saturating_sub(1);
+                        let before = self.free_slot_count[q];
+                        self.free_slot_count[q] = before.saturating_sub(1);
+                        if before == 1 && self.first_free[q] != usize::MAX {
+                            self.edge_open_nodes -= 1;
+                        }
                     }
                 }
             }

@@ -28,7 +28,12 @@ impl<'a> Round<'a> {
         let want = self.policy.edge_candidates;
         let mut cands: Vec<usize> = Vec::new();
         let mut taken: Vec<usize> = Vec::new();
-        for &q in &self.edge_index {
+        let open = if self.edge_open_nodes > 0 {
+            &self.edge_index[..]
+        } else {
+            &[]
+        };
+        for &q in open {
             if cands.len() >= want || self.first_free[q] >= limit {
                 break;
             }
