@@ -24,7 +24,7 @@ use super::{DONE_EPS_ITERS, Words};
 impl<'a> Round<'a> {
     /// Moves decision `d`'s job, for the slot in progress, to where it does
     /// the most work.
-    pub(super) fn run_ahead(&mut self, ctx: &JobCtx, d: &mut JobDecision) {
+    pub(super) fn run_ahead(&mut self, ctx: &JobCtx<'a>, d: &mut JobDecision) {
         let reserved: Place = match &d.action {
             Action::Start { on } | Action::Migrate { to: on, .. } => self.indices(on),
             Action::Continue => ctx.location.clone(),

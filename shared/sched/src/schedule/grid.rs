@@ -18,6 +18,7 @@
 //! open in a grade when it starts inside such a stretch; it is open until
 //! the stretch ends or the slot does, whichever is first.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use crate::placement::PlacementCost;
@@ -83,6 +84,14 @@ pub(super) struct Round<'a> {
     bit_words: usize,
     /// First slot with free devices at the start of the round, per node.
     pub(super) first_free: Vec<usize>,
+    /// The most slots with a device free that any edge node has at the
+    /// start of the round: no edge placement has more free slots later.
+    pub(super) edge_most_free: u32,
+    /// The device classes of the edge nodes, each once.
+    pub(super) edge_classes: Vec<usize>,
+    /// [`Round::edge_compute_floor`] by (model, global batch, most workers),
+    /// so jobs alike look it up once a round.
+    pub(super) compute_floors: RefCell<HashMap<(&'a str, u32, u32), f64>>,
     pub(super) cloud_groups: Vec<CloudGroup>,
     /// `cloud_frees[slot]`: a cloud reservation ends at this slot (capacity may free up).
     pub(super) cloud_frees: Vec<bool>,
@@ -212,6 +221,18 @@ impl<'a> Round<'a> {
             .iter()
             .filter(|&&i| free_slot_count[i] > 0)
             .count();
+        let is_edge = |i: usize| matches!(world.nodes[i].kind, NodeKind::Edge(_));
+        let edge_most_free = (0..world.nodes.len())
+            .filter(|&i| is_edge(i))
+            .map(|i| free_slot_count[i])
+            .max()
+            .unwrap_or(0);
+        let mut edge_classes: Vec<usize> = (0..world.nodes.len())
+            .filter(|&i| is_edge(i))
+            .map(|i| class_of[i])
+            .collect();
+        edge_classes.sort_unstable();
+        edge_classes.dedup();
         let links = PlacementCost::new(
             world
                 .nodes
@@ -243,6 +264,9 @@ impl<'a> Round<'a> {
             free_bits,
             bit_words,
             first_free,
+            edge_most_free,
+            edge_classes,
+            compute_floors: RefCell::new(HashMap::new()),
             cloud_groups,
             cloud_frees: vec![false; n_slots + 1],
         }

@@ -128,6 +128,47 @@ impl<'a> Round<'a> {
         open_s >= (ctx.remaining - DONE_EPS_ITERS) * compute_s
     }
 
+    /// Whether any edge placement could finish the job's remaining work
+    /// by `deadline_ms` within slots `[0, limit)`, judged for every
+    /// placement at once: it must pass both of a placement's cheap bounds
+    /// (a step's compute alone from now on, and [`Round::may_finish`]) with
+    /// the least compute time any edge placement may have,
+    /// [`Round::edge_compute_floor`], and the most free slots any edge
+    /// node has. `false` spares a plan that holds the job to its deadline
+    /// without a reservation from listing edge placements that all fail
+    /// those bounds.
+    pub(super) fn edge_may_finish(&self, ctx: &JobCtx<'a>, limit: usize, deadline_ms: i64) -> bool {
+        let c = self.edge_compute_floor(ctx);
+        if self.now_ms as f64 + 1000.0 * ctx.remaining * c > deadline_ms as f64 {
+            return false;
+        }
+        let n_free = self.edge_most_free.min(limit as u32);
+        let open_s = f64::from(n_free) * self.policy.slot_ms as f64 / 1000.0;
+        open_s >= (ctx.remaining - DONE_EPS_ITERS) * c
+    }
+
+    /// The least [`Round::compute_s`] any edge placement of the job may
+    /// have, seconds per iteration: over the edge classes that can run its
+    /// model and every worker count up to its most,
+    /// `min(1 / iters_per_s, 1 / iters_per_s − T_sync)` ([`class_compute_s`]
+    /// on one node and on several); infinite when none can.
+    pub(super) fn edge_compute_floor(&self, ctx: &JobCtx<'a>) -> f64 {
+        let spec = &ctx.job.spec;
+        let key = (spec.model.as_str(), spec.global_batch, spec.max_workers);
+        if let Some(&c) = self.compute_floors.borrow().get(&key) {
+            return c;
+        }
+        let c = self
+            .edge_classes
+            .iter()
+            .filter_map(|&class| ctx.tables[class])
+            .flat_map(|t| (1..=spec.max_workers).filter_map(|n| t.lookup(spec.global_batch, n)))
+            .map(|t| class_compute_s(&t, 1).min(class_compute_s(&t, 2)))
+            .fold(f64::INFINITY, f64::min);
+        self.compute_floors.borrow_mut().insert(key, c);
+        c
+    }
+
     /// Startup before the first step on `place`, coming from `from` (where data
     /// and checkpoint are), owing `owed_s` of unfinished startup if `place == from`.
     pub(super) fn startup(

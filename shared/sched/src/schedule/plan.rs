@@ -88,7 +88,7 @@ impl Candidate {
 
 impl<'a> Round<'a> {
     /// Plans a job for what `want` asks; see [`Want`].
-    pub(super) fn plan(&self, ctx: &JobCtx, want: Want) -> Result<Candidate, Reason> {
+    pub(super) fn plan(&self, ctx: &JobCtx<'a>, want: Want) -> Result<Candidate, Reason> {
         let spec = &ctx.job.spec;
         if ctx.remaining <= DONE_EPS_ITERS {
             return Err(Reason::WorkDone);
@@ -128,7 +128,13 @@ impl<'a> Round<'a> {
         {
             return Ok(c);
         }
-        let opts = self.edge_options(ctx, limit);
+        // Held to a deadline without a reservation, a job lists no edge
+        // placement when none could pass the bounds below.
+        let opts = if due && !deadline && !self.edge_may_finish(ctx, limit, deadline_ms) {
+            Vec::new()
+        } else {
+            self.edge_options(ctx, limit)
+        };
         let n_opts = opts.len();
         for place in opts {
             // Without a reservation only a finish by the deadline counts, and
