@@ -128,6 +128,27 @@ impl<'a> Round<'a> {
         open_s >= (ctx.remaining - DONE_EPS_ITERS) * compute_s
     }
 
+    /// The earliest a walk of `place` over slots `[0, limit)` could finish
+    /// the job, Unix ms: from the start `t₀` of the first slot in which
+    /// every node of `place` has a device free, each remaining iteration at
+    /// the placement's compute time alone, `t₀ + 1000 × remaining ×
+    /// compute_s` (ms, iterations, s/iteration). A lower bound: start-up,
+    /// sync and slots not open only add time. `None` when `place` has no
+    /// such slot before `limit` or no throughput table.
+    pub(super) fn finish_floor_ms(
+        &self,
+        ctx: &JobCtx,
+        place: &[(usize, u32)],
+        limit: usize,
+    ) -> Option<f64> {
+        let s0 = self.next_free(place, 0, limit);
+        if s0 >= limit {
+            return None;
+        }
+        let compute_s = self.compute_s(ctx, place)?;
+        Some(self.slot_start(s0) as f64 + 1000.0 * ctx.remaining * compute_s)
+    }
+
     /// Whether any edge placement could finish the job's remaining work
     /// by `deadline_ms` within slots `[0, limit)`, judged for every
     /// placement at once: it must pass both of a placement's cheap bounds

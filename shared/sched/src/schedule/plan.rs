@@ -154,6 +154,17 @@ impl<'a> Round<'a> {
             if !deadline && (due || best.is_some()) && !self.may_finish(ctx, &place, limit) {
                 continue;
             }
+            // Once a best-effort plan finishes, only an earlier finish ranks
+            // above it: an option that cannot finish sooner is not walked
+            // (1 ms spares the bound a rounding error).
+            if !due
+                && let Some(f) = best.as_ref().and_then(|b| b.finish_ms)
+                && self
+                    .finish_floor_ms(ctx, &place, limit)
+                    .is_none_or(|floor| floor > f as f64 + 1.0)
+            {
+                continue;
+            }
             let Some(run) = self.walk(
                 ctx,
                 &place,
