@@ -216,6 +216,7 @@ mod tests {
     use super::super::Words;
     use super::super::testkit::{H, world};
     use crate::settings::Policy;
+    use crate::world::{EdgeAvailability, WorldSnapshot};
 
     use super::*;
 
@@ -242,5 +243,69 @@ mod tests {
                 "{iterations}"
             );
         }
+    }
+
+    /// The testkit's world with c1 an edge box idle from 18:00 for 100 h:
+    /// every slot of the 48-h grid is free.
+    fn edge_world() -> WorldSnapshot {
+        let mut w = world();
+        w.nodes[0].kind = NodeKind::Edge(EdgeAvailability {
+            windows: vec![crate::Window {
+                start_ms: 18 * H,
+                end_ms: 118 * H,
+                confidence: 1.0,
+            }],
+            likely: Vec::new(),
+            idle_since_ms: None,
+            util_now_pct: Some(0.0),
+            idle_threshold_pct: 50.0,
+        });
+        w
+    }
+
+    /// The fastest edge compute is four workers at 18.3 it/s (a table
+    /// without a measured split: `1 / iters_per_s`). Due 21:00 from 18:00,
+    /// 10 800 s at 18.3 it/s is 197 640 iterations at most; within 8 free
+    /// slots, 7 200 s, 131 760.
+    #[test]
+    fn no_edge_placement_may_finish_more_than_its_fastest_compute_allows() {
+        let policy = Policy::default();
+        for (iterations, limit, may) in [
+            (197_640.0, 192, true),
+            (197_650.0, 192, false),
+            (131_760.0, 8, true),
+            (131_770.0, 8, false),
+        ] {
+            let mut w = edge_world();
+            w.jobs[0].spec.iterations = iterations;
+            let round = Round::new(&w, 18 * H, &policy, Words::Skip);
+            let ctx = round.job_ctx(&w.jobs[0]);
+            assert!((round.edge_compute_floor(&ctx) - 1.0 / 18.3).abs() < 1e-12);
+            assert_eq!(
+                round.edge_may_finish(&ctx, limit, 21 * H),
+                may,
+                "{iterations} within {limit} slots"
+            );
+        }
+    }
+
+    /// c1 taken in slots 0-2: one worker (6.8 it/s) starts at 18:45 at the
+    /// earliest, and 6 800 iterations take 1 000 s more: 19:01:40.
+    #[test]
+    fn a_finish_is_no_earlier_than_the_first_free_slot_plus_the_compute() {
+        let w = {
+            let mut w = edge_world();
+            w.jobs[0].spec.iterations = 6_800.0;
+            w
+        };
+        let policy = Policy::default();
+        let mut round = Round::new(&w, 18 * H, &policy, Words::Skip);
+        for s in 0..3 {
+            round.set_free(0, s, 0);
+        }
+        let ctx = round.job_ctx(&w.jobs[0]);
+        let floor = round.finish_floor_ms(&ctx, &[(0, 1)], 192).unwrap();
+        assert!((floor - (18 * H + 45 * 60_000 + 1_000_000) as f64).abs() < 1e-3);
+        assert_eq!(round.finish_floor_ms(&ctx, &[(0, 1)], 3), None);
     }
 }
