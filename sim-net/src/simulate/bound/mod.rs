@@ -33,18 +33,20 @@
 //! ```text
 //! maximise    Σ_{j,c,v} z_{j,c,v}                            (jobs done, fractional)
 //! subject to  Σ_{c,v} z_{j,c,v} ≤ 1                          for each job j
-//!             Σ_c z_{j,c,v} ≤ P_j × L_{j,v} / W_j            for each j, v ∈ V_j
-//!             z_{j,c,v} ≤ ρ^max_{j,c} × L_{j,v} / W_j        for each j, c, v
+//!             Σ_c z_{j,c,v} × W_j / ρ^max_{j,c} ≤ L_{j,v}    for each j, v ∈ V_j   (seconds)
 //!             h_{j,c,v} ≥ L_{j,v}/3600 × D_{j,c}(z_{j,c,v} W_j / L_{j,v})   (each facet a row)
 //!             u_{c,v} − u_{c,2v} − u_{c,2v+1} + Σ_j h_{j,c,v} = C_{c,v}^leaf   for each c, v
 //! ```
 //!
 //! `L_{j,v}` is the seconds of `[s_j, d_j]` inside `v`; `C^leaf` is `C_{c,v}`
 //! for a leaf and 0 otherwise (the children's `u` terms are absent at a
-//! leaf); `ρ^max_{j,c}` is the hull's fastest rate. Where only the hull's
-//! first facet can matter (`W_j / L_{j,v}` no faster than its first corner)
-//! `h` is replaced by `z × W_j / (3600 r_{j,c})`, and where a cap is 1 or
-//! more its row is left out.
+//! leaf); `ρ^max_{j,c}` is the hull's fastest rate, iterations per second.
+//! The second row is the job's time: it runs on one placement at a time, so
+//! the seconds its shares need at their classes' fastest rates fit in `v`.
+//! Where only the hull's first facet can matter (`W_j / L_{j,v}` no faster
+//! than its first corner) `h` is replaced by `z × W_j / (3600 r_{j,c})`, and
+//! the time row is left out where every share alone fits in `v` (`W_j /
+//! ρ^max_{j,c} ≤ L_{j,v}` for every class): the first row then implies it.
 //! The last rows say that work placed in an interval uses device-hours of its
 //! own subtree only: for a laminar family this is exactly Hall's condition,
 //! so the rows hold if and only if the work fits in the buckets. A job with
@@ -58,8 +60,14 @@
 //! class-`c` devices of it make no more than `(k/n) / T_lb(c, n)` per second,
 //! and as `D` is convex with `D(0) = 0`, `D((k/n) / T_lb(c, n)) ≤ k`; by
 //! Jensen's inequality over the time of `v`, the device-hours the job held in
-//! `v` are at least `h`'s lower bound; a job makes at most `P_j × L_{j,v}`
-//! iterations in `v`; it never steps outside its window, and an edge box
+//! `v` are at least `h`'s lower bound. A job runs on one placement at a
+//! time, and a placement holding a class-`c` device steps no faster than
+//! `ρ^max_{j,c}` ([`inputs::job_rates`]: a mixed placement waits for its
+//! slowest class and syncs over a link no faster than `S_c`); so over `dt`
+//! seconds on a placement of `n` workers, `k_c` of class `c`, making `R`
+//! iterations per second, the credited seconds are `Σ_c R dt (k_c/n) /
+//! ρ^max_{j,c} ≤ Σ_c dt k_c/n = dt`, and the time row holds. It never steps
+//! outside its window, and an edge box
 //! cannot be held beyond its usable time without interfering with its primary
 //! load. So `z` = the schedule's shares is feasible, and a job that met its
 //! deadline (or, best-effort, finished) contributes 1. The LP's optimum
@@ -74,10 +82,10 @@
 //! # Size and solver
 //!
 //! At most `2 log2 K` intervals per job and class, each with `z`, and `h`
-//! where the hull's later facets can matter: 68 134 variables and 254 107
-//! rows on MEC cluster01 (1 595 jobs), 140 702 and 552 026 on cluster03
-//! (3 011 jobs). Clarabel's interior-point method solves them in 40 s and
-//! 216 s on a loaded 2-core box; cluster04 (15 802 jobs) needs coarser
+//! where the hull's later facets can matter: 68 134 variables and 250 621
+//! rows on MEC cluster01 (1 595 jobs), 140 702 and 542 910 on cluster03
+//! (3 011 jobs). Clarabel's interior-point method solves them in 5 s and
+//! 29 s on a loaded 2-core box; cluster04 (15 802 jobs) needs coarser
 //! aggregation than this to stay within minutes. The bound is the larger of
 //! the primal and the dual objective, so a
 //! solver tolerance never lowers it.
@@ -153,13 +161,14 @@ impl Rows {
 }
 
 /// One `z_{j,c,v}`: job, class, tree interval, the facets `(a, b)` of its
-/// device-hours `h ≥ a × z + b`, and its own rate cap.
+/// device-hours `h ≥ a × z + b`, and its coefficient `W_j / (ρ^max_{j,c}
+/// L_{j,v})` in the job's time row for `v`.
 struct Share {
     job: usize,
     class: usize,
     node: usize,
     facets: Vec<(f64, f64)>,
-    limit: Option<f64>,
+    time: f64,
 }
 
 /// The canonical segment-tree intervals (heap numbering, leaves at
@@ -204,7 +213,6 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
 
     let bucket_of = |t: i64| ((t - origin).max(0) / BUCKET_MS) as usize;
     let mut shares: Vec<Share> = Vec::new();
-    let mut rate_caps: Vec<(usize, usize, f64)> = Vec::new();
     let mut possible = 0;
     for (j, r) in jobs.iter().enumerate() {
         let window_s = (r.end_ms - r.start_ms) as f64 / 1000.0;
@@ -220,10 +228,6 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
             let (a, b) = span(leaves, v);
             let (t0, t1) = (origin + a as i64 * BUCKET_MS, origin + b as i64 * BUCKET_MS);
             let inside_s = (r.end_ms.min(t1) - r.start_ms.max(t0)).max(0) as f64 / 1000.0;
-            let limit = r.peak * inside_s / r.work;
-            if limit < 1.0 {
-                rate_caps.push((j, v, limit));
-            }
             if inside_s <= 0.0 {
                 continue;
             }
@@ -245,13 +249,12 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
                     ));
                     prev = p;
                 }
-                let own = fastest * inside_s / r.work;
                 shares.push(Share {
                     job: j,
                     class: c,
                     node: v,
                     facets,
-                    limit: (own < 1.0 && own < limit).then_some(own),
+                    time: r.work / (fastest * inside_s),
                 });
             }
         }
@@ -314,9 +317,6 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
                 }
             }
         }
-        if let Some(limit) = s.limit {
-            le.push([(i, 1.0)], limit);
-        }
     }
     let mut by_job: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
     for (i, s) in shares.iter().enumerate() {
@@ -324,15 +324,12 @@ pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
     }
     for vars in by_job.iter().filter(|v| !v.is_empty()) {
         le.push(vars.iter().map(|&i| (i, 1.0)), 1.0);
-    }
-    for &(j, v, limit) in &rate_caps {
-        le.push(
-            by_job[j]
-                .iter()
-                .filter(|&&i| shares[i].node == v)
-                .map(|&i| (i, 1.0)),
-            limit,
-        );
+        // Shares are pushed interval by interval, so one interval's are adjacent.
+        for same in vars.chunk_by(|&a, &b| shares[a].node == shares[b].node) {
+            if same.iter().any(|&i| shares[i].time > 1.0) {
+                le.push(same.iter().map(|&i| (i, shares[i].time)), 1.0);
+            }
+        }
     }
     for i in 0..n {
         le.push([(i, -1.0)], 0.0);

@@ -145,3 +145,32 @@ fn a_job_that_must_go_fast_pays_for_sublinear_scaling() {
     let want = 1.6 + (2.0 - 2.0 * l_h) / (2.0 * l_h) / 2.5;
     assert!((b.jobs_done - want).abs() < 1e-6, "{b:?} vs {want}");
 }
+
+#[test]
+fn a_job_on_a_slow_class_has_less_time_for_a_fast_one() {
+    // A cloud node of one F device (4 it/s) and an always-idle box of one E
+    // device (1 it/s). Two jobs of W = 3 × 3570 = 10 710 iterations may step
+    // from 30 s to 1 h (L = 3570 s). F gives Σ z_F ≤ 4 × 3600 / 10 710 and E
+    // Σ z_E ≤ 3600 / 10 710. A job runs on one placement at a time:
+    // 10 710 z_F / 4 + 10 710 z_E / 1 ≤ 3570, or 0.75 z_F + 3 z_E ≤ 1, so
+    // Σ z_E ≤ (2 − 0.75 Σ z_F) / 3. F full: jobs done 2/3 + 0.75 × 14 400 /
+    // 10 710 = 1.675 070, where running on both classes at once would give
+    // 18 000 / 10 710 = 1.680 672.
+    let mut t = ThroughputTables::default();
+    t.insert_csv("F", "m", "F-m", "global_batch_size,1\n64,4.0\n")
+        .unwrap();
+    t.insert_csv("E", "m", "E-m", "global_batch_size,1\n64,1.0\n")
+        .unwrap();
+    let series = Series {
+        node: "s".into(),
+        points: (0..3).map(|h| (h * H, 10.0)).collect(),
+    };
+    let edges = EdgeWorld::new(&[series], &[(30.0, 1)], 0, H, 0, 0);
+    let nodes = vec![testkit::cloud_node("c", "F", 1), edge_node("e", "E", 0)];
+    let jobs = vec![due(10_710.0, H), due(10_710.0, H)];
+    let b = lp_bound(&testkit::world(jobs, nodes, t, edges, 3 * H))
+        .unwrap()
+        .unwrap();
+    let want = 2.0 / 3.0 + 0.75 * 14_400.0 / 10_710.0;
+    assert!((b.jobs_done - want).abs() < 1e-6, "{b:?} vs {want}");
+}
