@@ -357,3 +357,79 @@ fn bad_inputs_end_in_one_error_line() {
     assert!(!ok && err.contains("no column `nope`"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--jobs-out` writes one line per job per run, and its `met` column counts
+/// what each run's DSR counts, with the edge and without it; a path it
+/// cannot write ends in one error line naming the flag, and leaves no file.
+#[test]
+fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = shipped_topology();
+    let a100 = format!("A100={}", data("elasticflow/throughputs_A100"));
+    let t4 = format!("T4={}", data("elasticflow/throughputs_T4"));
+    let util = data("alibaba-2018-machine-usage/machine_usage.csv.gz");
+    let jobs = data("elasticflow/traces/cluster06.csv");
+    let base = [
+        "simulate",
+        "--topology",
+        topo.to_str().unwrap(),
+        "--throughputs",
+        &a100,
+        "--throughputs",
+        &t4,
+        "--utilization",
+        &util,
+        "--format",
+        "alibaba-2018",
+        "--jobs",
+        &jobs,
+        "--max-jobs",
+        "60",
+        "--edge-boxes",
+        "8",
+        "--policies",
+        "tidemill,edf",
+        "--json",
+        "--jobs-out",
+    ];
+    let path = dir.path().join("jobs.csv");
+    let out = support::sim(&[&base[..], &[path.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut lines: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for row in csv::Reader::from_path(&path).unwrap().into_records() {
+        let row = row.unwrap();
+        let e = lines
+            .entry((row[0].to_string(), row[1].to_string()))
+            .or_default();
+        e.0 += 1;
+        e.1 += usize::from(&row[10] == "true");
+    }
+    assert!(lines.values().all(|&(n, _)| n == 60), "{lines:?}");
+    for p in report["policies"].as_array().unwrap() {
+        let name = p["policy"].as_str().unwrap().to_string();
+        let met = |world: &str| lines[&(name.clone(), world.to_string())].1 as f64 / 60.0;
+        assert_eq!(
+            met("as-described"),
+            p["deadline_satisfaction_ratio"],
+            "{name}"
+        );
+        if let Some(without) = p["dsr_without_edge"].as_f64() {
+            assert_eq!(met("no-edge"), without, "{name}");
+        }
+    }
+    assert!(lines.contains_key(&("tidemill".into(), "no-edge".into())));
+
+    let missing = dir.path().join("missing/jobs.csv");
+    let out = support::sim(&[&base[..], &[missing.to_str().unwrap()]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.starts_with("error: --jobs-out ") && err.contains("missing"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("panicked") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}

@@ -82,6 +82,10 @@ fn bad_sweep_flags_end_in_one_line_that_names_the_fix() {
         (vec!["--vary", "edge.boxes=1,2"], "unknown key"),
         (vec!["--vary", "edge.nodes=2,x"], "`x` is not a number"),
         (vec!["--json"], "--json does not apply to sweep"),
+        (
+            vec!["--jobs-out", "/tmp/never.csv"],
+            "--jobs-out does not apply to sweep",
+        ),
     ] {
         let mut args = vec![
             "sweep",

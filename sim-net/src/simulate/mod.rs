@@ -30,6 +30,7 @@ mod evictions;
 pub mod forecasts;
 pub mod jobs;
 pub mod metrics;
+pub mod outcomes;
 #[cfg(test)]
 mod properties;
 pub mod report;
@@ -124,10 +125,15 @@ pub struct Args {
     #[arg(long)]
     pub upper_bound: bool,
     /// Also solve the LP bound that respects each job's window, speeds per
-    /// class, sync across boxes and the edge's idle timing, with and without
-    /// the edge (minutes on a few thousand jobs: see docs/simulation.md).
+    /// class, sync across boxes, the edge's idle timing and that a job runs
+    /// on one placement at a time, with and without the edge (minutes on a
+    /// few thousand jobs: see docs/simulation.md).
     #[arg(long)]
     pub lp_bound: bool,
+    /// Write each job's outcome in every run to this CSV file: whether it
+    /// met its deadline, where it first ran, how often it moved.
+    #[arg(long)]
+    pub jobs_out: Option<PathBuf>,
 }
 
 /// Why `simulate` failed.
@@ -197,6 +203,9 @@ pub enum SimError {
     /// The LP bound could not be solved.
     #[error(transparent)]
     Bound(#[from] bound::BoundError),
+    /// The jobs' outcomes could not be written.
+    #[error(transparent)]
+    Outcomes(#[from] outcomes::OutcomesError),
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
@@ -771,6 +780,9 @@ pub fn run(args: &Args) -> Result<(), SimError> {
     });
     bars.clear().ok();
     let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    if let Some(path) = &args.jobs_out {
+        outcomes::write(path, &setup.world, &runs, &results)?;
+    }
     let (metrics, outcomes) = setup.rows(&runs, results);
     if let Some(dir) = &args.plot {
         charts::write_all(dir, &setup, &metrics, &outcomes)?;

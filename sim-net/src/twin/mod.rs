@@ -228,6 +228,7 @@ fn sim_args(args: &Args, max_jobs: Option<usize>) -> simulate::Args {
         arrival_scale: None,
         upper_bound: false,
         lp_bound: false,
+        jobs_out: None,
     }
 }
 

@@ -1,0 +1,167 @@
+//! Each job's outcome in every run (`simulate --jobs-out FILE`): which jobs
+//! met their deadline under which policy and world, where each first ran,
+//! and how often it moved, so the jobs behind a DSR can be found and
+//! compared across policies and bounds.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use super::engine::{Outcome, World};
+use super::metrics::PolicyMetrics;
+use super::policies::{JobRun, JobStatus, PolicyName};
+use super::variants::Variant;
+
+/// Why the outcomes could not be written.
+#[derive(Debug, Error)]
+#[error(
+    "--jobs-out {}: {source}; pass a file path in a directory that exists and that you may write to",
+    path.display()
+)]
+pub struct OutcomesError {
+    /// The file asked for.
+    pub path: PathBuf,
+    /// What failed.
+    #[source]
+    pub source: csv::Error,
+}
+
+/// One line of the file: one job in one run.
+#[derive(Debug, Serialize)]
+struct Line<'a> {
+    /// The policy that ran.
+    policy: &'static str,
+    /// The world it ran on: `as-described`, `no-edge` (for `edge_gain`) or
+    /// `edge-as-cloud` (the upper bound).
+    world: &'static str,
+    /// The trace's job id.
+    job: &'a str,
+    /// `slo` or `best-effort`.
+    class: &'static str,
+    submitted_ms: i64,
+    /// Empty for a best-effort job.
+    deadline_ms: Option<i64>,
+    iterations: f64,
+    done_iters: f64,
+    /// `active`, `done`, `rejected` or `abandoned`.
+    status: &'static str,
+    finish_ms: Option<i64>,
+    /// What the DSR counts: an SLO job done by its deadline, or a
+    /// best-effort job done.
+    met: bool,
+    /// When the policy promised the deadline, if it did.
+    guaranteed_ms: Option<i64>,
+    first_start_ms: Option<i64>,
+    /// The nodes of its first start, `|`-separated.
+    first_nodes: String,
+    migrations: u32,
+    preemptions: u32,
+    /// Device-hours it held, start-up included.
+    device_hours: f64,
+}
+
+/// The word for `variant` in the `world` column.
+fn world_name(variant: Variant) -> &'static str {
+    match variant {
+        Variant::Full => "as-described",
+        Variant::NoEdge => "no-edge",
+        Variant::EdgeAsCloud => "edge-as-cloud",
+    }
+}
+
+/// The word for `status` in the `status` column.
+fn status_name(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Active => "active",
+        JobStatus::Done => "done",
+        JobStatus::Rejected => "rejected",
+        JobStatus::Abandoned => "abandoned",
+    }
+}
+
+/// Whether the DSR counts `j`: see [`Line::met`].
+fn met(j: &JobRun) -> bool {
+    match j.finish_ms {
+        Some(f) if j.slo() => f <= j.spec.deadline_ms,
+        Some(_) => true,
+        None => false,
+    }
+}
+
+/// Writes one line per job per run of `runs` (paired with `results`) to
+/// `path` as CSV with a header. It writes a file beside `path` first and
+/// renames it, so a failed write leaves no half file.
+pub fn write(
+    path: &Path,
+    world: &World,
+    runs: &[(PolicyName, Variant)],
+    results: &[(PolicyMetrics, Outcome)],
+) -> Result<(), OutcomesError> {
+    let fail = |source: csv::Error| OutcomesError {
+        path: path.to_path_buf(),
+        source,
+    };
+    let io = |e: std::io::Error| fail(e.into());
+    let names: HashMap<u64, &str> = world
+        .jobs
+        .iter()
+        .map(|j| (j.spec.id, j.name.as_str()))
+        .collect();
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let written = (|| {
+        let file = File::create(&partial).map_err(io)?;
+        let mut out = csv::Writer::from_writer(BufWriter::new(file));
+        for (&(policy, variant), (_, outcome)) in runs.iter().zip(results) {
+            for j in &outcome.jobs {
+                out.serialize(line(policy, variant, &names, j))
+                    .map_err(fail)?;
+            }
+        }
+        let file = out
+            .into_inner()
+            .map_err(|e| io(e.into_error()))?
+            .into_inner()
+            .map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&partial, path).map_err(io)
+    })();
+    if written.is_err() {
+        std::fs::remove_file(&partial).ok();
+    }
+    written
+}
+
+/// The line of job `j` in the run of `policy` on `variant`.
+fn line<'a>(
+    policy: PolicyName,
+    variant: Variant,
+    names: &HashMap<u64, &'a str>,
+    j: &JobRun,
+) -> Line<'a> {
+    let first = j.first_start.as_ref();
+    Line {
+        policy: policy.as_str(),
+        world: world_name(variant),
+        job: names.get(&j.spec.id).copied().unwrap_or_default(),
+        class: if j.slo() { "slo" } else { "best-effort" },
+        submitted_ms: j.spec.submitted_ms,
+        deadline_ms: j.slo().then_some(j.spec.deadline_ms),
+        iterations: j.spec.iterations,
+        done_iters: j.done_iters,
+        status: status_name(j.status),
+        finish_ms: j.finish_ms,
+        met: met(j),
+        guaranteed_ms: j.guaranteed_ms,
+        first_start_ms: first.map(|s| s.at_ms),
+        first_nodes: first.map(|s| s.nodes.join("|")).unwrap_or_default(),
+        migrations: j.migrations,
+        preemptions: j.preemptions,
+        device_hours: j.attained_gpu_s / 3600.0,
+    }
+}
