@@ -42,6 +42,8 @@ struct Line<'a> {
     job: &'a str,
     /// `slo` or `best-effort`.
     class: &'static str,
+    /// The model it trains.
+    model: &'a str,
     submitted_ms: i64,
     /// Empty for a best-effort job.
     deadline_ms: Option<i64>,
@@ -142,7 +144,7 @@ fn line<'a>(
     policy: PolicyName,
     variant: Variant,
     names: &HashMap<u64, &'a str>,
-    j: &JobRun,
+    j: &'a JobRun,
 ) -> Line<'a> {
     let first = j.first_start.as_ref();
     Line {
@@ -150,6 +152,7 @@ fn line<'a>(
         world: world_name(variant),
         job: names.get(&j.spec.id).copied().unwrap_or_default(),
         class: if j.slo() { "slo" } else { "best-effort" },
+        model: &j.spec.model,
         submitted_ms: j.spec.submitted_ms,
         deadline_ms: j.slo().then_some(j.spec.deadline_ms),
         iterations: j.spec.iterations,
