@@ -223,6 +223,16 @@ pub struct EdgeTotals {
     pub box_s: f64,
 }
 
+/// Whether the DSR counts `j`: an SLO job done by its deadline, or a
+/// best-effort job done.
+pub fn counts(j: &JobRun) -> bool {
+    match j.finish_ms {
+        Some(f) if j.slo() => f <= j.spec.deadline_ms,
+        Some(_) => true,
+        None => false,
+    }
+}
+
 /// Computes the figures.
 pub fn summarise(
     policy: &str,
@@ -234,10 +244,7 @@ pub fn summarise(
 ) -> PolicyMetrics {
     let n = jobs.len();
     let slo: Vec<&JobRun> = jobs.iter().filter(|j| j.slo()).collect();
-    let met = slo
-        .iter()
-        .filter(|j| j.finish_ms.is_some_and(|f| f <= j.spec.deadline_ms))
-        .count();
+    let met = slo.iter().filter(|j| counts(j)).count();
     let mut be_jct: Vec<f64> = jobs
         .iter()
         .filter(|j| !j.slo())

@@ -12,7 +12,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::engine::{Outcome, World};
-use super::metrics::PolicyMetrics;
+use super::metrics::{PolicyMetrics, counts};
 use super::policies::{JobRun, JobStatus, PolicyName};
 use super::variants::Variant;
 
@@ -85,15 +85,6 @@ fn status_name(status: JobStatus) -> &'static str {
     }
 }
 
-/// Whether the DSR counts `j`: see [`Line::met`].
-fn met(j: &JobRun) -> bool {
-    match j.finish_ms {
-        Some(f) if j.slo() => f <= j.spec.deadline_ms,
-        Some(_) => true,
-        None => false,
-    }
-}
-
 /// Writes one line per job per run of `runs` (paired with `results`) to
 /// `path` as CSV with a header. It writes a file beside `path` first and
 /// renames it, so a failed write leaves no half file.
@@ -159,7 +150,7 @@ fn line<'a>(
         done_iters: j.done_iters,
         status: status_name(j.status),
         finish_ms: j.finish_ms,
-        met: met(j),
+        met: counts(j),
         guaranteed_ms: j.guaranteed_ms,
         first_start_ms: first.map(|s| s.at_ms),
         first_nodes: first.map(|s| s.nodes.join("|")).unwrap_or_default(),
