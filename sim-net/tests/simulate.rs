@@ -400,8 +400,17 @@ fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
     let mut file = csv::Reader::from_path(&path).unwrap();
     let met = file.headers().unwrap().iter().position(|h| h == "met");
     let met = met.expect("a met column");
+    let alone = file
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "edge_alone_h");
+    let alone = alone.expect("an edge_alone_h column");
     for row in file.into_records() {
         let row = row.unwrap();
+        // Every model of the slice has a T4 table, so the edge could run each job.
+        let hours: f64 = row[alone].parse().unwrap();
+        assert!(hours > 0.0 && hours.is_finite(), "{row:?}");
         let e = lines
             .entry((row[0].to_string(), row[1].to_string()))
             .or_default();

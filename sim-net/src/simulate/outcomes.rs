@@ -64,6 +64,11 @@ struct Line<'a> {
     preemptions: u32,
     /// Device-hours it held, start-up included.
     device_hours: f64,
+    /// Hours its iterations take on the edge's fastest placement for it,
+    /// every box idle throughout ([`super::bound::edge_peaks`]); empty where
+    /// no edge box runs its model. Against its window, it says whether the
+    /// edge could have finished it alone.
+    edge_alone_h: Option<f64>,
 }
 
 /// The word for `variant` in the `world` column.
@@ -99,10 +104,12 @@ pub fn write(
         source,
     };
     let io = |e: std::io::Error| fail(e.into());
-    let names: HashMap<u64, &str> = world
+    let peaks = super::bound::edge_peaks(world);
+    let jobs: HashMap<u64, (&str, Option<f64>)> = world
         .jobs
         .iter()
-        .map(|j| (j.spec.id, j.name.as_str()))
+        .zip(peaks)
+        .map(|(j, p)| (j.spec.id, (j.name.as_str(), p)))
         .collect();
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
@@ -112,7 +119,7 @@ pub fn write(
         let mut out = csv::Writer::from_writer(BufWriter::new(file));
         for (&(policy, variant), (_, outcome)) in runs.iter().zip(results) {
             for j in &outcome.jobs {
-                out.serialize(line(policy, variant, &names, j))
+                out.serialize(line(policy, variant, &jobs, j))
                     .map_err(fail)?;
             }
         }
@@ -134,14 +141,15 @@ pub fn write(
 fn line<'a>(
     policy: PolicyName,
     variant: Variant,
-    names: &HashMap<u64, &'a str>,
+    jobs: &HashMap<u64, (&'a str, Option<f64>)>,
     j: &'a JobRun,
 ) -> Line<'a> {
     let first = j.first_start.as_ref();
+    let (name, peak) = jobs.get(&j.spec.id).copied().unwrap_or_default();
     Line {
         policy: policy.as_str(),
         world: world_name(variant),
-        job: names.get(&j.spec.id).copied().unwrap_or_default(),
+        job: name,
         class: if j.slo() { "slo" } else { "best-effort" },
         model: &j.spec.model,
         submitted_ms: j.spec.submitted_ms,
@@ -157,5 +165,8 @@ fn line<'a>(
         migrations: j.migrations,
         preemptions: j.preemptions,
         device_hours: j.attained_gpu_s / 3600.0,
+        edge_alone_h: peak
+            .filter(|&p| p > 0.0)
+            .map(|p| j.spec.iterations / p / 3600.0),
     }
 }

@@ -198,6 +198,35 @@ fn span(leaves: usize, v: usize) -> (usize, usize) {
     (lo, lo + (1 << depth))
 }
 
+/// Per job of `world`, in trace order: the most iterations per second any
+/// placement on the edge's boxes could make (the LP's `ρ^max` over the edge
+/// classes, sync included), or `None` where no edge class runs its model.
+/// It says whether the edge is fast enough for a job at all.
+pub fn edge_peaks(world: &World) -> Vec<Option<f64>> {
+    let classes = inputs::classes(world);
+    let edge: Vec<bool> = classes
+        .iter()
+        .map(|c| {
+            world
+                .model
+                .nodes()
+                .iter()
+                .any(|n| n.class == *c && !n.is_cloud())
+        })
+        .collect();
+    inputs::job_rates(world)
+        .iter()
+        .map(|r| {
+            r.curve
+                .iter()
+                .zip(&edge)
+                .filter(|(_, e)| **e)
+                .filter_map(|(c, _)| c.last().map(|p| p.0))
+                .reduce(f64::max)
+        })
+        .collect()
+}
+
 /// The LP bound of `world` (see the module doc); `None` for a world with no job.
 pub fn lp_bound(world: &World) -> Result<Option<LpBound>, BoundError> {
     let started = Instant::now();

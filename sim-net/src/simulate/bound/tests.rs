@@ -174,3 +174,19 @@ fn a_job_on_a_slow_class_has_less_time_for_a_fast_one() {
     let want = 2.0 / 3.0 + 0.75 * 14_400.0 / 10_710.0;
     assert!((b.jobs_done - want).abs() < 1e-6, "{b:?} vs {want}");
 }
+
+#[test]
+fn the_edge_peak_is_the_fastest_edge_class_alone() {
+    // The world of the two-box test: class E runs 2 it/s on one box and,
+    // across two boxes of one device each, no faster (the ring of a 1 GB
+    // model takes 8 s a step), so the edge's peak is 2 it/s. With no edge
+    // box there is none.
+    let mut j = due(7200.0, 3 * H);
+    j.spec.max_workers = 2;
+    j.spec.model_bytes = 1_000_000_000;
+    assert_eq!(edge_peaks(&world(vec![j.clone()], 2)), vec![Some(2.0)]);
+    let edges = EdgeWorld::new(&[], &[], 0, H, 0, 0);
+    let cloud = vec![testkit::cloud_node("c", "E", 2)];
+    let w = testkit::world(vec![j], cloud, tables(), edges, 3 * H);
+    assert_eq!(edge_peaks(&w), vec![None]);
+}
