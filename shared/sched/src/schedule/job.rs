@@ -2,8 +2,10 @@
 //! placement costs in time: the step time and the start-up (staging data and
 //! checkpoint), priced by [`crate::placement::PlacementCost`].
 
+use std::cell::RefCell;
+
 use crate::cost::{StepTime, class_compute_s};
-use crate::throughput::ModelTable;
+use crate::throughput::{ModelTable, Throughput};
 use crate::world::{JobState, NodeKind};
 
 use super::DONE_EPS_ITERS;
@@ -21,6 +23,28 @@ pub(super) struct JobCtx<'a> {
     pub(super) tide_note: Option<Reason>,
     /// The LAN groups a running job is counted on ([`super::lan::Lans::shared`]).
     pub(super) lans_counted: Vec<u32>,
+    /// Throughputs looked up so far: (class index, workers, answer).
+    rates: RefCell<Vec<(usize, u32, Option<Throughput>)>>,
+}
+
+impl JobCtx<'_> {
+    /// The job's throughput on `workers` devices of class `class`, looked up
+    /// once a round: a plan asks for the same few a hundred times, and a
+    /// batch size its table lacks costs a search for the nearest row each
+    /// time ([`ModelTable::lookup`]). `None` where the class cannot run it.
+    pub(super) fn rate(&self, class: usize, workers: u32) -> Option<Throughput> {
+        let known = self
+            .rates
+            .borrow()
+            .iter()
+            .find_map(|&(c, w, t)| (c == class && w == workers).then_some(t));
+        if let Some(t) = known {
+            return t;
+        }
+        let t = self.tables[class]?.lookup(self.job.spec.global_batch, workers);
+        self.rates.borrow_mut().push((class, workers, t));
+        t
+    }
 }
 
 impl<'a> Round<'a> {
@@ -78,6 +102,7 @@ impl<'a> Round<'a> {
             location,
             tables,
             tide_note: tide_note.flatten(),
+            rates: RefCell::new(Vec::new()),
         }
     }
 
@@ -92,7 +117,7 @@ impl<'a> Round<'a> {
             let class = self.class_of[q];
             if class != seen {
                 seen = class;
-                let t = ctx.tables[class]?.lookup(ctx.job.spec.global_batch, n)?;
+                let t = ctx.rate(class, n)?;
                 slowest = slowest.max(class_compute_s(&t, place.len() as u32));
             }
         }

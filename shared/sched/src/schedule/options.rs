@@ -5,6 +5,42 @@
 use super::grid::{Place, Round};
 use super::job::JobCtx;
 
+/// Edge placements in the order found, each group once. A group found
+/// again (a site's prefix that is also a prefix of the candidates) is told
+/// by a fingerprint of its nodes first and compared in full only when the
+/// fingerprints match: comparing every group with every option found
+/// before was a tenth of a busy round.
+#[derive(Default)]
+struct Options {
+    list: Vec<Place>,
+    /// Each group's fingerprint ([`fingerprint`]) and its index in `list`.
+    groups: Vec<(u64, usize)>,
+}
+
+impl Options {
+    /// Adds `group` (sorted) unless it is listed already.
+    fn add_group(&mut self, group: &[(usize, u32)]) {
+        let f = fingerprint(group);
+        let listed = self
+            .groups
+            .iter()
+            .any(|&(g, i)| g == f && self.list[i] == group);
+        if !listed {
+            self.groups.push((f, self.list.len()));
+            self.list.push(group.to_vec());
+        }
+    }
+}
+
+/// A 64-bit fingerprint of a placement's (node, workers) pairs, in order:
+/// equal placements have equal fingerprints.
+fn fingerprint(place: &[(usize, u32)]) -> u64 {
+    place.iter().fold(0xcbf2_9ce4_8422_2325, |h, &(q, w)| {
+        let x = (h ^ (q as u64) ^ (u64::from(w) << 48)).wrapping_mul(0x0000_0100_0000_01b3);
+        x ^ (x >> 29)
+    })
+}
+
 impl<'a> Round<'a> {
     /// Edge placements worth trying: the best single nodes, the top-k
     /// together, and each candidate's site: it with the nodes it has the
@@ -57,11 +93,11 @@ impl<'a> Round<'a> {
         }
         let free_before = |q: usize| self.free_slots_before(q, limit);
         cands.sort_by_cached_key(|&q| std::cmp::Reverse(free_before(q)));
-        let mut opts: Vec<Place> = Vec::new();
+        let mut opts = Options::default();
         for &q in &cands {
             let w = self.world.nodes[q].devices.min(spec.max_workers);
             if w >= spec.min_workers.max(1) {
-                opts.push(vec![(q, w)]);
+                opts.list.push(vec![(q, w)]);
             }
         }
         self.groups(&cands, spec.min_workers, spec.max_workers, &mut opts);
@@ -85,28 +121,26 @@ impl<'a> Round<'a> {
             grouped.extend(&site);
             self.groups(&site, spec.min_workers, spec.max_workers, &mut opts);
         }
-        opts
+        opts.list
     }
 
     /// Every prefix of `nodes`, two nodes or more and at most
     /// `max_edge_nodes`, with as many workers as it has devices up to `max`,
-    /// that reaches `min` workers.
-    fn groups(&self, nodes: &[usize], min: u32, max: u32, opts: &mut Vec<Place>) {
-        let mut group: Place = Vec::new();
+    /// that reaches `min` workers, each added to `opts` once.
+    fn groups(&self, nodes: &[usize], min: u32, max: u32, opts: &mut Options) {
+        let mut group: Place = Vec::with_capacity(self.policy.max_edge_nodes);
         let mut total = 0;
         for &q in nodes.iter().take(self.policy.max_edge_nodes) {
             let w = self.world.nodes[q].devices.min(max - total.min(max));
             if w == 0 {
                 break;
             }
-            group.push((q, w));
+            // Kept sorted as it grows: a group is its nodes in index order.
+            let at = group.partition_point(|p| *p < (q, w));
+            group.insert(at, (q, w));
             total += w;
             if group.len() >= 2 && total >= min {
-                let mut g = group.clone();
-                g.sort_unstable();
-                if !opts.contains(&g) {
-                    opts.push(g);
-                }
+                opts.add_group(&group);
             }
         }
     }
@@ -133,5 +167,42 @@ impl<'a> Round<'a> {
         v.sort_unstable();
         v.dedup();
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_found_again_is_listed_once_in_the_order_first_found() {
+        let mut opts = Options::default();
+        opts.list.push(vec![(4, 1)]);
+        opts.add_group(&[(1, 1), (2, 1)]);
+        opts.add_group(&[(1, 1), (3, 1)]);
+        opts.add_group(&[(1, 1), (2, 1)]);
+        // The same nodes with other worker counts are another placement.
+        opts.add_group(&[(1, 2), (2, 1)]);
+        assert_eq!(
+            opts.list,
+            vec![
+                vec![(4, 1)],
+                vec![(1, 1), (2, 1)],
+                vec![(1, 1), (3, 1)],
+                vec![(1, 2), (2, 1)],
+            ]
+        );
+    }
+
+    #[test]
+    fn groups_with_one_fingerprint_are_still_told_apart() {
+        let mut opts = Options::default();
+        let a = [(1, 1), (2, 1)];
+        let b = [(7, 1), (8, 1)];
+        // As if `b` had `a`'s fingerprint: the full comparison decides.
+        opts.groups.push((fingerprint(&b), 0));
+        opts.list.push(a.to_vec());
+        opts.add_group(&b);
+        assert_eq!(opts.list, vec![a.to_vec(), b.to_vec()]);
     }
 }

@@ -115,14 +115,30 @@ impl<'a> Round<'a> {
         let mut best: Option<Candidate> = None;
         let mut edge_best_frac: f64 = 0.0;
         let spare_by = due.then(|| self.spare_by(deadline_ms));
-        let consider = |c: Candidate, best: &mut Option<Candidate>| {
-            if best
-                .as_ref()
+        let ranks_first = |c: &Candidate, best: &Option<Candidate>| {
+            best.as_ref()
                 .is_none_or(|b| c.rank(spare_by) < b.rank(spare_by))
-            {
+        };
+        let consider = |c: Candidate, best: &mut Option<Candidate>| {
+            if ranks_first(&c, best) {
                 *best = Some(c);
             }
         };
+        // An edge candidate is put into words only once it ranks first:
+        // naming its nodes for every option walked was a twentieth of a
+        // busy round.
+        let consider_edge =
+            |segs, finish_ms, why: &dyn Fn() -> Reason, best: &mut Option<Candidate>| {
+                let c = Candidate {
+                    segs,
+                    cost: 0.0,
+                    finish_ms,
+                    why: Reason::WorkDone,
+                };
+                if ranks_first(&c, best) {
+                    *best = Some(Candidate { why: why(), ..c });
+                }
+            };
         if !deadline
             && let Some(c) = self.stay(ctx, limit, due.then_some(deadline_ms), want.grade())
         {
@@ -181,37 +197,22 @@ impl<'a> Round<'a> {
             edge_best_frac =
                 edge_best_frac.max(run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining);
             if let Some(f) = run.finished.filter(|&f| f <= deadline_ms) {
-                let why = Reason::EdgeFinishes {
+                let why = || Reason::EdgeFinishes {
                     place: self.shares(&place),
                     finish_ms: f,
                 };
-                consider(
-                    Candidate {
-                        segs: run.segs,
-                        cost: 0.0,
-                        finish_ms: Some(f),
-                        why,
-                    },
-                    &mut best,
-                );
+                consider_edge(run.segs, Some(f), &why, &mut best);
                 continue;
             }
             if !deadline {
                 if !due && !run.segs.is_empty() {
-                    let why = Reason::EdgeLeftover {
+                    let done_pct =
+                        100.0 * run.segs.iter().map(|s| s.iters).sum::<f64>() / ctx.remaining;
+                    let why = || Reason::EdgeLeftover {
                         place: self.shares(&place),
-                        done_pct: 100.0 * run.segs.iter().map(|s| s.iters).sum::<f64>()
-                            / ctx.remaining,
+                        done_pct,
                     };
-                    consider(
-                        Candidate {
-                            segs: run.segs,
-                            cost: 0.0,
-                            finish_ms: None,
-                            why,
-                        },
-                        &mut best,
-                    );
+                    consider_edge(run.segs, None, &why, &mut best);
                 }
                 continue;
             }
@@ -327,14 +328,8 @@ impl<'a> Round<'a> {
     pub(super) fn fastest_iters_per_s(&self, ctx: &JobCtx) -> f64 {
         let spec = &ctx.job.spec;
         let counts = Self::worker_options(spec.min_workers, spec.max_workers, spec.max_workers);
-        ctx.tables
-            .iter()
-            .flatten()
-            .flat_map(|t| {
-                counts
-                    .iter()
-                    .filter_map(|&n| t.lookup(spec.global_batch, n))
-            })
+        (0..ctx.tables.len())
+            .flat_map(|class| counts.iter().filter_map(move |&n| ctx.rate(class, n)))
             .map(|t| t.iters_per_s)
             .fold(0.0, f64::max)
     }
