@@ -5,6 +5,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use support::{args, data, repo, shipped_topology, topology_args};
 use tidemill_sim::simulate::engine::Outcome;
@@ -358,18 +359,15 @@ fn bad_inputs_end_in_one_error_line() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-/// `--jobs-out` writes one line per job per run, and its `met` column counts
-/// what each run's DSR counts, with the edge and without it; a path it
-/// cannot write ends in one error line naming the flag, and leaves no file.
-#[test]
-fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
-    let dir = tempfile::tempdir().unwrap();
+/// `simulate` on cluster06's first 60 jobs with 8 edge boxes, tidemill and
+/// EDF, as JSON, the data passed by path; `flag` last, for a file path to follow.
+fn cli_slice(flag: &str) -> Vec<String> {
     let topo = shipped_topology();
     let a100 = format!("A100={}", data("elasticflow/throughputs_A100"));
     let t4 = format!("T4={}", data("elasticflow/throughputs_T4"));
     let util = data("alibaba-2018-machine-usage/machine_usage.csv.gz");
     let jobs = data("elasticflow/traces/cluster06.csv");
-    let base = [
+    [
         "simulate",
         "--topology",
         topo.to_str().unwrap(),
@@ -390,12 +388,106 @@ fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
         "--policies",
         "tidemill,edf",
         "--json",
-        "--jobs-out",
-    ];
-    let path = dir.path().join("jobs.csv");
-    let out = support::sim(&[&base[..], &[path.to_str().unwrap()]].concat());
+        flag,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// [`cli_slice`] with `flag` writing to `path`: its arguments less the
+/// path, the path, and the report it printed.
+fn run_slice(flag: &str, path: &std::path::Path) -> (Vec<String>, PathBuf, serde_json::Value) {
+    let base = cli_slice(flag);
+    let mut args = base.clone();
+    args.push(path.to_str().unwrap().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = support::sim(&args);
     assert!(out.status.success(), "{out:?}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap();
+    (base, path.to_path_buf(), report)
+}
+
+/// A file in a missing directory ends `base` (whose last flag is `flag`) in
+/// one error line that names the flag, with no panic and no file left in
+/// `dir`, which holds `files` already.
+fn refuses_a_missing_directory(base: &[String], flag: &str, dir: &std::path::Path, files: usize) {
+    let missing = dir.join("missing/out.csv");
+    let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+    args.push(missing.to_str().unwrap());
+    let out = support::sim(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.starts_with(&format!("error: {flag} "))
+            && err.contains("missing"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("panicked") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), files);
+}
+
+/// `--usage-out` writes each policy's hours in order, and the device-hours
+/// held add up to what the report counts: the edge's training and start-up,
+/// and the cloud GPU-hours; a path it cannot write ends in one error line.
+#[test]
+fn usage_out_holds_what_the_report_counts_hour_by_hour() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, path, report) = run_slice("--usage-out", &dir.path().join("usage.csv"));
+    let mut file = csv::Reader::from_path(&path).unwrap();
+    let head: Vec<String> = file.headers().unwrap().iter().map(String::from).collect();
+    let col = |name: &str| head.iter().position(|h| h == name).expect(name);
+    let (policy, hour, idle, edge, cloud, gpus) = (
+        col("policy"),
+        col("hour"),
+        col("edge_idle"),
+        col("edge_held"),
+        col("cloud_held"),
+        col("cloud_gpus"),
+    );
+    // Per policy: the hours in order, and the device-hours held.
+    let mut held: BTreeMap<String, (i64, f64, f64)> = BTreeMap::new();
+    for row in file.into_records() {
+        let row = row.unwrap();
+        let num = |i: usize| row[i].parse::<f64>().unwrap();
+        let e = held.entry(row[policy].to_string()).or_insert((0, 0.0, 0.0));
+        assert_eq!(row[hour].parse::<i64>().unwrap(), e.0, "{row:?}");
+        assert!(num(idle) >= 0.0 && num(idle) <= 8.0 * 20.0, "{row:?}");
+        assert!(num(cloud) <= num(gpus) + 1e-9, "{row:?}");
+        *e = (e.0 + 1, e.1 + num(edge), e.2 + num(cloud));
+    }
+    for p in report["policies"].as_array().unwrap() {
+        let name = p["policy"].as_str().unwrap();
+        let &(_, edge_h, cloud_h) = held.get(name).expect(name);
+        let f = |v: &serde_json::Value| v.as_f64().unwrap();
+        let e = &p["edge_hours"];
+        let want_edge = f(&e["training"]) + f(&e["startup"]);
+        let want_cloud = f(&p["cloud_gpu_hours"]);
+        assert!(
+            (edge_h - want_edge).abs() <= 1e-6 * want_edge.max(1.0),
+            "{name}: {edge_h} {want_edge}"
+        );
+        assert!(
+            (cloud_h - want_cloud).abs() <= 1e-6 * want_cloud.max(1.0),
+            "{name}: {cloud_h} {want_cloud}"
+        );
+    }
+    assert!(
+        held["tidemill"].1 > 0.0,
+        "tidemill holds edge devices on the slice"
+    );
+    refuses_a_missing_directory(&base, "--usage-out", dir.path(), 1);
+}
+
+/// `--jobs-out` writes one line per job per run, and its `met` column counts
+/// what each run's DSR counts, with the edge and without it; a path it
+/// cannot write ends in one error line naming the flag, and leaves no file.
+#[test]
+fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, path, report) = run_slice("--jobs-out", &dir.path().join("jobs.csv"));
     let mut lines: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
     let mut file = csv::Reader::from_path(&path).unwrap();
     let met = file.headers().unwrap().iter().position(|h| h == "met");
@@ -432,16 +524,5 @@ fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
     }
     assert!(lines.contains_key(&("tidemill".into(), "no-edge".into())));
 
-    let missing = dir.path().join("missing/jobs.csv");
-    let out = support::sim(&[&base[..], &[missing.to_str().unwrap()]].concat());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.starts_with("error: --jobs-out ") && err.contains("missing"),
-        "{err}"
-    );
-    assert!(
-        !err.contains("panicked") && err.lines().count() == 1,
-        "{err}"
-    );
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    refuses_a_missing_directory(&base, "--jobs-out", dir.path(), 1);
 }

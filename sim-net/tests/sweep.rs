@@ -86,6 +86,10 @@ fn bad_sweep_flags_end_in_one_line_that_names_the_fix() {
             vec!["--jobs-out", "/tmp/never.csv"],
             "--jobs-out does not apply to sweep",
         ),
+        (
+            vec!["--usage-out", "/tmp/never.csv"],
+            "--usage-out does not apply to sweep",
+        ),
     ] {
         let mut args = vec![
             "sweep",

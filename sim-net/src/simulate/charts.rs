@@ -108,7 +108,7 @@ fn timeline(path: &Path, setup: &Setup, policy: &str, o: &Outcome) -> DrawResult
     let (t0, _) = setup.world.window;
     let end = setup.world.end_ms;
     let hours = |t: i64| (t - t0) as f64 / 3.6e6;
-    usage_panel(&top, setup, policy, o, t0, end, &hours)?;
+    usage_panel(&top, setup, policy, o, end, &hours)?;
     schedule_panel(&bottom, setup, o, hours(end), &hours)?;
     root.present()?;
     Ok(())
@@ -119,7 +119,6 @@ fn usage_panel(
     setup: &Setup,
     policy: &str,
     o: &Outcome,
-    t0: i64,
     end: i64,
     hours: &dyn Fn(i64) -> f64,
 ) -> DrawResult {
@@ -145,19 +144,9 @@ fn usage_panel(
         .x_desc("hours")
         .y_desc("devices")
         .draw()?;
-    let step = 3_600_000;
-    let idle: Vec<(f64, f64)> = (0..=((end - t0) / step))
-        .map(|k| {
-            let t = t0 + k * step;
-            let n: u32 = model
-                .nodes()
-                .iter()
-                .filter_map(|n| Some((n.edge?, n.devices)))
-                .filter(|&(e, _)| setup.world.edges.idle(e, t))
-                .map(|(_, d)| d)
-                .sum();
-            (hours(t), f64::from(n))
-        })
+    let idle: Vec<(f64, f64)> = super::usage::hourly(&setup.world, policy, o)
+        .iter()
+        .map(|h| (hours(h.start_ms), h.edge_idle))
         .collect();
     chart
         .draw_series(std::iter::once(Polygon::new(

@@ -23,6 +23,7 @@ pub mod bound;
 mod charges;
 pub mod charts;
 pub mod checkpoints;
+pub mod csv_out;
 pub mod edges;
 pub mod engine;
 #[cfg(test)]
@@ -38,6 +39,7 @@ pub mod signals;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod topology;
+pub mod usage;
 pub mod variants;
 
 use std::path::PathBuf;
@@ -134,6 +136,10 @@ pub struct Args {
     /// met its deadline, where it first ran, how often it moved.
     #[arg(long)]
     pub jobs_out: Option<PathBuf>,
+    /// Write each policy's hours to this CSV file: the edge devices truly
+    /// idle, and the edge devices and cloud GPUs it held, hour by hour.
+    #[arg(long)]
+    pub usage_out: Option<PathBuf>,
 }
 
 /// Why `simulate` failed.
@@ -203,9 +209,9 @@ pub enum SimError {
     /// The LP bound could not be solved.
     #[error(transparent)]
     Bound(#[from] bound::BoundError),
-    /// The jobs' outcomes could not be written.
+    /// A CSV file asked for (`--jobs-out`, `--usage-out`) could not be written.
     #[error(transparent)]
-    Outcomes(#[from] outcomes::OutcomesError),
+    CsvOut(#[from] csv_out::CsvOutError),
     /// Writing the report failed.
     #[error("cannot write the report to stdout: {0}")]
     Stdout(std::io::Error),
@@ -751,7 +757,7 @@ pub fn run(args: &Args) -> Result<(), SimError> {
     let runs = setup.runs()?;
     let bars = MultiProgress::new();
     let style = bar_style();
-    let record = args.plot.is_some();
+    let record = args.plot.is_some() || args.usage_out.is_some();
     let bar_of: Vec<ProgressBar> = runs
         .iter()
         .map(|(p, variant)| {
@@ -784,6 +790,9 @@ pub fn run(args: &Args) -> Result<(), SimError> {
         outcomes::write(path, &setup.world, &runs, &results)?;
     }
     let (metrics, outcomes) = setup.rows(&runs, results);
+    if let Some(path) = &args.usage_out {
+        usage::write(path, &setup.world, &metrics, &outcomes)?;
+    }
     if let Some(dir) = &args.plot {
         charts::write_all(dir, &setup, &metrics, &outcomes)?;
         eprintln!("wrote charts to {}", dir.display());

@@ -4,31 +4,15 @@
 //! compared across policies and bounds.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
-use thiserror::Error;
 
+use super::csv_out::{self, CsvOutError};
 use super::engine::{Outcome, World};
 use super::metrics::{PolicyMetrics, counts};
 use super::policies::{JobRun, JobStatus, PolicyName};
 use super::variants::Variant;
-
-/// Why the outcomes could not be written.
-#[derive(Debug, Error)]
-#[error(
-    "--jobs-out {}: {source}; pass a file path in a directory that exists and that you may write to",
-    path.display()
-)]
-pub struct OutcomesError {
-    /// The file asked for.
-    pub path: PathBuf,
-    /// What failed.
-    #[source]
-    pub source: csv::Error,
-}
 
 /// One line of the file: one job in one run.
 #[derive(Debug, Serialize)]
@@ -91,19 +75,13 @@ fn status_name(status: JobStatus) -> &'static str {
 }
 
 /// Writes one line per job per run of `runs` (paired with `results`) to
-/// `path` as CSV with a header. It writes a file beside `path` first and
-/// renames it, so a failed write leaves no half file.
+/// `path` as CSV with a header, whole or not at all ([`csv_out::write`]).
 pub fn write(
     path: &Path,
     world: &World,
     runs: &[(PolicyName, Variant)],
     results: &[(PolicyMetrics, Outcome)],
-) -> Result<(), OutcomesError> {
-    let fail = |source: csv::Error| OutcomesError {
-        path: path.to_path_buf(),
-        source,
-    };
-    let io = |e: std::io::Error| fail(e.into());
+) -> Result<(), CsvOutError> {
     let peaks = super::bound::edge_peaks(world);
     let jobs: HashMap<u64, (&str, Option<f64>)> = world
         .jobs
@@ -111,30 +89,14 @@ pub fn write(
         .zip(peaks)
         .map(|(j, p)| (j.spec.id, (j.name.as_str(), p)))
         .collect();
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
-    let written = (|| {
-        let file = File::create(&partial).map_err(io)?;
-        let mut out = csv::Writer::from_writer(BufWriter::new(file));
+    csv_out::write("--jobs-out", path, |out| {
         for (&(policy, variant), (_, outcome)) in runs.iter().zip(results) {
             for j in &outcome.jobs {
-                out.serialize(line(policy, variant, &jobs, j))
-                    .map_err(fail)?;
+                out.serialize(line(policy, variant, &jobs, j))?;
             }
         }
-        let file = out
-            .into_inner()
-            .map_err(|e| io(e.into_error()))?
-            .into_inner()
-            .map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&partial, path).map_err(io)
-    })();
-    if written.is_err() {
-        std::fs::remove_file(&partial).ok();
-    }
-    written
+        Ok(())
+    })
 }
 
 /// The line of job `j` in the run of `policy` on `variant`.

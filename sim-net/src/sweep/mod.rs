@@ -30,8 +30,8 @@ use grid::{Axis, GridError, Point};
 #[derive(Debug, Clone, ClapArgs)]
 #[group(id = "sweep")]
 pub struct Args {
-    /// The scenario and its data, as for `simulate` (`--json`, `--plot` and
-    /// `--jobs-out` do not apply).
+    /// The scenario and its data, as for `simulate` (`--json`, `--plot`,
+    /// `--jobs-out` and `--usage-out` do not apply).
     #[command(flatten)]
     pub sim: simulate::Args,
     /// A key and its values, `KEY=V1,V2,...` (repeatable; the grid is their product).
@@ -103,6 +103,9 @@ pub fn run(args: &Args) -> Result<(), SweepError> {
     }
     if args.sim.jobs_out.is_some() {
         return Err(SweepError::Flag("--jobs-out"));
+    }
+    if args.sim.usage_out.is_some() {
+        return Err(SweepError::Flag("--usage-out"));
     }
     let started = Instant::now();
     let axes = grid::parse_axes(&args.vary)?;

@@ -229,6 +229,7 @@ fn sim_args(args: &Args, max_jobs: Option<usize>) -> simulate::Args {
         upper_bound: false,
         lp_bound: false,
         jobs_out: None,
+        usage_out: None,
     }
 }
 
