@@ -447,6 +447,7 @@ fn usage_out_holds_what_the_report_counts_hour_by_hour() {
         col("cloud_held"),
         col("cloud_gpus"),
     );
+    let (plain_edge, plain_cloud) = (col("edge_held_best_effort"), col("cloud_held_best_effort"));
     // Per policy: the hours in order, and the device-hours held.
     let mut held: BTreeMap<String, (i64, f64, f64)> = BTreeMap::new();
     for row in file.into_records() {
@@ -456,6 +457,8 @@ fn usage_out_holds_what_the_report_counts_hour_by_hour() {
         assert_eq!(row[hour].parse::<i64>().unwrap(), e.0, "{row:?}");
         assert!(num(idle) >= 0.0 && num(idle) <= 8.0 * 20.0, "{row:?}");
         assert!(num(cloud) <= num(gpus) + 1e-9, "{row:?}");
+        assert!(num(plain_edge) <= num(edge) + 1e-9, "{row:?}");
+        assert!(num(plain_cloud) <= num(cloud) + 1e-9, "{row:?}");
         *e = (e.0 + 1, e.1 + num(edge), e.2 + num(cloud));
     }
     for p in report["policies"].as_array().unwrap() {

@@ -29,6 +29,10 @@ pub struct Hour {
     pub edge_held: f64,
     /// Cloud GPUs held, the mean over the hour.
     pub cloud_held: f64,
+    /// The part of `edge_held` that best-effort jobs held.
+    pub edge_held_best_effort: f64,
+    /// The part of `cloud_held` that best-effort jobs held.
+    pub cloud_held_best_effort: f64,
     /// Cloud GPUs in the world.
     pub cloud_gpus: u32,
 }
@@ -60,9 +64,11 @@ pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
             .sum()
     };
     let n_hours = ((world.end_ms - t0).max(0) as u64).div_ceil(HOUR_MS as u64) as usize;
-    // Device-ms held per hour: (edge, cloud).
-    let mut held = vec![(0.0, 0.0); n_hours];
+    // Device-ms held per hour: [edge, cloud] by all jobs, then by
+    // best-effort jobs.
+    let mut held = vec![[0.0; 4]; n_hours];
     for s in &o.stints {
+        let plain = o.jobs.get(s.job).is_some_and(|j| !j.slo());
         let (edge, cloud) = s.place.iter().fold((0, 0), |(e, c), &(q, w)| {
             if nodes[q as usize].is_cloud() {
                 (e, c + w)
@@ -77,13 +83,18 @@ pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
                 break;
             }
             let overlap = (s.end_ms.min(start + HOUR_MS) - s.start_ms.max(start)).max(0) as f64;
-            slot_held.0 += f64::from(edge) * overlap;
-            slot_held.1 += f64::from(cloud) * overlap;
+            let (e, c) = (f64::from(edge) * overlap, f64::from(cloud) * overlap);
+            slot_held[0] += e;
+            slot_held[1] += c;
+            if plain {
+                slot_held[2] += e;
+                slot_held[3] += c;
+            }
         }
     }
     held.iter()
         .enumerate()
-        .map(|(h, &(edge_ms, cloud_ms))| {
+        .map(|(h, ms)| {
             let start = t0 + h as i64 * HOUR_MS;
             let slots: Vec<i64> = (start..start + HOUR_MS).step_by(slot as usize).collect();
             Hour {
@@ -92,8 +103,10 @@ pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
                 start_ms: start,
                 edge_idle: slots.iter().map(|&t| f64::from(idle_at(t))).sum::<f64>()
                     / slots.len() as f64,
-                edge_held: edge_ms / HOUR_MS as f64,
-                cloud_held: cloud_ms / HOUR_MS as f64,
+                edge_held: ms[0] / HOUR_MS as f64,
+                cloud_held: ms[1] / HOUR_MS as f64,
+                edge_held_best_effort: ms[2] / HOUR_MS as f64,
+                cloud_held_best_effort: ms[3] / HOUR_MS as f64,
                 cloud_gpus: world.model.cloud_gpus(),
             }
         })
@@ -121,11 +134,12 @@ pub fn write(
 
 #[cfg(test)]
 mod tests {
-    use tidemill_sched::ThroughputTables;
+    use tidemill_sched::{JobClass, ThroughputTables};
 
     use super::*;
     use crate::simulate::edges::EdgeWorld;
     use crate::simulate::engine::Stint;
+    use crate::simulate::policies::JobRun;
     use crate::simulate::testkit;
     use crate::trace::Series;
 
@@ -153,9 +167,17 @@ mod tests {
         testkit::world(vec![], nodes, ThroughputTables::default(), edges, 10 * H)
     }
 
+    /// A run of an SLO job (0) and a best-effort job (1) in `stints`.
     fn run(stints: Vec<Stint>) -> Outcome {
+        let slo = testkit::job("resnet50");
+        let mut plain = testkit::job("resnet50");
+        plain.spec.id = 1;
+        plain.spec.class = JobClass::BestEffort;
         Outcome {
-            jobs: vec![],
+            jobs: [slo, plain]
+                .into_iter()
+                .map(|t| JobRun::new(t.spec, t.requested_gpus))
+                .collect(),
             acc: Default::default(),
             stints,
             usage: vec![],
@@ -165,19 +187,19 @@ mod tests {
 
     #[test]
     fn an_hour_holds_the_mean_of_its_stints_and_its_idle_devices() {
-        let stint = |start_ms, end_ms, place| Stint {
-            job: 0,
+        let stint = |job, start_ms, end_ms, place| Stint {
+            job,
             start_ms,
             end_ms,
             place,
             iters: 0.0,
         };
-        // Both GPUs for half an hour, then one GPU and both boxes (nodes 1
-        // and 2) until 09:00, then nothing.
+        // Both GPUs for half an hour, then one GPU (the best-effort job's)
+        // and both boxes (nodes 1 and 2) until 09:00, then nothing.
         let o = run(vec![
-            stint(0, H / 2, vec![(0, 2)]),
-            stint(H / 2, 9 * H, vec![(0, 1)]),
-            stint(H / 2, 9 * H, vec![(1, 1), (2, 1)]),
+            stint(0, 0, H / 2, vec![(0, 2)]),
+            stint(1, H / 2, 9 * H, vec![(0, 1)]),
+            stint(0, H / 2, 9 * H, vec![(1, 1), (2, 1)]),
         ]);
         let hours = hourly(&world(), "p", &o);
         assert_eq!(hours.len(), 10);
