@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use support::{args, data, repo, shipped_topology, topology_args};
 use tidemill_sim::simulate::engine::Outcome;
@@ -395,8 +394,8 @@ fn cli_slice(flag: &str) -> Vec<String> {
 }
 
 /// [`cli_slice`] with `flag` writing to `path`: its arguments less the
-/// path, the path, and the report it printed.
-fn run_slice(flag: &str, path: &std::path::Path) -> (Vec<String>, PathBuf, serde_json::Value) {
+/// path, and the report it printed.
+fn run_slice(flag: &str, path: &std::path::Path) -> (Vec<String>, serde_json::Value) {
     let base = cli_slice(flag);
     let mut args = base.clone();
     args.push(path.to_str().unwrap().to_string());
@@ -404,7 +403,7 @@ fn run_slice(flag: &str, path: &std::path::Path) -> (Vec<String>, PathBuf, serde
     let out = support::sim(&args);
     assert!(out.status.success(), "{out:?}");
     let report = serde_json::from_slice(&out.stdout).unwrap();
-    (base, path.to_path_buf(), report)
+    (base, report)
 }
 
 /// A file in a missing directory ends `base` (whose last flag is `flag`) in
@@ -435,7 +434,8 @@ fn refuses_a_missing_directory(base: &[String], flag: &str, dir: &std::path::Pat
 #[test]
 fn usage_out_holds_what_the_report_counts_hour_by_hour() {
     let dir = tempfile::tempdir().unwrap();
-    let (base, path, report) = run_slice("--usage-out", &dir.path().join("usage.csv"));
+    let path = dir.path().join("usage.csv");
+    let (base, report) = run_slice("--usage-out", &path);
     let mut file = csv::Reader::from_path(&path).unwrap();
     let head: Vec<String> = file.headers().unwrap().iter().map(String::from).collect();
     let col = |name: &str| head.iter().position(|h| h == name).expect(name);
@@ -490,7 +490,8 @@ fn usage_out_holds_what_the_report_counts_hour_by_hour() {
 #[test]
 fn jobs_out_has_a_line_per_job_and_run_that_add_up_to_the_dsr() {
     let dir = tempfile::tempdir().unwrap();
-    let (base, path, report) = run_slice("--jobs-out", &dir.path().join("jobs.csv"));
+    let path = dir.path().join("jobs.csv");
+    let (base, report) = run_slice("--jobs-out", &path);
     let mut lines: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
     let mut file = csv::Reader::from_path(&path).unwrap();
     let met = file.headers().unwrap().iter().position(|h| h == "met");

@@ -12,6 +12,7 @@ use thiserror::Error;
 use super::Setup;
 use super::engine::Outcome;
 use super::metrics::PolicyMetrics;
+use super::usage::{HOUR_MS, idle_by_hour};
 
 /// Jobs drawn in the schedule panel.
 const GANTT_JOBS: usize = 60;
@@ -45,9 +46,10 @@ pub fn write_all(
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()))?;
     let path = dir.join("dsr.svg");
     dsr_bars(&path, metrics).map_err(|e| fail(&path, e.to_string()))?;
+    let idle = idle_by_hour(&setup.world);
     for (m, o) in metrics.iter().zip(outcomes) {
         let path = dir.join(format!("timeline-{}.svg", m.policy));
-        timeline(&path, setup, &m.policy, o).map_err(|e| fail(&path, e.to_string()))?;
+        timeline(&path, setup, &idle, &m.policy, o).map_err(|e| fail(&path, e.to_string()))?;
     }
     Ok(())
 }
@@ -101,14 +103,15 @@ fn dsr_bars(path: &Path, metrics: &[PolicyMetrics]) -> DrawResult {
     Ok(())
 }
 
-fn timeline(path: &Path, setup: &Setup, policy: &str, o: &Outcome) -> DrawResult {
+/// `idle`: the edge's truly idle devices by hour ([`idle_by_hour`]).
+fn timeline(path: &Path, setup: &Setup, idle: &[f64], policy: &str, o: &Outcome) -> DrawResult {
     let root = SVGBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(420);
     let (t0, _) = setup.world.window;
     let end = setup.world.end_ms;
     let hours = |t: i64| (t - t0) as f64 / 3.6e6;
-    usage_panel(&top, setup, policy, o, end, &hours)?;
+    usage_panel(&top, setup, idle, policy, o, end, &hours)?;
     schedule_panel(&bottom, setup, o, hours(end), &hours)?;
     root.present()?;
     Ok(())
@@ -117,6 +120,7 @@ fn timeline(path: &Path, setup: &Setup, policy: &str, o: &Outcome) -> DrawResult
 fn usage_panel(
     area: &DrawingArea<SVGBackend, Shift>,
     setup: &Setup,
+    idle_by_hour: &[f64],
     policy: &str,
     o: &Outcome,
     end: i64,
@@ -144,9 +148,11 @@ fn usage_panel(
         .x_desc("hours")
         .y_desc("devices")
         .draw()?;
-    let idle: Vec<(f64, f64)> = super::usage::hourly(&setup.world, policy, o)
+    let t0 = setup.world.window.0;
+    let idle: Vec<(f64, f64)> = idle_by_hour
         .iter()
-        .map(|h| (hours(h.start_ms), h.edge_idle))
+        .enumerate()
+        .map(|(h, &n)| (hours(t0 + h as i64 * HOUR_MS), n))
         .collect();
     chart
         .draw_series(std::iter::once(Polygon::new(

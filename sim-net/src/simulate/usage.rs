@@ -38,21 +38,21 @@ pub struct Hour {
 }
 
 /// An hour, ms.
-const HOUR_MS: i64 = 3_600_000;
+pub const HOUR_MS: i64 = 3_600_000;
 
-/// The hours of `o`, a run of `policy` on `world` recorded with its
-/// stints, from the first submission to the end of the simulation.
-///
-/// A stint holds its workers from its start to its end, start-up included,
-/// so an hour's mean held devices is `Σ workers_k × overlap_k / 3 600 000`
-/// over the stints `k` that overlap it, `overlap_k` in ms. Idle devices are
-/// sampled at each slot's start (`slot_ms`) and averaged over the hour's
-/// slots.
-pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
-    let (t0, _) = world.window;
+/// The hours from the first submission to the end of the simulation.
+fn n_hours(world: &World) -> usize {
+    ((world.end_ms - world.window.0).max(0) as u64).div_ceil(HOUR_MS as u64) as usize
+}
+
+/// Edge devices on truly idle boxes in each hour from the first submission
+/// to the end of the simulation: sampled at each slot's start (`slot_ms`)
+/// and averaged over the hour's slots. The same for every run on `world`.
+pub fn idle_by_hour(world: &World) -> Vec<f64> {
     let slot = world.slot_ms.clamp(1, HOUR_MS);
-    let nodes = world.model.nodes();
-    let boxes: Vec<_> = nodes
+    let boxes: Vec<_> = world
+        .model
+        .nodes()
         .iter()
         .filter_map(|n| Some((n.edge?, n.devices)))
         .collect();
@@ -63,10 +63,31 @@ pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
             .map(|&(_, d)| d)
             .sum()
     };
-    let n_hours = ((world.end_ms - t0).max(0) as u64).div_ceil(HOUR_MS as u64) as usize;
+    (0..n_hours(world))
+        .map(|h| {
+            let start = world.window.0 + h as i64 * HOUR_MS;
+            let (sum, n) = (start..start + HOUR_MS)
+                .step_by(slot as usize)
+                .fold((0.0, 0.0), |(sum, n), t| {
+                    (sum + f64::from(idle_at(t)), n + 1.0)
+                });
+            sum / n
+        })
+        .collect()
+}
+
+/// The hours of `o`, a run of `policy` on `world` recorded with its
+/// stints, beside `idle` ([`idle_by_hour`] of `world`).
+///
+/// A stint holds its workers from its start to its end, start-up included,
+/// so an hour's mean held devices is `Σ workers_k × overlap_k / 3 600 000`
+/// over the stints `k` that overlap it, `overlap_k` in ms.
+pub fn hourly(world: &World, idle: &[f64], policy: &str, o: &Outcome) -> Vec<Hour> {
+    let t0 = world.window.0;
+    let nodes = world.model.nodes();
     // Device-ms held per hour: [edge, cloud] by all jobs, then by
     // best-effort jobs.
-    let mut held = vec![[0.0; 4]; n_hours];
+    let mut held = vec![[0.0; 4]; n_hours(world)];
     for s in &o.stints {
         let plain = o.jobs.get(s.job).is_some_and(|j| !j.slo());
         let (edge, cloud) = s.place.iter().fold((0, 0), |(e, c), &(q, w)| {
@@ -93,22 +114,18 @@ pub fn hourly(world: &World, policy: &str, o: &Outcome) -> Vec<Hour> {
         }
     }
     held.iter()
+        .zip(idle)
         .enumerate()
-        .map(|(h, ms)| {
-            let start = t0 + h as i64 * HOUR_MS;
-            let slots: Vec<i64> = (start..start + HOUR_MS).step_by(slot as usize).collect();
-            Hour {
-                policy: policy.to_string(),
-                hour: h as i64,
-                start_ms: start,
-                edge_idle: slots.iter().map(|&t| f64::from(idle_at(t))).sum::<f64>()
-                    / slots.len() as f64,
-                edge_held: ms[0] / HOUR_MS as f64,
-                cloud_held: ms[1] / HOUR_MS as f64,
-                edge_held_best_effort: ms[2] / HOUR_MS as f64,
-                cloud_held_best_effort: ms[3] / HOUR_MS as f64,
-                cloud_gpus: world.model.cloud_gpus(),
-            }
+        .map(|(h, (ms, &edge_idle))| Hour {
+            policy: policy.to_string(),
+            hour: h as i64,
+            start_ms: t0 + h as i64 * HOUR_MS,
+            edge_idle,
+            edge_held: ms[0] / HOUR_MS as f64,
+            cloud_held: ms[1] / HOUR_MS as f64,
+            edge_held_best_effort: ms[2] / HOUR_MS as f64,
+            cloud_held_best_effort: ms[3] / HOUR_MS as f64,
+            cloud_gpus: world.model.cloud_gpus(),
         })
         .collect()
 }
@@ -122,9 +139,10 @@ pub fn write(
     metrics: &[PolicyMetrics],
     outcomes: &[Outcome],
 ) -> Result<(), CsvOutError> {
+    let idle = idle_by_hour(world);
     csv_out::write("--usage-out", path, |out| {
         for (m, o) in metrics.iter().zip(outcomes) {
-            for h in hourly(world, &m.policy, o) {
+            for h in hourly(world, &idle, &m.policy, o) {
                 out.serialize(h)?;
             }
         }
@@ -201,7 +219,8 @@ mod tests {
             stint(1, H / 2, 9 * H, vec![(0, 1)]),
             stint(0, H / 2, 9 * H, vec![(1, 1), (2, 1)]),
         ]);
-        let hours = hourly(&world(), "p", &o);
+        let w = world();
+        let hours = hourly(&w, &idle_by_hour(&w), "p", &o);
         assert_eq!(hours.len(), 10);
         // Hour 0, by hand: cloud 2 × 0.5 + 1 × 0.5 = 1.5; edge 0 × 0.5 +
         // 2 × 0.5 = 1.0; both boxes idle all hour.
@@ -222,7 +241,8 @@ mod tests {
 
     #[test]
     fn a_run_without_stints_holds_nothing() {
-        let hours = hourly(&world(), "p", &run(vec![]));
+        let w = world();
+        let hours = hourly(&w, &idle_by_hour(&w), "p", &run(vec![]));
         assert_eq!(hours.len(), 10);
         assert!(
             hours
