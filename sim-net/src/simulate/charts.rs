@@ -12,7 +12,7 @@ use thiserror::Error;
 use super::Setup;
 use super::engine::Outcome;
 use super::metrics::PolicyMetrics;
-use super::usage::{HOUR_MS, idle_by_hour};
+use super::usage::HOUR_MS;
 
 /// Jobs drawn in the schedule panel.
 const GANTT_JOBS: usize = 60;
@@ -32,10 +32,12 @@ pub enum ChartError {
 
 use crate::line_chart::DrawResult;
 
-/// Writes every chart into `dir`.
+/// Writes every chart into `dir`; `idle` is the edge's truly idle devices
+/// by hour ([`idle_by_hour`](super::usage::idle_by_hour)).
 pub fn write_all(
     dir: &Path,
     setup: &Setup,
+    idle: &[f64],
     metrics: &[PolicyMetrics],
     outcomes: &[Outcome],
 ) -> Result<(), ChartError> {
@@ -46,10 +48,9 @@ pub fn write_all(
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()))?;
     let path = dir.join("dsr.svg");
     dsr_bars(&path, metrics).map_err(|e| fail(&path, e.to_string()))?;
-    let idle = idle_by_hour(&setup.world);
     for (m, o) in metrics.iter().zip(outcomes) {
         let path = dir.join(format!("timeline-{}.svg", m.policy));
-        timeline(&path, setup, &idle, &m.policy, o).map_err(|e| fail(&path, e.to_string()))?;
+        timeline(&path, setup, idle, &m.policy, o).map_err(|e| fail(&path, e.to_string()))?;
     }
     Ok(())
 }
@@ -103,7 +104,8 @@ fn dsr_bars(path: &Path, metrics: &[PolicyMetrics]) -> DrawResult {
     Ok(())
 }
 
-/// `idle`: the edge's truly idle devices by hour ([`idle_by_hour`]).
+/// `idle`: the edge's truly idle devices by hour
+/// ([`idle_by_hour`](super::usage::idle_by_hour)).
 fn timeline(path: &Path, setup: &Setup, idle: &[f64], policy: &str, o: &Outcome) -> DrawResult {
     let root = SVGBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE)?;

@@ -790,11 +790,17 @@ pub fn run(args: &Args) -> Result<(), SimError> {
         outcomes::write(path, &setup.world, &runs, &results)?;
     }
     let (metrics, outcomes) = setup.rows(&runs, results);
+    // The edge's idle devices by hour, for both files, counted once.
+    let idle = if args.usage_out.is_some() || args.plot.is_some() {
+        usage::idle_by_hour(&setup.world)
+    } else {
+        Vec::new()
+    };
     if let Some(path) = &args.usage_out {
-        usage::write(path, &setup.world, &metrics, &outcomes)?;
+        usage::write(path, &setup.world, &idle, &metrics, &outcomes)?;
     }
     if let Some(dir) = &args.plot {
-        charts::write_all(dir, &setup, &metrics, &outcomes)?;
+        charts::write_all(dir, &setup, &idle, &metrics, &outcomes)?;
         eprintln!("wrote charts to {}", dir.display());
     }
     let report = report::Report::new(&setup, metrics, started.elapsed().as_secs_f64());

@@ -98,21 +98,22 @@ pub fn hourly(world: &World, idle: &[f64], policy: &str, o: &Outcome) -> Vec<Hou
             }
         });
         let first = ((s.start_ms - t0).max(0) / HOUR_MS) as usize;
-        for (h, slot_held) in held.iter_mut().enumerate().skip(first) {
+        for (h, hour_held) in held.iter_mut().enumerate().skip(first) {
             let start = t0 + h as i64 * HOUR_MS;
             if start >= s.end_ms {
                 break;
             }
             let overlap = (s.end_ms.min(start + HOUR_MS) - s.start_ms.max(start)).max(0) as f64;
             let (e, c) = (f64::from(edge) * overlap, f64::from(cloud) * overlap);
-            slot_held[0] += e;
-            slot_held[1] += c;
+            hour_held[0] += e;
+            hour_held[1] += c;
             if plain {
-                slot_held[2] += e;
-                slot_held[3] += c;
+                hour_held[2] += e;
+                hour_held[3] += c;
             }
         }
     }
+    let cloud_gpus = world.model.cloud_gpus();
     held.iter()
         .zip(idle)
         .enumerate()
@@ -125,24 +126,24 @@ pub fn hourly(world: &World, idle: &[f64], policy: &str, o: &Outcome) -> Vec<Hou
             cloud_held: ms[1] / HOUR_MS as f64,
             edge_held_best_effort: ms[2] / HOUR_MS as f64,
             cloud_held_best_effort: ms[3] / HOUR_MS as f64,
-            cloud_gpus: world.model.cloud_gpus(),
+            cloud_gpus,
         })
         .collect()
 }
 
 /// Writes the hours of every policy's run as described (`metrics` paired
-/// with `outcomes`, recorded) to `path` as CSV with a header, whole or not
-/// at all ([`csv_out::write`]).
+/// with `outcomes`, recorded) beside `idle` ([`idle_by_hour`] of `world`)
+/// to `path` as CSV with a header, whole or not at all ([`csv_out::write`]).
 pub fn write(
     path: &Path,
     world: &World,
+    idle: &[f64],
     metrics: &[PolicyMetrics],
     outcomes: &[Outcome],
 ) -> Result<(), CsvOutError> {
-    let idle = idle_by_hour(world);
     csv_out::write("--usage-out", path, |out| {
         for (m, o) in metrics.iter().zip(outcomes) {
-            for h in hourly(world, &idle, &m.policy, o) {
+            for h in hourly(world, idle, &m.policy, o) {
                 out.serialize(h)?;
             }
         }
